@@ -1,0 +1,548 @@
+"""QA sets: questions with reference answers and reference spans, in one JSONL format.
+
+One line per question, one JSON object per line (UTF-8)::
+
+    {"question_id": "q1", "doc_id": "squad_Normans",
+     "question": "In what country is Normandy located?", "reference_answer": "France",
+     "reference_spans": [[159, 165]], "is_impossible": false, "meta": {"source": "squad_v2"}}
+
+(shown wrapped here; in the file each object is on one line).
+
+Fields:
+
+* ``question_id`` (str, required, non-empty): unique within the set.
+* ``doc_id`` (str, required): the stem of the document file the question is about
+  (``[A-Za-z0-9_.-]+``).
+* ``question`` (str, required, non-empty).
+* ``reference_answer`` (str, required): the expected answer; ``""`` for an unanswerable
+  question.
+* ``reference_spans`` (list of ``[start, end]`` ints, optional, default ``[]``): where the
+  answer is in the document, as character offsets into the document text
+  (``text[start:end]``, ``0 <= start < end <= len(text)``); ``[]`` for an unanswerable
+  question.
+* ``is_impossible`` (bool, optional): ``true`` for a question the document does not answer.
+  When absent it is ``true`` exactly when ``reference_answer`` is ``""`` and
+  ``reference_spans`` is ``[]``.
+* ``meta`` (object, optional): anything else (source, category, titles...).
+
+Any other key is rejected (so that a typo such as ``reference_span`` is not silently
+ignored); put extra data under ``meta``.
+
+Plain Python only: this module imports neither dagster, ragas nor lancedb.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxwin_dagster.core.documents import DOC_ID_PATTERN, safe_doc_id
+
+__all__ = [
+    "QAItem",
+    "QAFormatError",
+    "REQUIRED_FIELDS",
+    "OPTIONAL_FIELDS",
+    "load_qa_jsonl",
+    "load_qa_folder",
+    "write_qa_jsonl",
+    "validate_spans",
+    "squad_to_qa",
+    "cuad_to_qa",
+]
+
+REQUIRED_FIELDS: tuple[str, ...] = ("question_id", "doc_id", "question", "reference_answer")
+OPTIONAL_FIELDS: tuple[str, ...] = ("reference_spans", "is_impossible", "meta")
+_ALL_FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS
+
+_UNANSWERABLE_HINT = (
+    'for an unanswerable question set "reference_answer": "", "reference_spans": [] '
+    'and "is_impossible": true'
+)
+_MAX_PROBLEMS_SHOWN = 20
+
+
+class QAFormatError(ValueError):
+    """A QA item or QA file is malformed; the message says where and how to fix it."""
+
+
+Span = tuple[int, int]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _normalize_spans(spans: Any) -> tuple[Span, ...]:
+    if not isinstance(spans, (list, tuple)):
+        raise QAFormatError(
+            "field 'reference_spans' must be a list of [start, end] character offsets, "
+            f"got {type(spans).__name__}; use [] when there is no span"
+        )
+    out: list[Span] = []
+    for i, span in enumerate(spans):
+        if (
+            not isinstance(span, (list, tuple))
+            or len(span) != 2
+            or not _is_int(span[0])
+            or not _is_int(span[1])
+        ):
+            raise QAFormatError(
+                f"field 'reference_spans[{i}]' must be a pair of integers [start, end], "
+                f"got {span!r}"
+            )
+        start, end = span
+        if not 0 <= start < end:
+            raise QAFormatError(
+                f"field 'reference_spans[{i}]' = [{start}, {end}] must satisfy "
+                "0 <= start < end (end is exclusive: text[start:end] is the answer)"
+            )
+        out.append((start, end))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class QAItem:
+    """One question about one document.
+
+    ``reference_spans`` are character offsets into the document's text
+    (``doc.text[start:end]``); lists are accepted and normalized to tuples.
+
+    >>> item = QAItem("q1", "doc", "Who?", "Rollo", [[10, 15]])
+    >>> item.reference_spans, item.is_impossible
+    (((10, 15),), False)
+    >>> QAItem("q2", "doc", "Why?", "", ()).is_impossible   # inferred
+    True
+    """
+
+    question_id: str
+    doc_id: str
+    question: str
+    reference_answer: str
+    reference_spans: tuple[Span, ...] = ()
+    is_impossible: bool | None = None
+    meta: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        for name in ("question_id", "doc_id", "question"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise QAFormatError(
+                    f"field {name!r} must be a non-empty string, got {value!r}"
+                )
+        if not DOC_ID_PATTERN.fullmatch(self.doc_id):
+            raise QAFormatError(
+                f"field 'doc_id' = {self.doc_id!r} is not a valid doc_id: use the stem of "
+                "the document's file name (letters, digits, '_', '.', '-')"
+            )
+        if not isinstance(self.reference_answer, str):
+            raise QAFormatError(
+                "field 'reference_answer' must be a string, got "
+                f"{type(self.reference_answer).__name__}; {_UNANSWERABLE_HINT}"
+            )
+        spans = _normalize_spans(self.reference_spans)
+        object.__setattr__(self, "reference_spans", spans)
+        if not isinstance(self.meta, dict):
+            raise QAFormatError(
+                f"field 'meta' must be a JSON object (dict), got {type(self.meta).__name__}"
+            )
+        impossible = self.is_impossible
+        if impossible is None:
+            impossible = self.reference_answer == "" and not spans
+            object.__setattr__(self, "is_impossible", impossible)
+        elif not isinstance(impossible, bool):
+            raise QAFormatError(
+                f"field 'is_impossible' must be true or false, got {impossible!r}"
+            )
+        if impossible and (self.reference_answer != "" or spans):
+            raise QAFormatError(
+                "field 'is_impossible' is true but the item has a reference_answer or "
+                f"reference_spans; {_UNANSWERABLE_HINT}, or set is_impossible to false"
+            )
+        if not impossible and not self.reference_answer.strip():
+            raise QAFormatError(
+                "field 'reference_answer' is empty but the question is answerable; give the "
+                f"expected answer text, or {_UNANSWERABLE_HINT}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSONL representation (spans as lists; ``meta`` omitted when empty)."""
+        data: dict[str, Any] = {
+            "question_id": self.question_id,
+            "doc_id": self.doc_id,
+            "question": self.question,
+            "reference_answer": self.reference_answer,
+            "reference_spans": [[s, e] for s, e in self.reference_spans],
+            "is_impossible": bool(self.is_impossible),
+        }
+        if self.meta:
+            data["meta"] = self.meta
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> QAItem:
+        """Build an item from one parsed JSONL object; raises :class:`QAFormatError`."""
+        if not isinstance(data, Mapping):
+            raise QAFormatError(
+                f"each line must be a JSON object, got {type(data).__name__}"
+            )
+        unknown = [k for k in data if k not in _ALL_FIELDS]
+        if unknown:
+            raise QAFormatError(
+                f"unknown field(s) {', '.join(repr(k) for k in unknown)}; allowed fields are "
+                f"{', '.join(_ALL_FIELDS)} (put anything else under 'meta')"
+            )
+        missing = [k for k in REQUIRED_FIELDS if k not in data]
+        if missing:
+            raise QAFormatError(
+                f"missing required field(s) {', '.join(repr(k) for k in missing)}; every "
+                f"line needs {', '.join(REQUIRED_FIELDS)}"
+            )
+        return cls(
+            question_id=data["question_id"],
+            doc_id=data["doc_id"],
+            question=data["question"],
+            reference_answer=data["reference_answer"],
+            reference_spans=data.get("reference_spans", []),
+            is_impossible=data.get("is_impossible"),
+            meta=data.get("meta", {}),
+        )
+
+
+def load_qa_jsonl(path: str | Path) -> list[QAItem]:
+    """Load and validate a QA JSONL file (format in this module's docstring).
+
+    Blank lines are skipped. Errors name the file, the line number, the field and the fix.
+
+    Raises:
+        QAFormatError: invalid JSON, a malformed item, a duplicate ``question_id``, bytes
+            that are not UTF-8, or a file without any question.
+        FileNotFoundError: the file does not exist.
+    """
+    p = Path(path)
+    try:
+        content = p.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise QAFormatError(
+            f"{p}: not valid UTF-8 at byte {exc.start}; re-save the file as UTF-8"
+        ) from None
+    items: list[QAItem] = []
+    seen: dict[str, int] = {}
+    for lineno, line in enumerate(content.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{p}, line {lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise QAFormatError(
+                f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); each line must "
+                "be one complete JSON object"
+            ) from None
+        try:
+            item = QAItem.from_dict(obj)
+        except QAFormatError as exc:
+            raise QAFormatError(f"{where}: {exc}") from None
+        if item.question_id in seen:
+            raise QAFormatError(
+                f"{where}: field 'question_id' = {item.question_id!r} is already used on "
+                f"line {seen[item.question_id]}; question ids must be unique"
+            )
+        seen[item.question_id] = lineno
+        items.append(item)
+    if not items:
+        raise QAFormatError(
+            f"{p}: holds no questions; add one JSON object per line or remove the file"
+        )
+    return items
+
+
+def load_qa_folder(folder: str | Path) -> list[QAItem]:
+    """Load every ``*.jsonl`` file in ``folder`` (sorted by name, hidden files skipped).
+
+    ``question_id`` must be unique across all the files.
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise QAFormatError(
+            f"QA folder {str(root)!r} does not exist; create it and put .jsonl QA files in it"
+        )
+    items: list[QAItem] = []
+    origin: dict[str, Path] = {}
+    for p in sorted(root.glob("*.jsonl"), key=lambda q: q.name):
+        if p.name.startswith(".") or not p.is_file():
+            continue
+        for item in load_qa_jsonl(p):
+            if item.question_id in origin:
+                raise QAFormatError(
+                    f"{p}: question_id {item.question_id!r} is also used in "
+                    f"{origin[item.question_id]}; question ids must be unique across files"
+                )
+            origin[item.question_id] = p
+            items.append(item)
+    return items
+
+
+def write_qa_jsonl(items: Iterable[QAItem], path: str | Path) -> Path:
+    """Write items as QA JSONL (UTF-8, ``\\n`` line ends), atomically; returns the path.
+
+    Raises:
+        QAFormatError: two items share a ``question_id``.
+    """
+    p = Path(path)
+    seen: set[str] = set()
+    lines: list[str] = []
+    for item in items:
+        if item.question_id in seen:
+            raise QAFormatError(
+                f"{p}: question_id {item.question_id!r} appears twice; ids must be unique"
+            )
+        seen.add(item.question_id)
+        lines.append(json.dumps(item.to_dict(), ensure_ascii=False))
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual file mode
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write("".join(line + "\n" for line in lines))
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return p
+
+
+def validate_spans(items: Iterable[QAItem], doc_texts: Mapping[str, str]) -> None:
+    """Check that every item's document exists and every span lies inside it.
+
+    Args:
+        items: QA items.
+        doc_texts: ``doc_id -> document text`` (as read by
+            :func:`ctxwin_dagster.core.documents.read_text_document`).
+
+    Raises:
+        QAFormatError: listing every problem (up to 20 shown, with the total): unknown
+            ``doc_id`` s, spans past the end of the text, spans covering only white space.
+
+    >>> validate_spans([QAItem("q", "d", "?", "b", [[1, 2]])], {"d": "abc"})
+    """
+    unknown: dict[str, int] = {}
+    problems: list[str] = []
+    for item in items:
+        text = doc_texts.get(item.doc_id)
+        if text is None:
+            unknown[item.doc_id] = unknown.get(item.doc_id, 0) + 1
+            continue
+        for i, (start, end) in enumerate(item.reference_spans):
+            if end > len(text):
+                problems.append(
+                    f"question {item.question_id!r}: reference_spans[{i}] = [{start}, {end}] "
+                    f"ends past the end of document {item.doc_id!r} ({len(text)} chars)"
+                )
+            elif not text[start:end].strip():
+                problems.append(
+                    f"question {item.question_id!r}: reference_spans[{i}] = [{start}, {end}] "
+                    f"covers only white space in document {item.doc_id!r}"
+                )
+    for doc_id, count in sorted(unknown.items()):
+        known = ", ".join(sorted(doc_texts)[:10]) + (" ..." if len(doc_texts) > 10 else "")
+        problems.append(
+            f"doc_id {doc_id!r} ({count} question(s)) is not a known document; add the file "
+            f"{doc_id}.txt to the documents folder or fix the doc_id (known: {known or 'none'})"
+        )
+    if problems:
+        shown = problems[:_MAX_PROBLEMS_SHOWN]
+        more = len(problems) - len(shown)
+        tail = f"\n  ... and {more} more" if more else ""
+        raise QAFormatError(
+            f"{len(problems)} reference-span problem(s):\n  " + "\n  ".join(shown) + tail
+            + "\nOffsets are character offsets into the document text read as UTF-8."
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Converters for the corpus files in ../shared/corpus (see its README)
+# --------------------------------------------------------------------------------------
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise QAFormatError(f"{path}, line {lineno}: not valid JSON ({exc.msg})") from None
+    return rows
+
+
+def _default_squad_doc_id(doc_id: str) -> str:
+    return "squad_" + safe_doc_id(doc_id)
+
+
+def squad_to_qa(
+    questions_jsonl_path: str | Path,
+    *,
+    doc_ids: Iterable[str] | None = None,
+    doc_id_for: Callable[[str], str] = _default_squad_doc_id,
+) -> list[QAItem]:
+    """Convert SQuAD questions (``squad_v2_dev_half_questions.jsonl``) to QA items.
+
+    Each corpus line is ``{id, doc_id, question, is_impossible, answers: [{text,
+    answer_start, answer_end}], paragraph_start, paragraph_end}`` with offsets into the
+    article text. Identical answer spans are merged (first occurrence kept);
+    ``reference_answer`` is the first answer's text; ``meta["answer_texts"]`` holds the
+    text of each reference span, in the same order, and ``meta["paragraph"]`` the
+    ``[start, end]`` offsets of the paragraph the question was written for.
+    ``question_id`` is the SQuAD id.
+
+    Args:
+        questions_jsonl_path: the corpus questions file.
+        doc_ids: keep only these corpus articles (e.g. ``["Normans"]``); ``None`` keeps all.
+        doc_id_for: maps a corpus article id to the project's ``doc_id``; by default
+            ``"Normans" -> "squad_Normans"`` (the sample document's file stem).
+
+    Raises:
+        ValueError: a requested article is not in the file, or an answerable question has
+            no answer.
+    """
+    path = Path(questions_jsonl_path)
+    wanted = None if doc_ids is None else set(doc_ids)
+    rows = _read_jsonl(path)
+    if wanted is not None:
+        missing = wanted - {r["doc_id"] for r in rows}
+        if missing:
+            raise ValueError(f"{path}: no questions for doc_ids {sorted(missing)}")
+    items: list[QAItem] = []
+    for r in rows:
+        if wanted is not None and r["doc_id"] not in wanted:
+            continue
+        spans: list[Span] = []
+        texts: list[str] = []
+        if not r["is_impossible"]:
+            for a in r["answers"]:
+                span = (int(a["answer_start"]), int(a["answer_end"]))
+                if span not in spans:
+                    spans.append(span)
+                    texts.append(a["text"])
+            if not spans:
+                raise ValueError(f"{path}: answerable question {r['id']!r} has no answers")
+        meta: dict[str, Any] = {
+            "source": "squad_v2",
+            "paragraph": [r["paragraph_start"], r["paragraph_end"]],
+        }
+        if texts:
+            meta["answer_texts"] = texts
+        items.append(
+            QAItem(
+                question_id=r["id"],
+                doc_id=doc_id_for(r["doc_id"]),
+                question=r["question"],
+                reference_answer=texts[0] if texts else "",
+                reference_spans=tuple(spans),
+                is_impossible=bool(r["is_impossible"]),
+                meta=meta,
+            )
+        )
+    return items
+
+
+def _default_cuad_doc_id(contract_file: str) -> str:
+    return "cuad_" + safe_doc_id(Path(contract_file).stem)
+
+
+def cuad_to_qa(
+    questions_jsonl_path: str | Path,
+    *,
+    contracts: Iterable[str] | None = None,
+    doc_id_for: Callable[[str], str] = _default_cuad_doc_id,
+) -> list[QAItem]:
+    """Convert CUAD questions (``cuad_dev/questions.jsonl``) to QA items.
+
+    Each corpus line is ``{id, doc, category, question, is_impossible, answers: [{text,
+    answer_start, answer_end, pieces: [[s, e], ...], located}], normalized_answer}`` with
+    offsets into ``contracts/<doc>``. Reference spans are the answers' ``pieces`` (sorted,
+    duplicates merged); ``reference_answer`` is the answers' texts in document order,
+    one per line, with the dataset's ``<omitted>`` marker written as ``[...]``. Answers the
+    dataset could not locate (``located: false``) give no span and are counted in
+    ``meta["unlocated_answers"]``. ``question_id`` is ``"<doc_id>__<category>"`` (unique,
+    as the corpus has one question per contract and category); ``meta`` keeps the
+    ``category``, the corpus file name (``source_doc``) and the ``normalized_answer``.
+
+    Args:
+        questions_jsonl_path: the corpus questions file.
+        contracts: keep only these contract files (names as in ``doc``, the ``.txt`` may
+            be left out); ``None`` keeps all.
+        doc_id_for: maps a contract file name to the project's ``doc_id``; by default
+            ``"cuad_" + safe_doc_id(stem)``.
+
+    Raises:
+        ValueError: a requested contract is not in the file.
+    """
+    path = Path(questions_jsonl_path)
+    rows = _read_jsonl(path)
+    wanted: set[str] | None = None
+    if contracts is not None:
+        present = {r["doc"] for r in rows}
+        wanted = set()
+        missing = []
+        for c in contracts:
+            name = c if c in present else f"{c}.txt"
+            if name not in present:
+                missing.append(c)
+            wanted.add(name)
+        if missing:
+            raise ValueError(f"{path}: no questions for contracts {sorted(missing)}")
+    items: list[QAItem] = []
+    for r in rows:
+        if wanted is not None and r["doc"] not in wanted:
+            continue
+        answers = sorted(r["answers"], key=lambda a: (a["answer_start"], a["answer_end"]))
+        spans: list[Span] = []
+        texts: list[str] = []
+        unlocated = 0
+        for a in answers:
+            text = a["text"].replace("<omitted>", " [...] ").strip()
+            if text and text not in texts:
+                texts.append(text)
+            if not a.get("located", True):
+                unlocated += 1
+                continue
+            for s, e in a.get("pieces") or [[a["answer_start"], a["answer_end"]]]:
+                span = (int(s), int(e))
+                if span not in spans:
+                    spans.append(span)
+        spans.sort()
+        meta: dict[str, Any] = {
+            "source": "cuad_v1",
+            "category": r["category"],
+            "source_doc": r["doc"],
+            "normalized_answer": r.get("normalized_answer", ""),
+        }
+        if unlocated:
+            meta["unlocated_answers"] = unlocated
+        impossible = bool(r["is_impossible"])
+        if not impossible and not texts:
+            raise ValueError(f"{path}: answerable question {r['id']!r} has no answer text")
+        doc_id = doc_id_for(r["doc"])
+        items.append(
+            QAItem(
+                question_id=f"{doc_id}__{r['category']}",
+                doc_id=doc_id,
+                question=r["question"],
+                reference_answer="" if impossible else "\n".join(texts),
+                reference_spans=() if impossible else tuple(spans),
+                is_impossible=impossible,
+                meta=meta,
+            )
+        )
+    return items

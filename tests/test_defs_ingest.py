@@ -1,0 +1,71 @@
+"""The Dagster layer: definitions load, assets run with a context, the graph materializes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from ctxwin_dagster.core.documents import Document, DocumentError
+from ctxwin_dagster.definitions import defs
+from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
+from ctxwin_dagster.defs.partitions import documents_partitions
+from ctxwin_dagster.defs.resources import ProjectSettings
+from ctxwin_dagster.defs.sensors import partition_changes
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "data" / "documents"
+
+
+def test_definitions_load():
+    assert defs.resolve_job_def("all_assets_job") is not None
+    keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert {"raw_documents", "chunks"} <= keys
+
+
+def test_raw_documents_with_a_partition_context():
+    settings = ProjectSettings(documents_dir=str(SAMPLE))
+    with dg.build_asset_context(partition_key="squad_Normans") as context:
+        result = raw_documents(context, settings)
+    doc = result.value
+    assert isinstance(doc, Document) and doc.doc_id == "squad_Normans"
+    assert result.metadata["n_chars"] == len(doc.text) > 1000
+    assert result.data_version == dg.DataVersion(doc.sha256)
+
+
+def test_materialize_ingest_in_process(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("squad_Normans.txt", "cuad_todos_medical_reseller.txt"):
+        (docs / name).write_bytes((SAMPLE / name).read_bytes())
+    (docs / "empty.txt").write_text("", encoding="utf-8")
+    settings = ProjectSettings(documents_dir=str(docs))
+    with dg.instance_for_test() as instance:
+        added, removed = partition_changes(settings, [])
+        assert added == ["cuad_todos_medical_reseller", "empty", "squad_Normans"] and removed == []
+        instance.add_dynamic_partitions(documents_partitions.name, added)
+        for key in ("squad_Normans", "cuad_todos_medical_reseller"):
+            res = dg.materialize([raw_documents, chunks], resources={"settings": settings}, partition_key=key, instance=instance)
+            assert res.success
+            chunk_list = res.output_for_node("chunks")
+            doc = res.output_for_node("raw_documents")
+            assert chunk_list and all(doc.text[c.start : c.end] == c.text for c in chunk_list)
+            checks = res.get_asset_check_evaluations()
+            assert [c.passed for c in checks] == [True]
+        # a bad file fails its own partition with a message naming the file
+        bad = dg.materialize([raw_documents, chunks], resources={"settings": settings}, partition_key="empty", instance=instance, raise_on_error=False)
+        assert not bad.success
+        failure = next(e for e in bad.all_events if e.is_step_failure)
+        error = failure.event_specific_data.error
+        assert "empty.txt" in error.cause.message and "remove it" in error.cause.message
+        # removing a file removes its partition
+        (docs / "empty.txt").unlink()
+        added, removed = partition_changes(settings, list(instance.get_dynamic_partitions("documents")))
+        assert (added, removed) == ([], ["empty"])
+
+
+def test_missing_document_file_error_names_the_fix(tmp_path):
+    settings = ProjectSettings(documents_dir=str(tmp_path))
+    with pytest.raises(DocumentError, match="no file in .* any more"):
+        settings.document_file("gone")

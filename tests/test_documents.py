@@ -1,0 +1,227 @@
+"""Tests for ctxwin_dagster.core.documents (plain Python, no Dagster)."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctxwin_dagster.core.documents import (
+    SUPPORTED_SUFFIXES,
+    Document,
+    DocumentError,
+    doc_id_from_path,
+    list_documents,
+    read_text_document,
+    safe_doc_id,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DOCS_DIR = REPO_ROOT / "data" / "documents"
+CORPUS = REPO_ROOT.parent / "shared" / "corpus"  # present in CI (never skipped)
+
+SAMPLE_DOCS = {
+    # doc_id: (n_chars, n_bytes)
+    "cuad_legacy_education_development": (46_255, 46_358),
+    "cuad_paperexchange_cobranding": (92_875, 92_875),
+    "cuad_todos_medical_reseller": (32_321, 32_321),
+    "eu_ai_act_2024_1689_EN": (583_896, 584_595),
+    "squad_1973_oil_crisis": (17_806, 17_817),
+    "squad_Computational_complexity_theory": (27_532, 27_559),
+    "squad_Normans": (25_404, 25_438),
+}
+
+
+# ---------------------------------------------------------------------------- sample data
+
+
+def test_sample_documents_are_listed_in_sorted_order():
+    paths = list_documents(DOCS_DIR)
+    assert set(SAMPLE_DOCS) <= {p.stem for p in paths}
+    assert [p.name for p in paths] == sorted(p.name for p in paths)
+
+
+@pytest.mark.parametrize("doc_id", sorted(SAMPLE_DOCS))
+def test_sample_document_loads(doc_id):
+    path = DOCS_DIR / f"{doc_id}.txt"
+    doc = read_text_document(path)
+    n_chars, n_bytes = SAMPLE_DOCS[doc_id]
+    assert doc.doc_id == doc_id == doc_id_from_path(path)
+    assert doc.n_chars == len(doc.text) == n_chars
+    assert len(doc.text.encode("utf-8")) == n_bytes == path.stat().st_size
+    assert doc.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert doc.title and len(doc.title) <= 200 and doc.title == doc.title.strip()
+    assert doc.source_path == str(path)
+    assert doc.n_tokens is None
+
+
+def test_sample_sha256_is_stable():
+    path = DOCS_DIR / "eu_ai_act_2024_1689_EN.txt"
+    first, second = read_text_document(path), read_text_document(path)
+    assert first == second
+    # Pinned: the sample copy must stay byte-identical to the corpus file.
+    assert first.sha256 == "21a2aeebb2bf7624ad2b8780806b05542b12409c5b8b3c0b671678c6fb73b739"
+    corpus_copy = CORPUS / "eu_ai_act" / "eu_ai_act_2024_1689_EN.txt"
+    assert first.sha256 == hashlib.sha256(corpus_copy.read_bytes()).hexdigest()
+
+
+def test_sha256_changes_with_content(tmp_path):
+    path = tmp_path / "doc.txt"
+    path.write_text("version one", encoding="utf-8")
+    before = read_text_document(path).sha256
+    path.write_text("version two", encoding="utf-8")
+    assert read_text_document(path).sha256 != before
+
+
+def test_sample_ai_act_title_and_token_count():
+    doc = read_text_document(
+        DOCS_DIR / "eu_ai_act_2024_1689_EN.txt", count_tokens=lambda s: len(s.split())
+    )
+    assert doc.title == "Official Journal"
+    assert doc.n_tokens == len(doc.text.split()) > 80_000
+    data = doc.to_dict(include_text=False)
+    assert "text" not in data and data["doc_id"] == "eu_ai_act_2024_1689_EN"
+    assert doc.to_dict()["text"] == doc.text
+
+
+# ------------------------------------------------------------------------- good inputs
+
+
+def test_bom_is_stripped_and_sha_covers_the_bytes(tmp_path):
+    raw = b"\xef\xbb\xbfFirst line\r\nsecond \xe2\x80\x98line\xe2\x80\x99\n"
+    path = tmp_path / "with_bom.txt"
+    path.write_bytes(raw)
+    doc = read_text_document(path)
+    assert doc.text == "First line\r\nsecond \u2018line\u2019\n"  # line endings kept
+    assert doc.sha256 == hashlib.sha256(raw).hexdigest()
+    assert doc.title == "First line"
+    assert doc.n_chars == len(doc.text)
+
+
+def test_title_is_first_non_empty_line_trimmed(tmp_path):
+    path = tmp_path / "long-title.md"
+    path.write_text("\n   \n  " + "x" * 300 + "  \nbody\n", encoding="utf-8")
+    doc = read_text_document(path)
+    assert doc.title == "x" * 200
+    assert doc.doc_id == "long-title"
+
+
+def test_markdown_and_upper_case_suffix_are_supported(tmp_path):
+    for name in ("notes.md", "REPORT.TXT", "v1.2_draft.txt"):
+        (tmp_path / name).write_text("# Heading\ntext", encoding="utf-8")
+        assert read_text_document(tmp_path / name).doc_id == Path(name).stem
+
+
+def test_document_is_frozen():
+    doc = Document("a", "00", "t", "t", "a.txt", 1)
+    with pytest.raises(AttributeError):
+        doc.text = "changed"  # type: ignore[misc]
+
+
+# -------------------------------------------------------------------------- bad inputs
+
+BAD_INPUTS = [
+    ("empty.txt", b"", "empty"),
+    ("blank.txt", b"  \n\t\r\n   \n", "white space"),
+    ("bom_only.txt", b"\xef\xbb\xbf", "white space"),
+    ("nul.txt", b"text\x00with\x00nul", "NUL bytes"),
+    ("controls.txt", bytes(range(1, 9)) * 20, "binary"),
+    ("noise.txt", bytes(range(128, 256)) * 4, "binary"),
+    ("latin1.txt", "café au lait, naïve\n".encode("latin-1"), "not valid UTF-8 at byte 3"),
+    ("utf16.txt", "hello".encode("utf-16"), "UTF-16"),
+    ("has space.txt", b"fine text", "Rename"),
+    ("comma,name.txt", b"fine text", "comma_name.txt"),
+    ("report.pdf", b"%PDF-1.4 fine", "supported document types are .md, .txt"),
+    ("page.html", b"<html>x</html>", "supported document types"),
+    ("no_suffix", b"fine text", "no suffix"),
+]
+
+
+@pytest.mark.parametrize(("name", "data", "phrase"), BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_raises_document_error_naming_the_file(tmp_path, name, data, phrase):
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(DocumentError) as info:
+        read_text_document(path)
+    message = str(info.value)
+    assert name in message
+    assert phrase in message
+    assert isinstance(info.value, ValueError)
+
+
+def test_latin1_message_says_how_to_fix(tmp_path):
+    path = tmp_path / "latin.txt"
+    path.write_bytes(b"ok line\nna\xefve\n")
+    with pytest.raises(DocumentError, match=r"at byte 10 \(byte 0xef\); re-save it as UTF-8"):
+        read_text_document(path)
+
+
+def test_missing_file_raises_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        read_text_document(tmp_path / "missing.txt")
+
+
+# ------------------------------------------------------------------------------ doc ids
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("data/documents/eu_ai_act_2024_1689_EN.txt", "eu_ai_act_2024_1689_EN"),
+        ("/x/y/squad_Normans.txt", "squad_Normans"),
+        ("a-b.c_d.md", "a-b.c_d"),
+        (Path("2024.report.txt"), "2024.report"),
+    ],
+)
+def test_doc_id_from_path(path, expected):
+    assert doc_id_from_path(path) == expected
+
+
+@pytest.mark.parametrize("name", ["my file.txt", "Vertrag-Müller.txt", "a/b:c.txt", "x;y.md"])
+def test_doc_id_from_path_rejects_unsafe_names(name):
+    with pytest.raises(ValueError) as info:
+        doc_id_from_path(Path("/docs") / name)
+    message = str(info.value)
+    assert Path(name).name in message
+    assert "Rename the file" in message
+
+
+def test_safe_doc_id():
+    assert safe_doc_id("GWG HOLDINGS, INC. - ORDERLY") == "GWG_HOLDINGS_INC._-_ORDERLY"
+    assert doc_id_from_path(safe_doc_id("Vertrag Müller (2)") + ".txt") == "Vertrag_M_ller_2"
+    with pytest.raises(ValueError):
+        safe_doc_id(" ,; ")
+
+
+# --------------------------------------------------------------------------- listing
+
+
+def test_list_documents_skips_hidden_unsupported_and_folders(tmp_path):
+    for name in ("b.txt", "a.md", ".hidden.txt", "c.pdf", "d.json", "E.TXT"):
+        (tmp_path / name).write_text("text", encoding="utf-8")
+    (tmp_path / "sub.txt").mkdir()
+    (tmp_path / "sub.txt" / "inner.txt").write_text("text", encoding="utf-8")
+    assert [p.name for p in list_documents(tmp_path)] == ["E.TXT", "a.md", "b.txt"]
+    assert list_documents(tmp_path)[0].parent == tmp_path
+
+
+def test_list_documents_missing_folder(tmp_path):
+    with pytest.raises(DocumentError, match="nowhere"):
+        list_documents(tmp_path / "nowhere")
+
+
+def test_supported_suffixes():
+    assert SUPPORTED_SUFFIXES == (".md", ".txt")
+
+
+def test_core_modules_import_neither_dagster_ragas_nor_lancedb():
+    code = (
+        "import sys, ctxwin_dagster.core.documents, ctxwin_dagster.core.qa\n"
+        "banned = {'dagster', 'ragas', 'lancedb'}\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in banned)\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT)
