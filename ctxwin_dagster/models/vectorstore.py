@@ -1,0 +1,297 @@
+"""LanceDB indexes: one table per variant, rows keyed by ``chunk_id``.
+
+Rewriting a document replaces exactly its rows with one ``merge_insert`` on ``chunk_id``
+(update matches, insert new ones, delete that document's rows that are gone), so a re-run
+never duplicates rows and a failed write leaves the table as it was (LanceDB commits a new
+table version atomically). Concurrent writers (Dagster's multiprocess executor) are retried on
+commit conflicts. The URI is a local folder by default; an ``s3://`` URI works the same.
+
+Example::
+
+    >>> import numpy as np, tempfile
+    >>> idx = ChunkIndex(tempfile.mkdtemp())
+    >>> rows = [{"chunk_id": "c1", "doc_id": "d", "chunk_index": 0, "start": 0, "end": 5,
+    ...          "text": "hello", "section": None, "context": "", "embedded_text": "hello"}]
+    >>> idx.replace_document("t_rag", "d", rows, np.ones((1, 4), dtype="float32") / 2)["rows"]
+    1
+    >>> idx.count("t_rag", doc_id="d")
+    1
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["ChunkIndex", "IndexError_", "VARIANTS"]
+
+VARIANTS = ("t_rag", "cc_rag", "swb_rag")
+
+# Build an ANN index only when a table is large enough for one to pay off (below this a flat
+# scan is fast and exact), and a full-text index whenever hybrid search is asked for.
+ANN_MIN_ROWS = 20_000
+
+_STR_FIELDS = ("chunk_id", "doc_id", "doc_sha256", "section", "text", "context", "embedded_text", "context_engine")
+_INT_FIELDS = ("chunk_index", "start", "end")
+
+
+class IndexError_(RuntimeError):
+    """An index operation failed; the message names the table and what to do."""
+
+
+def _schema(dim: int) -> pa.Schema:
+    return pa.schema(
+        [pa.field(f, pa.string()) for f in _STR_FIELDS[:2]]
+        + [pa.field(f, pa.int64()) for f in _INT_FIELDS]
+        + [pa.field(f, pa.string()) for f in _STR_FIELDS[2:]]
+        + [pa.field("vector", pa.list_(pa.float32(), dim))]
+    )
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+class ChunkIndex:
+    """The per-variant LanceDB tables of chunk rows and vectors.
+
+    Args:
+        uri: a local folder or an object-store URI (``s3://bucket/prefix``).
+        storage_options: passed to LanceDB for object stores (credentials come from the
+            environment, never from code).
+        table_suffix: table name = ``{variant}{table_suffix}`` (default ``_chunks``).
+    """
+
+    def __init__(self, uri: str, *, storage_options: Mapping[str, str] | None = None, table_suffix: str = "_chunks") -> None:
+        import lancedb  # imported here: only the index layer needs it
+
+        self.uri = str(uri)
+        self._db = lancedb.connect(self.uri, storage_options=dict(storage_options or {}) or None)
+        self.table_suffix = table_suffix
+
+    def table_name(self, variant: str) -> str:
+        if not _SAFE_NAME.match(variant):
+            raise ValueError(f"variant {variant!r} must be letters, digits, '_' or '-'; e.g. one of {VARIANTS}")
+        return f"{variant}{self.table_suffix}"
+
+    def _table(self, variant: str, dim: int | None = None, *, create: bool = False):
+        name = self.table_name(variant)
+        if name in self._table_names():
+            return self._db.open_table(name)
+        if not create:
+            return None
+        if dim is None:
+            raise ValueError("dim is needed to create a table")
+        try:
+            return self._db.create_table(name, schema=_schema(dim), exist_ok=True)
+        except TypeError:  # older LanceDB without exist_ok
+            return self._db.create_table(name, schema=_schema(dim))
+
+    def _table_names(self) -> list[str]:
+        lister = getattr(self._db, "list_tables", None)
+        if lister is not None:
+            result = lister()
+            names = getattr(result, "tables", result)
+            return list(names)
+        return list(self._db.table_names())
+
+    def replace_document(
+        self,
+        variant: str,
+        doc_id: str,
+        rows: Sequence[Mapping[str, Any]],
+        vectors: np.ndarray,
+        *,
+        doc_sha256: str = "",
+        retries: int = 8,
+    ) -> dict[str, int]:
+        """Make the table's rows for ``doc_id`` exactly ``rows`` (merge on ``chunk_id``).
+
+        Returns counts: ``rows`` now stored for the document, ``inserted``, ``updated`` and
+        ``deleted`` (rows of the document that are no longer produced).
+        """
+        if len(rows) != len(vectors):
+            raise ValueError(f"{len(rows)} rows but {len(vectors)} vectors for {doc_id!r}; they must match")
+        if not rows:
+            deleted = self.delete_document(variant, doc_id)
+            return {"rows": 0, "inserted": 0, "updated": 0, "deleted": deleted}
+        ids = [r["chunk_id"] for r in rows]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"duplicate chunk_id in the rows of {doc_id!r}; chunk ids must be unique")
+        bad_doc = {r["doc_id"] for r in rows} - {doc_id}
+        if bad_doc:
+            raise ValueError(f"rows for {doc_id!r} carry other doc_ids {sorted(bad_doc)}")
+        vectors = np.asarray(vectors, dtype=np.float32)
+        dim = int(vectors.shape[1])
+        data = {f: [None if r.get(f) is None else str(r.get(f)) for r in rows] for f in _STR_FIELDS}
+        data["doc_sha256"] = [str(r.get("doc_sha256") or doc_sha256) for r in rows]
+        for f in _INT_FIELDS:
+            data[f] = [int(r[f]) for r in rows]
+        data["vector"] = list(vectors)
+        schema = _schema(dim)
+        arrays = [
+            pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim)
+            if field.name == "vector"
+            else pa.array(data[field.name], field.type)
+            for field in schema
+        ]
+        batch = pa.Table.from_arrays(arrays, schema=schema)
+        table = self._table(variant, dim, create=True)
+        existing_dim = table.schema.field("vector").type.list_size
+        if existing_dim != dim:
+            raise IndexError_(
+                f"table {self.table_name(variant)!r} in {self.uri} holds {existing_dim}-dim vectors but the embedder "
+                f"gives {dim}; use the same embedding model, or drop the table (or use another uri) to re-index"
+            )
+        for attempt in range(retries + 1):
+            try:
+                result = (
+                    table.merge_insert("chunk_id")
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .when_not_matched_by_source_delete(f"doc_id = {_quote(doc_id)}")
+                    .execute(batch)
+                )
+                break
+            except Exception as exc:  # commit conflicts between concurrent writers
+                if attempt == retries or not _is_conflict(exc):
+                    raise
+                time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+                table = self._table(variant, dim, create=True)
+        stats = {
+            "rows": len(rows),
+            "inserted": int(getattr(result, "num_inserted_rows", 0) or 0),
+            "updated": int(getattr(result, "num_updated_rows", 0) or 0),
+            "deleted": int(getattr(result, "num_deleted_rows", 0) or 0),
+        }
+        return stats
+
+    def delete_document(self, variant: str, doc_id: str) -> int:
+        """Delete every row of ``doc_id``; returns how many were deleted."""
+        table = self._table(variant)
+        if table is None:
+            return 0
+        where = f"doc_id = {_quote(doc_id)}"
+        before = table.count_rows(where)
+        if before:
+            table.delete(where)
+        return before
+
+    def count(self, variant: str, *, doc_id: str | None = None) -> int:
+        table = self._table(variant)
+        if table is None:
+            return 0
+        return table.count_rows(f"doc_id = {_quote(doc_id)}" if doc_id else None)
+
+    def duplicate_ids(self, variant: str) -> int:
+        """How many rows share a ``chunk_id`` with another row (0 in a healthy index)."""
+        table = self._table(variant)
+        if table is None:
+            return 0
+        ids = table.to_arrow().column("chunk_id").to_pylist()
+        return len(ids) - len(set(ids))
+
+    def rows(self, variant: str, *, doc_id: str | None = None, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        table = self._table(variant)
+        if table is None:
+            return []
+        query = table.search().where(f"doc_id = {_quote(doc_id)}", prefilter=True) if doc_id else table.search()
+        if columns:
+            query = query.select(list(columns))
+        return query.limit(None if not hasattr(query, "limit") else 10**9).to_list()
+
+    def search(
+        self,
+        variant: str,
+        vector: np.ndarray,
+        *,
+        k: int = 4,
+        doc_id: str | None = None,
+        query_text: str | None = None,
+        hybrid: bool = False,
+        rrf_k: int = 60,
+    ) -> list[dict[str, Any]]:
+        """Top-``k`` rows by cosine similarity (``score`` = similarity), optionally fused with
+        full-text search by reciprocal rank fusion (``hybrid=True`` with ``query_text``)."""
+        if k < 1:
+            raise ValueError(f"k must be >= 1; got {k}")
+        table = self._table(variant)
+        if table is None:
+            raise IndexError_(
+                f"no table {self.table_name(variant)!r} in {self.uri}; materialize the {variant}_index asset first"
+            )
+        where = f"doc_id = {_quote(doc_id)}" if doc_id else None
+        depth = k * 4 if hybrid else k
+        q = table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector").metric("cosine").limit(depth)
+        if where:
+            q = q.where(where, prefilter=True)
+        hits = q.to_list()
+        for h in hits:
+            h["score"] = 1.0 - float(h.pop("_distance"))
+        if not (hybrid and query_text):
+            return hits[:k]
+        self.ensure_fts(variant)
+        fq = table.search(query_text, query_type="fts", fts_columns="embedded_text").limit(depth)
+        if where:
+            fq = fq.where(where, prefilter=True)
+        text_hits = fq.to_list()
+        fused: dict[str, dict[str, Any]] = {}
+        rank_score: dict[str, float] = {}
+        for ranked in (hits, text_hits):
+            for rank, h in enumerate(ranked):
+                cid = h["chunk_id"]
+                rank_score[cid] = rank_score.get(cid, 0.0) + 1.0 / (rrf_k + rank + 1)
+                fused.setdefault(cid, h)
+        order = sorted(rank_score, key=lambda c: -rank_score[c])[:k]
+        out = []
+        for cid in order:
+            h = dict(fused[cid])
+            h.pop("_score", None)
+            h["rrf_score"] = rank_score[cid]
+            h.setdefault("score", 0.0)
+            out.append(h)
+        return out
+
+    def ensure_fts(self, variant: str) -> bool:
+        """Create the full-text index on ``embedded_text`` if it is missing; True if created."""
+        table = self._table(variant)
+        if table is None:
+            return False
+        if any("embedded_text" in (getattr(i, "columns", None) or []) for i in table.list_indices()):
+            return False
+        table.create_index("embedded_text", config=_fts_config(), replace=True)
+        return True
+
+    def ensure_indexes(self, variant: str, *, ann_min_rows: int = ANN_MIN_ROWS) -> dict[str, bool]:
+        """Refresh the full-text index, and build an ANN index once the table is large."""
+        table = self._table(variant)
+        if table is None:
+            return {"fts": False, "ann": False}
+        table.create_index("embedded_text", config=_fts_config(), replace=True)
+        ann = False
+        if table.count_rows() >= ann_min_rows:
+            from lancedb.index import IvfPq
+
+            table.create_index("vector", config=IvfPq(distance_type="cosine"), replace=True)
+            ann = True
+        return {"fts": True, "ann": ann}
+
+
+def _fts_config():
+    from lancedb.index import FTS
+
+    return FTS()
+
+
+def _is_conflict(exc: Exception) -> bool:
+    text = str(exc).lower()
+    return any(w in text for w in ("conflict", "commit", "retryable", "concurrent", "version"))
