@@ -200,11 +200,11 @@ def test_safe_doc_id():
 
 
 def test_list_documents_skips_hidden_unsupported_and_folders(tmp_path):
-    for name in ("b.txt", "a.md", ".hidden.txt", "c.pdf", "d.json", "E.TXT"):
+    for name in ("b.txt", "a.md", ".hidden.txt", "c.pdf", "d.json", "E.TXT", "f.docx"):
         (tmp_path / name).write_text("text", encoding="utf-8")
     (tmp_path / "sub.txt").mkdir()
     (tmp_path / "sub.txt" / "inner.txt").write_text("text", encoding="utf-8")
-    assert [p.name for p in list_documents(tmp_path)] == ["E.TXT", "a.md", "b.txt"]
+    assert [p.name for p in list_documents(tmp_path)] == ["E.TXT", "a.md", "b.txt", "c.pdf"]
     assert list_documents(tmp_path)[0].parent == tmp_path
 
 
@@ -214,7 +214,7 @@ def test_list_documents_missing_folder(tmp_path):
 
 
 def test_supported_suffixes():
-    assert SUPPORTED_SUFFIXES == (".md", ".txt")
+    assert SUPPORTED_SUFFIXES == (".md", ".txt", ".html", ".htm", ".pdf")
 
 
 def test_core_modules_import_neither_dagster_ragas_nor_lancedb():
@@ -225,3 +225,47 @@ def test_core_modules_import_neither_dagster_ragas_nor_lancedb():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO_ROOT)
+
+
+# ---------------------------------------------------------------- HTML and PDF
+
+
+def test_read_document_html_and_pdf_of_the_ai_act():
+    from ctxwin_dagster.core.documents import read_document
+
+    folder = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "eu_ai_act"
+    html = read_document(folder / "L_202401689EN.000101.fmx.xml.html")
+    assert html.n_chars > 500_000 and "Article 5" in html.text and "<div" not in html.text
+    pdf = read_document(folder / "OJ_L_202401689_EN_TXT.pdf")
+    assert pdf.n_chars > 500_000 and "Prohibited AI practices" in pdf.text
+    assert len(pdf.sha256) == 64
+
+
+def test_image_only_pdf_fails_with_the_fix(tmp_path):
+    from pypdf import PdfWriter
+
+    from ctxwin_dagster.core.documents import read_document
+
+    writer = PdfWriter()
+    writer.add_blank_page(width=595, height=842)
+    path = tmp_path / "scan.pdf"
+    with path.open("wb") as fh:
+        writer.write(fh)
+    with pytest.raises(DocumentError, match=r"scan\.pdf.*no extractable text.*OCR"):
+        read_document(path)
+    fake = tmp_path / "fake.pdf"
+    fake.write_text("not a pdf", encoding="utf-8")
+    with pytest.raises(DocumentError, match=r"fake\.pdf.*does not start like a PDF"):
+        read_document(fake)
+
+
+def test_html_without_text_fails(tmp_path):
+    from ctxwin_dagster.core.documents import read_document
+
+    path = tmp_path / "blank.html"
+    path.write_text("<html><head><title>x</title><script>var a=1;</script></head><body> </body></html>", encoding="utf-8")
+    with pytest.raises(DocumentError, match=r"blank\.html.*no visible text"):
+        read_document(path)
+    ok = tmp_path / "page.html"
+    ok.write_text("<html><body><h1>Title</h1><p>First   para.</p><p>Second</p></body></html>", encoding="utf-8")
+    assert read_document(ok).text == "Title\nFirst para.\nSecond\n"

@@ -32,11 +32,15 @@ __all__ = [
     "doc_id_from_path",
     "safe_doc_id",
     "read_text_document",
+    "read_document",
+    "TEXT_SUFFIXES",
     "list_documents",
 ]
 
 #: File suffixes :func:`read_text_document` accepts (compared case-insensitively).
-SUPPORTED_SUFFIXES: tuple[str, ...] = (".md", ".txt")
+TEXT_SUFFIXES: tuple[str, ...] = (".md", ".txt")
+#: File suffixes :func:`read_document` accepts: text, HTML (BeautifulSoup) and PDF (pypdf).
+SUPPORTED_SUFFIXES: tuple[str, ...] = TEXT_SUFFIXES + (".html", ".htm", ".pdf")
 
 #: What a ``doc_id`` (a file stem) may contain.
 DOC_ID_PATTERN = re.compile(r"[A-Za-z0-9_.\-]+")
@@ -130,9 +134,9 @@ def safe_doc_id(name: str) -> str:
     return cleaned
 
 
-def _check_suffix(p: Path) -> None:
-    if p.suffix.lower() not in SUPPORTED_SUFFIXES:
-        supported = ", ".join(SUPPORTED_SUFFIXES)
+def _check_suffix(p: Path, allowed: tuple[str, ...] = TEXT_SUFFIXES) -> None:
+    if p.suffix.lower() not in allowed:
+        supported = ", ".join(allowed)
         got = repr(p.suffix) if p.suffix else "no suffix"
         raise DocumentError(
             f"{p.name!r} ({p}) has {got}; supported document types are {supported}. "
@@ -268,4 +272,83 @@ def list_documents(folder: str | Path) -> list[Path]:
             and p.is_file()
         ),
         key=lambda p: p.name,
+    )
+
+
+def _html_text(p: Path, data: bytes) -> str:
+    """Visible text of an HTML page, one block element per paragraph."""
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(data, "html.parser")
+    for tag in soup(["script", "style", "noscript", "template", "head"]):
+        tag.decompose()
+    text = soup.get_text("\n")
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    out: list[str] = []
+    for line in lines:
+        if line:
+            out.append(line)
+        elif out and out[-1] != "":
+            out.append("")
+    return "\n".join(out).strip() + "\n"
+
+
+def _pdf_text(p: Path) -> str:
+    """Text of a PDF, pages separated by a blank line."""
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
+    try:
+        reader = PdfReader(str(p))
+        if reader.is_encrypted:
+            try:
+                reader.decrypt("")
+            except Exception:  # noqa: BLE001 - any failure means we cannot read it
+                raise DocumentError(
+                    f"{p.name!r} ({p}) is an encrypted PDF; save an unencrypted copy and use that."
+                ) from None
+        pages = [(page.extract_text() or "").strip() for page in reader.pages]
+    except PdfReadError as exc:
+        raise DocumentError(f"{p.name!r} ({p}) is not a readable PDF ({exc}); re-export it as PDF or as text.") from None
+    return "\n\n".join(t for t in pages if t) + "\n"
+
+
+def read_document(path: str | Path, *, count_tokens: Callable[[str], int] | None = None) -> Document:
+    """Read a ``.txt``, ``.md``, ``.html``/``.htm`` or ``.pdf`` file into a :class:`Document`.
+
+    Text files are read as by :func:`read_text_document`. HTML is reduced to its visible text
+    with BeautifulSoup; PDF text is extracted with pypdf, pages joined by a blank line. The
+    ``sha256`` is always over the file's bytes. A PDF with no extractable text (scanned pages)
+    raises :class:`DocumentError` telling to run OCR first.
+    """
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix in TEXT_SUFFIXES:
+        return read_text_document(p, count_tokens=count_tokens)
+    _check_suffix(p, SUPPORTED_SUFFIXES)
+    doc_id = doc_id_from_path(p)
+    data = p.read_bytes()
+    if not data:
+        raise DocumentError(f"{p.name!r} ({p}) is empty (0 bytes); put the document in it or remove it.")
+    if suffix == ".pdf":
+        if not data.startswith(b"%PDF"):
+            raise DocumentError(f"{p.name!r} ({p}) does not start like a PDF file; check the file or its suffix.")
+        text = _pdf_text(p)
+        if not text.strip():
+            raise DocumentError(
+                f"{p.name!r} ({p}) has no extractable text (image-only or scanned PDF); run OCR on it "
+                "(e.g. ocrmypdf) and use the result, or provide a .txt version."
+            )
+    else:
+        text = _html_text(p, data)
+        if not text.strip():
+            raise DocumentError(f"{p.name!r} ({p}) has no visible text; check the file, or provide a .txt version.")
+    return Document(
+        doc_id=doc_id,
+        sha256=hashlib.sha256(data).hexdigest(),
+        text=text,
+        title=_title_of(text, doc_id),
+        source_path=str(p),
+        n_chars=len(text),
+        n_tokens=None if count_tokens is None else int(count_tokens(text)),
     )
