@@ -5,7 +5,7 @@ import time
 
 import dagster as dg
 
-from ctxwin_dagster.core.documents import Document, read_text_document
+from ctxwin_dagster.core.documents import Document, read_document
 from ctxwin_dagster.core.splitting import Chunk
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import ProjectSettings
@@ -22,7 +22,7 @@ def raw_documents(context: dg.AssetExecutionContext, settings: ProjectSettings):
     started = time.perf_counter()
     path = settings.document_file(context.partition_key)
     counter = settings.token_counter()
-    doc = read_text_document(path, count_tokens=counter.count)
+    doc = read_document(path, count_tokens=counter.count)
     return dg.MaterializeResult(
         value=doc,
         data_version=dg.DataVersion(doc.sha256),
