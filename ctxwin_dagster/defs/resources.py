@@ -58,3 +58,105 @@ class ProjectSettings(dg.ConfigurableResource):
 
     def token_counter(self) -> TokenCounter:
         return get_token_counter(self.token_model)
+
+
+def _cache(cache_dir: str, name: str):
+    from ctxwin_dagster.models.cache import ResponseCache
+
+    folder = Path(cache_dir).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    return ResponseCache(folder / name)
+
+
+class ChatModelResource(dg.ConfigurableResource):
+    """A chat model for one role (contextualizer/summarizer, answerer, judge).
+
+    With ``model`` empty (the default) there is no chat endpoint and the role falls back to
+    the extractive engine. Otherwise any OpenAI-compatible server is used, chosen by
+    ``base_url`` (empty = OpenAI). The key is never a plain setting: leave ``api_key`` unset to
+    read ``OPENAI_API_KEY`` at run time, or bind it with ``dg.EnvVar("MY_KEY")``.
+    """
+
+    model: str = ""
+    base_url: str = ""
+    api_key: str | None = None
+    max_concurrency: int = 8
+    max_retries: int = 5
+    timeout_s: float = 120.0
+    cache_dir: str = "data/cache"
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.model.strip())
+
+    def backend(self):
+        """The chat backend, or None when no model is configured (extractive engine)."""
+        if not self.configured:
+            return None
+        from ctxwin_dagster.models.chat import OpenAIChatBackend
+
+        return OpenAIChatBackend(
+            model=self.model,
+            base_url=self.base_url or None,
+            api_key=self.api_key or None,
+            cache=_cache(self.cache_dir, "responses.sqlite"),
+            max_concurrency=self.max_concurrency,
+            max_retries=self.max_retries,
+            timeout_s=self.timeout_s,
+        )
+
+    def describe(self) -> str:
+        return f"{self.model} @ {self.base_url or 'OpenAI'}" if self.configured else "extractive engine (no chat model configured)"
+
+
+class EmbeddingsResource(dg.ConfigurableResource):
+    """The embedder: local ``all-MiniLM-L6-v2`` (default, offline) or an OpenAI-compatible model."""
+
+    provider: str = "local"
+    model: str = "all-MiniLM-L6-v2"
+    base_url: str = ""
+    api_key: str | None = None
+    batch_size: int = 64
+    cache_dir: str = "data/cache"
+
+    def embedder(self):
+        if self.provider == "local":
+            from ctxwin_dagster.models.embeddings import LocalEmbedder
+
+            return LocalEmbedder(batch_size=self.batch_size, cache=_cache(self.cache_dir, "embeddings.sqlite"))
+        if self.provider == "openai":
+            from ctxwin_dagster.models.embeddings import OpenAIEmbedder
+
+            return OpenAIEmbedder(
+                model=self.model,
+                base_url=self.base_url or None,
+                api_key=self.api_key or None,
+                cache=_cache(self.cache_dir, "embeddings.sqlite"),
+            )
+        raise ValueError(f"embeddings provider {self.provider!r} is not known; use 'local' or 'openai'")
+
+
+class LanceDBResource(dg.ConfigurableResource):
+    """Where the per-variant LanceDB tables live: a local folder (default) or ``s3://…``."""
+
+    uri: str = "data/lancedb"
+
+    def index(self):
+        from ctxwin_dagster.models.vectorstore import ChunkIndex
+
+        if "://" not in self.uri:
+            Path(self.uri).expanduser().mkdir(parents=True, exist_ok=True)
+        return ChunkIndex(self.uri)
+
+
+class PipelineSettings(dg.ConfigurableResource):
+    """The paper's settings for summaries and contextualization (all overridable)."""
+
+    summary_max_tokens: int = 4000
+    summary_segment_chars: int = 1_000_000
+    swb_batch_size: int = 5
+    swb_window_chars: int = 20_000
+    temperature: float = 0.2
+    top_p: float = 0.95
+    max_output_tokens: int = 2048
+    language: str = ""  # "" = detect from the document
