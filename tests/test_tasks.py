@@ -1,0 +1,542 @@
+"""Task engines: the extractive engine on the real AI Act, the LLM engine against a fake server."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ctxwin_dagster.core.fit import ContextOverflowError
+from ctxwin_dagster.core.limits import ModelLimits
+from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS, get_template
+from ctxwin_dagster.core.splitting import RecursiveSplitter
+from ctxwin_dagster.core.tokens import get_token_counter
+from ctxwin_dagster.models.cache import ResponseCache
+from ctxwin_dagster.models.chat import OpenAIChatBackend
+from ctxwin_dagster.models.embeddings import LocalEmbedder
+from ctxwin_dagster.models.tasks import (
+    SWB_RETRY_NOTE,
+    Answerer,
+    Contextualizer,
+    ExtractiveTasks,
+    LLMTasks,
+    PromptMeter,
+    Summarizer,
+    split_segments,
+    split_sentences,
+    swb_batches,
+)
+from ctxwin_dagster.models.testserver import FakeOpenAIServer
+
+AI_ACT = Path("/work/shared/corpus/eu_ai_act/eu_ai_act_2024_1689_EN.txt")
+# Articles 1-10 of the AI Act (Article 5, "Prohibited AI practices", lies inside).
+ARTICLES_START, ARTICLES_END = 228_229, 280_657
+EMOTIONS = "to infer emotions of a natural person in the areas of workplace and education institutions"
+
+
+@pytest.fixture(scope="module")
+def full_text() -> str:
+    return AI_ACT.read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def doc(full_text) -> str:
+    return full_text[ARTICLES_START:ARTICLES_END]
+
+
+@pytest.fixture(scope="module")
+def chunks(doc):
+    return RecursiveSplitter(chunk_size=1000, chunk_overlap=100).split(doc, doc_id="ai_act", doc_sha256="test")
+
+
+@pytest.fixture(scope="module")
+def art5(chunks):
+    """The chunk of Article 5 holding the emotion-recognition prohibition."""
+    return next(c for c in chunks if EMOTIONS in c.text)
+
+
+@pytest.fixture(scope="module")
+def embedder(tmp_path_factory) -> LocalEmbedder:
+    cache = ResponseCache(tmp_path_factory.mktemp("emb") / "emb.sqlite")
+    return LocalEmbedder(cache=cache).load()
+
+
+@pytest.fixture(scope="module")
+def extractive(embedder) -> ExtractiveTasks:
+    return ExtractiveTasks(embedder)
+
+
+@pytest.fixture(scope="module")
+def summary(extractive, doc):
+    return extractive.summarize(doc, doc_id="ai_act", max_tokens=400)
+
+
+def _decompose(text: str, pieces: set[str]) -> list[str]:
+    """Split ``text`` into members of ``pieces`` joined by single spaces (fails if impossible)."""
+    out, pos = [], 0
+    by_len = sorted(pieces, key=len, reverse=True)
+    while pos < len(text):
+        match = next((p for p in by_len if text.startswith(p, pos)), None)
+        assert match is not None, f"text at {pos} is not a document sentence: {text[pos:pos + 80]!r}"
+        out.append(match)
+        pos += len(match)
+        if pos < len(text):
+            assert text[pos] == " "
+            pos += 1
+    return out
+
+
+def _sentences(text: str) -> set[str]:
+    return {text[s:e] for s, e in split_sentences(text)}
+
+
+# --------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------
+
+
+def test_split_segments_cover_the_text_within_the_limit(doc):
+    spans = split_segments(doc, 10_000)
+    assert spans[0][0] == 0 and spans[-1][1] == len(doc)
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    assert all(e - s <= 10_000 for s, e in spans) and len(spans) >= 6
+    assert all(doc[e - 1] == "\n" for _, e in spans[:-1])  # cut at line ends
+    assert split_segments("short", 1_000_000) == [(0, 5)]
+
+
+def test_split_sentences_offsets_and_lengths(doc):
+    spans = split_sentences(doc)
+    assert all(0 <= s < e <= len(doc) for s, e in spans)
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+    assert max(e - s for s, e in spans) <= 600
+    texts = [doc[s:e] for s, e in spans]
+    assert "Prohibited AI practices" in texts
+    assert not any(t.endswith((" No.", " Art.")) for t in texts)
+
+
+def test_split_sentences_reads_through_pdf_line_wraps():
+    de = AI_ACT.with_name("eu_ai_act_2024_1689_DE.txt").read_text(encoding="utf-8")
+    start = de.index("(42) Im Einklang")
+    excerpt = de[start : start + 3_000]
+    texts = [excerpt[s:e] for s, e in split_sentences(excerpt)]
+    assert texts[0] == (
+        "(42) Im Einklang mit der Unschuldsvermutung sollten natürliche Personen in der Union stets nach ihrem "
+        "tatsächlichen\nVerhalten beurteilt werden."
+    )
+    assert texts[1].startswith("Natürliche Personen sollten niemals") and texts[1].endswith("stattfindet.")
+
+
+def test_prompt_meter_counts_exactly_like_the_token_counter(full_text, art5):
+    counter = get_token_counter(None)
+    meter = PromptMeter(counter)
+    msgs = get_template("cc_context").render(document=full_text, chunk=art5.text)
+    assert meter.count_messages(msgs) == counter.count_messages(msgs)
+    msgs2 = get_template("cc_context").render(document=full_text, chunk="Another chunk.\n(a) item")
+    assert meter.count_messages(msgs2) == counter.count_messages(msgs2)
+
+
+def test_swb_batches_are_consecutive(chunks):
+    batches = swb_batches(list(reversed(chunks)), 5)
+    assert [c.chunk_id for b in batches for c in b] == [c.chunk_id for c in chunks]
+    assert all(len(b) == 5 for b in batches[:-1])
+
+
+# --------------------------------------------------------------------------------------
+# Extractive engine on the real AI Act
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_extractive_implements_the_task_protocols(extractive):
+    assert isinstance(extractive, Summarizer) and isinstance(extractive, Contextualizer) and isinstance(extractive, Answerer)
+
+
+@pytest.mark.slow
+def test_extractive_summary_within_budget_made_of_document_sentences(extractive, doc, summary):
+    counter = get_token_counter(None)
+    assert 300 <= summary.n_tokens <= 400 and counter.count(summary.text) == summary.n_tokens
+    parts = _decompose(summary.text, _sentences(doc))
+    positions = [doc.index(p) for p in parts]
+    assert positions == sorted(positions), "summary sentences are in document order"
+    assert summary.engine == "extractive" and summary.segments == [summary.text]
+    (rec,) = summary.records
+    prompt = get_template("summarize_segment").render(part=1, parts=1, text=doc, max_tokens=400)
+    assert rec.backend == "extractive" and rec.cost_usd == 0.0 and rec.tags.stage == "summary"
+    assert rec.input_tokens == counter.count_messages(prompt)
+    assert rec.input_chars == sum(len(m["content"]) for m in prompt)
+    assert rec.output_tokens == summary.n_tokens and rec.prompt_version == "summarize_segment.en.v1"
+
+
+@pytest.mark.slow
+def test_extractive_summary_segments_then_overview(extractive, doc):
+    res = extractive.summarize(doc, doc_id="ai_act", max_tokens=150, segment_chars=20_000)
+    assert len(res.segments) == 3 and len(res.records) == 4
+    assert [r.prompt_version for r in res.records] == ["summarize_segment.en.v1"] * 3 + ["summarize_overview.en.v1"]
+    assert res.n_tokens <= 150 and res.text
+    seg_sentences = set().union(*(_decompose(s, _sentences(doc)) for s in res.segments))
+    assert set(_decompose(res.text, _sentences(doc))) <= seg_sentences
+
+
+@pytest.mark.slow
+def test_extractive_cc_context_for_an_article_5_chunk(extractive, embedder, doc, chunks, art5):
+    results = extractive.contextualize_cc(doc, chunks, doc_id="ai_act")
+    assert [r.chunk_id for r in results] == [c.chunk_id for c in chunks]
+    r = results[chunks.index(art5)]
+    assert r.engine == "extractive" and r.model == "extractive/all-MiniLM-L6-v2" and r.prompt_version == "cc_context.en.v1"
+    assert r.context.startswith("Section: CHAPTER II > Article 5. ")
+    body = r.context.removeprefix("Section: CHAPTER II > Article 5. ")
+    parts = _decompose(body, _sentences(doc))
+    assert 1 <= len(parts) <= 3
+    assert all(p not in art5.text for p in parts), "a CC context never repeats the chunk's own sentences"
+    assert r.output_tokens <= 100
+    # Input volume: exactly the prompt the LLM engine would send.
+    prompt = get_template("cc_context").render(document=doc, chunk=art5.text)
+    assert r.input_tokens == get_token_counter(None).count_messages(prompt)
+    assert r.input_chars == len(prompt[0]["content"])
+    assert all(c.context for c in results) and not any(c.fallback or c.error for c in results)
+    # Deterministic: a new engine (same vectors) gives the same contexts.
+    again = ExtractiveTasks(embedder).contextualize_cc(doc, chunks, doc_id="ai_act")
+    assert [x.context for x in again] == [x.context for x in results]
+
+
+@pytest.mark.slow
+def test_extractive_cc_embeds_the_document_once_not_per_chunk(embedder, doc, chunks):
+    class Counting:
+        model, dim = embedder.model, embedder.dim
+
+        def __init__(self):
+            self.texts = 0
+            self.calls = 0
+
+        def embed(self, texts):
+            self.texts += len(texts)
+            self.calls += 1
+            return embedder.embed(texts)
+
+    counting = Counting()
+    tasks = ExtractiveTasks(counting)
+    tasks.contextualize_cc(doc, chunks, doc_id="ai_act")
+    n_sentences = len(split_sentences(doc))
+    assert counting.calls == 2 and counting.texts <= n_sentences + len(chunks)
+    tasks.contextualize_swb(doc, chunks, "A short summary of the regulation.", doc_id="ai_act")
+    assert counting.texts <= n_sentences + len(chunks) + 1  # only the summary sentence is new
+
+
+@pytest.mark.slow
+def test_extractive_swb_context_from_summary_and_window(extractive, doc, chunks, art5, summary):
+    window = 5_000
+    results = extractive.contextualize_swb(doc, chunks, summary.text, doc_id="ai_act", window_chars=window)
+    assert [r.chunk_id for r in results] == [c.chunk_id for c in chunks]
+    r = results[chunks.index(art5)]
+    assert r.prompt_version == "swb_batch.en.v1" and r.engine == "extractive" and not r.fallback
+    body = r.context.removeprefix("Section: CHAPTER II > Article 5. ")
+    assert body != r.context
+    batch = next(b for b in swb_batches(chunks, 5) if art5 in b)
+    lo, hi = max(0, batch[0].start - window), batch[-1].end + window
+    allowed = _sentences(summary.text) | {doc[s:e] for s, e in split_sentences(doc) if s >= lo and e <= hi}
+    parts = _decompose(body, allowed)
+    assert 1 <= len(parts) <= 3 and all(p not in art5.text for p in parts)
+    # The batch's chunks share the counted batch prompt.
+    before, after = doc[lo : batch[0].start], doc[batch[-1].end : hi]
+    from ctxwin_dagster.core.prompts import format_chunk_batch
+
+    prompt = get_template("swb_batch").render(
+        summary=summary.text, before=before, chunks=format_chunk_batch([(c.chunk_id, c.text) for c in batch]), after=after, n=len(batch)
+    )
+    shares = [x for x in results if x.chunk_id in {c.chunk_id for c in batch}]
+    assert sum(x.input_tokens for x in shares) == get_token_counter(None).count_messages(prompt)
+    assert sum(x.input_chars for x in shares) == sum(len(m["content"]) for m in prompt)
+    batch_record = [
+        rec for rec in extractive.ledger.records if rec.tags.variant == "swb" and rec.input_chars == sum(x.input_chars for x in shares)
+    ]
+    assert len(batch_record) >= 1 and batch_record[0].prompt_version == "swb_batch.en.v1"
+    again = extractive.contextualize_swb(doc, chunks, summary.text, doc_id="ai_act", window_chars=window)
+    assert [x.context for x in again] == [x.context for x in results]
+
+
+@pytest.mark.slow
+def test_extractive_german_document_uses_german_prompts_and_labels(extractive):
+    de = AI_ACT.with_name("eu_ai_act_2024_1689_DE.txt").read_text(encoding="utf-8")
+    start = de.index("(42) Im Einklang")
+    text = de[start : start + 8_000]
+    chunks = RecursiveSplitter(chunk_size=1000, chunk_overlap=100).split(text, doc_id="de", doc_sha256="de")
+    chunks = [type(c)(**{**c.to_dict(), "section": "KAPITEL II > Artikel 5"}) for c in chunks]
+    cc = extractive.contextualize_cc(text, chunks, doc_id="de")
+    swb = extractive.contextualize_swb(text, chunks, "Die Verordnung regelt künstliche Intelligenz in der Union.", doc_id="de")
+    assert {r.prompt_version for r in cc} == {"cc_context.de.v1"} and {r.prompt_version for r in swb} == {"swb_batch.de.v1"}
+    assert all(r.context.startswith("Abschnitt: KAPITEL II > Artikel 5. ") for r in cc + swb)
+    assert extractive.summarize(text, doc_id="de", max_tokens=100).records[0].prompt_version == "summarize_segment.de.v1"
+
+
+@pytest.mark.slow
+def test_extractive_answer_cites_the_chunk_holding_the_answer(extractive, embedder, chunks, art5):
+    question = "Is it allowed to use AI systems to infer the emotions of employees at the workplace?"
+    q = embedder.embed([question])[0]
+    top = np.argsort(-(embedder.embed([c.text for c in chunks]) @ q))[:4]
+    passages = [(chunks[i].chunk_id, chunks[i].text) for i in top]
+    assert art5.chunk_id in [p[0] for p in passages]
+    res = extractive.answer(question, passages, doc_id="ai_act")
+    assert not res.not_found and art5.chunk_id in res.cited_chunk_ids
+    assert f"[{art5.chunk_id}]" in res.text and "emotions" in res.text
+    cited_in_text = re.findall(r"\[([0-9a-f]{32})\]", res.text)
+    assert set(cited_in_text) == set(res.cited_chunk_ids)
+    (rec,) = res.records
+    prompt = get_template("answer").render(question=question, passages="\n\n".join(f"[{c}]\n{t}" for c, t in passages))
+    assert rec.input_tokens == get_token_counter(None).count_messages(prompt) and rec.backend == "extractive"
+    assert res.engine == "extractive" and res.score is not None and res.score >= extractive.answer_threshold
+
+
+@pytest.mark.slow
+def test_extractive_answer_unrelated_question_is_not_found(extractive, chunks, art5):
+    passages = [(c.chunk_id, c.text) for c in chunks[:3]] + [(art5.chunk_id, art5.text)]
+    res = extractive.answer("At what temperature does water boil at sea level?", passages)
+    assert res.not_found and res.text == NOT_IN_DOCUMENTS and res.cited_chunk_ids == []
+    assert res.score is not None and res.score < extractive.answer_threshold
+    assert extractive.answer("Anything?", []).not_found
+
+
+# --------------------------------------------------------------------------------------
+# LLM engine against the fake OpenAI server
+# --------------------------------------------------------------------------------------
+
+MODEL = "gpt-4o-mini"
+
+
+def _kind(body) -> str:
+    msgs = body["messages"]
+    system = msgs[0]["content"] if msgs[0]["role"] == "system" else ""
+    user = msgs[-1]["content"]
+    if "situate chunks" in system:
+        return "swb_retry" if "could not be used" in user else "swb"
+    if user.startswith("<document>"):
+        return "cc"
+    if "Below is part" in user:
+        return "segment"
+    if "Below are summaries" in user:
+        return "overview"
+    if "Passages:" in user:
+        return "answer"
+    return "other"
+
+
+def _ids(body) -> list[str]:
+    return re.findall(r'chunk_id="([0-9a-f]+)"', body["messages"][-1]["content"])
+
+
+def _valid(body) -> str:
+    return json.dumps({"contexts": [{"chunk_id": i, "context": f"swb context {i[:8]}"} for i in _ids(body)]})
+
+
+@pytest.fixture()
+def small_doc(doc):
+    return doc[:12_000]
+
+
+@pytest.fixture()
+def small_chunks(small_doc):
+    return RecursiveSplitter(chunk_size=1000, chunk_overlap=100).split(small_doc, doc_id="ai_act", doc_sha256="small")
+
+
+def _backend(server, **kw):
+    return OpenAIChatBackend(model=MODEL, base_url=server.base_url, api_key="test", max_retries=0, **kw)
+
+
+def test_llm_swb_valid_json_is_parsed(small_doc, small_chunks):
+    with FakeOpenAIServer(responder=lambda b: _valid(b) if _kind(b) == "swb" else "?") as server, _backend(server) as chat:
+        tasks = LLMTasks(chat)
+        assert isinstance(tasks, Contextualizer)
+        res = tasks.contextualize_swb(small_doc, small_chunks, "SUMMARY", doc_id="d", window_chars=2_000)
+        bodies = server.requests
+    n_batches = -(-len(small_chunks) // 5)
+    assert len(bodies) == n_batches and all(_kind(b) == "swb" for b in bodies)
+    assert [r.context for r in res] == [f"swb context {c.chunk_id[:8]}" for c in small_chunks]
+    assert all(r.engine == "llm" and r.model == MODEL and r.prompt_version == "swb_batch.en.v1" and not r.fallback for r in res)
+    assert all(b["temperature"] == 0.2 and b["top_p"] == 0.95 and b["max_tokens"] == 2048 for b in bodies)
+    assert all(b["response_format"] == {"type": "json_object"} for b in bodies)
+    # Batch windows: 2,000 chars before the first chunk and after the last.
+    b1 = swb_batches(small_chunks, 5)[1]
+    first = next(b for b in bodies if _ids(b)[0] == b1[0].chunk_id)["messages"][-1]["content"]  # order of arrival varies
+    assert f"<text_before>\n{small_doc[b1[0].start - 2000:b1[0].start]}\n</text_before>" in first
+    assert f"<text_after>\n{small_doc[b1[-1].end:b1[-1].end + 2000]}\n</text_after>" in first
+    assert sum(r.input_tokens for r in res) == sum(rec.input_tokens for rec in chat.ledger.records)
+    assert tasks.stats["swb_batches"] == n_batches and tasks.stats["swb_invalid"] == 0
+
+
+def test_llm_swb_fenced_and_partial_json_is_repaired(small_doc, small_chunks):
+    def responder(body):
+        ids = _ids(body)
+        if ids[0] == small_chunks[0].chunk_id:  # fenced, with prose and abbreviated ids
+            entries = [{"chunk_id": i[:10], "context": f"ctx {i[:8]}"} for i in ids]
+            return "Sure! Here it is:\n```json\n" + json.dumps({"contexts": entries}) + "\n```\nDone."
+        # a bare list with the chunk numbers instead of ids
+        return json.dumps([{"chunk_id": n + 1, "context": f"ctx {i[:8]}"} for n, i in enumerate(ids)])
+
+    with FakeOpenAIServer(responder=responder) as server, _backend(server) as chat:
+        tasks = LLMTasks(chat)
+        res = tasks.contextualize_swb(small_doc, small_chunks, "SUMMARY", doc_id="d", window_chars=2_000)
+        assert server.request_count == -(-len(small_chunks) // 5)
+    assert [r.context for r in res] == [f"ctx {c.chunk_id[:8]}" for c in small_chunks]
+    assert tasks.stats["swb_invalid"] == 0 and not any(r.fallback for r in res)
+
+
+def test_llm_swb_retry_repairs_a_bad_batch(small_doc, small_chunks):
+    def responder(body):
+        return _valid(body) if _kind(body) == "swb_retry" or _ids(body)[0] != small_chunks[0].chunk_id else "not json"
+
+    with FakeOpenAIServer(responder=responder) as server, _backend(server) as chat:
+        tasks = LLMTasks(chat)
+        res = tasks.contextualize_swb(small_doc, small_chunks, "SUMMARY", doc_id="d", window_chars=2_000)
+        kinds = [_kind(b) for b in server.requests]
+    assert kinds.count("swb_retry") == 1 and "cc" not in kinds
+    assert tasks.stats["swb_invalid"] == 1 and tasks.stats["swb_retried"] == 1 and tasks.stats["swb_fallback_chunks"] == 0
+    assert res[0].prompt_version == "swb_batch.en.v1+retry1" and not res[0].fallback
+    assert res[-1].prompt_version == "swb_batch.en.v1"
+    assert SWB_RETRY_NOTE["en"].format(n=5) in next(b for b in server.requests if _kind(b) == "swb_retry")["messages"][-1]["content"]
+
+
+def test_llm_swb_garbage_retries_then_falls_back_per_chunk_counted(small_doc, small_chunks):
+    window = 2_000
+
+    def responder(body):
+        kind = _kind(body)
+        if kind in ("swb", "swb_retry"):
+            return "I am sorry, I cannot produce JSON today."
+        if kind == "cc":
+            return "fallback context"
+        return "?"
+
+    with FakeOpenAIServer(responder=responder) as server, _backend(server) as chat:
+        tasks = LLMTasks(chat)
+        res = tasks.contextualize_swb(small_doc, small_chunks, "SUMMARY", doc_id="d", window_chars=window)
+        bodies = server.requests
+    n, n_batches = len(small_chunks), -(-len(small_chunks) // 5)
+    kinds = [_kind(b) for b in bodies]
+    assert (kinds.count("swb"), kinds.count("swb_retry"), kinds.count("cc")) == (n_batches, n_batches, n)
+    assert all(r.fallback and r.context == "fallback context" for r in res)
+    assert all("after retry" in r.error and "per-chunk fallback" in r.error for r in res)
+    assert all(r.prompt_version == "cc_context.en.v1+swb_fallback" for r in res)
+    assert tasks.stats["swb_invalid"] == n_batches and tasks.stats["swb_retry_invalid"] == n_batches
+    assert tasks.stats["swb_fallback_chunks"] == n
+    # The fallback sees the batch's local window, not the whole document.
+    batches = swb_batches(small_chunks, 5)
+    for body in (b for b in bodies if _kind(b) == "cc"):
+        content = body["messages"][-1]["content"]
+        document = content[len("<document>\n") : content.index("\n</document>")]
+        batch = next(bt for bt in batches if any(c.text in content[content.index("<chunk>") :] for c in bt))
+        assert document == small_doc[max(0, batch[0].start - window) : batch[-1].end + window]
+        assert len(document) < len(small_doc)
+    # Tokens of every call (first try, retry, fallback) are accounted to the chunks.
+    assert sum(r.input_tokens for r in res) == sum(rec.input_tokens for rec in chat.ledger.records)
+
+
+def test_llm_swb_partial_reply_falls_back_only_for_missing_chunks(small_doc, small_chunks):
+    def responder(body):
+        kind = _kind(body)
+        if kind in ("swb", "swb_retry"):
+            ids = _ids(body)
+            return json.dumps({"contexts": [{"chunk_id": i, "context": f"ctx {i[:8]}"} for i in ids[:-1]]})
+        return "fallback context"
+
+    with FakeOpenAIServer(responder=responder) as server, _backend(server) as chat:
+        tasks = LLMTasks(chat)
+        res = tasks.contextualize_swb(small_doc, small_chunks, "SUMMARY", doc_id="d", window_chars=2_000)
+    batches = swb_batches(small_chunks, 5)
+    last_ids = {b[-1].chunk_id for b in batches}
+    assert {r.chunk_id for r in res if r.fallback} == last_ids
+    assert all(r.context == f"ctx {r.chunk_id[:8]}" for r in res if not r.fallback)
+    assert tasks.stats["swb_fallback_chunks"] == len(batches)
+
+
+def test_llm_second_run_with_a_cache_makes_no_calls(tmp_path, small_doc, small_chunks):
+    def responder(body):
+        kind = _kind(body)
+        if kind == "swb":
+            return _valid(body)
+        return {"cc": "cc context", "segment": "segment summary", "overview": "overview", "answer": "Yes [x]."}.get(kind, "?")
+
+    def run(server):
+        with _backend(server, cache=ResponseCache(tmp_path / "chat.sqlite")) as chat:
+            tasks = LLMTasks(chat)
+            s = tasks.summarize(small_doc, doc_id="d", max_tokens=200, segment_chars=5_000)
+            cc = tasks.contextualize_cc(small_doc, small_chunks, doc_id="d")
+            swb = tasks.contextualize_swb(small_doc, small_chunks, s.text, doc_id="d", window_chars=2_000)
+            a = tasks.answer("Q?", [(small_chunks[0].chunk_id, small_chunks[0].text)], doc_id="d")
+            return s, cc, swb, a, chat.ledger.totals()
+
+    with FakeOpenAIServer(responder=responder) as server:
+        first = run(server)
+        n = server.request_count
+        assert n > 0 and first[4]["calls"] == n
+        second = run(server)
+        assert server.request_count == n, "the second identical run is served from the cache"
+    assert second[4]["calls"] == 0 and second[4]["cache_hits"] == n
+    assert [r.context for r in second[1]] == [r.context for r in first[1]]
+    assert all(r.cached for r in second[1] + second[2]) and not any(r.cached for r in first[1])
+    assert [r.input_tokens for r in second[2]] == [r.input_tokens for r in first[2]]
+
+
+def test_llm_summary_map_then_reduce(small_doc):
+    def responder(body):
+        kind = _kind(body)
+        if kind == "segment":
+            part = re.search(r"Below is part (\d+) of (\d+)", body["messages"][-1]["content"]).group(1)
+            return f"summary of part {part}"
+        return "the overview " * 50 if kind == "overview" else "?"
+
+    with FakeOpenAIServer(responder=responder) as server, _backend(server) as chat:
+        tasks = LLMTasks(chat)
+        res = tasks.summarize(small_doc, doc_id="d", max_tokens=40, segment_chars=5_000)
+        bodies = server.requests
+    assert res.segments == ["summary of part 1", "summary of part 2", "summary of part 3"]
+    overview_prompt = bodies[-1]["messages"][-1]["content"]
+    assert '<summary part="2">\nsummary of part 2\n</summary>' in overview_prompt and "at most 40 tokens" in overview_prompt
+    assert res.n_tokens <= 40 and res.text.startswith("the overview") and res.notes  # cut to budget, and said so
+    assert len(res.records) == 4 and res.records[-1].prompt_version == "summarize_overview.en.v1"
+
+
+def test_llm_summary_segment_too_long_for_the_model_is_cut_and_noted(small_doc):
+    tiny = ModelLimits("tiny", context_length=2_000, max_completion_tokens=500)
+    with FakeOpenAIServer(responder=lambda b: "short summary") as server, _backend(server, limits=tiny) as chat:
+        tasks = LLMTasks(chat)
+        res = tasks.summarize(small_doc, doc_id="d", max_tokens=300)
+        sent = server.requests[0]["messages"][-1]["content"]
+    assert res.text == "short summary" and res.notes and "cut to fit" in res.notes[0]
+    assert " … " in sent and tasks.stats["summary_truncations"] == 1
+    assert get_token_counter(MODEL).count(sent) < 2_000
+
+
+def test_llm_cc_document_too_long_is_an_error_naming_the_fix(small_doc, small_chunks):
+    tiny = ModelLimits("tiny", context_length=2_000, max_completion_tokens=500)
+    with FakeOpenAIServer() as server, _backend(server, limits=tiny) as chat:
+        with pytest.raises(ContextOverflowError, match="SWB-RAG") as info:
+            LLMTasks(chat).contextualize_cc(small_doc, small_chunks, doc_id="d")
+        assert server.request_count == 0
+    assert "longer context" in str(info.value)
+
+
+def test_llm_swb_windows_are_shrunk_to_fit_and_counted(small_doc, small_chunks):
+    small = ModelLimits("small", context_length=3_000, max_completion_tokens=500)
+    with FakeOpenAIServer(responder=_valid) as server, _backend(server, limits=small) as chat:
+        tasks = LLMTasks(chat, max_tokens=500)
+        res = tasks.contextualize_swb(small_doc, small_chunks, "SUMMARY", doc_id="d", window_chars=20_000)
+        assert all(get_token_counter(MODEL).count_messages(b["messages"]) <= 2_500 for b in server.requests)
+    assert tasks.stats["swb_windows_shrunk"] >= 1 and all(r.context for r in res)
+
+
+def test_llm_answer_citations_and_not_found(small_chunks):
+    ids = [c.chunk_id for c in small_chunks[:3]]
+    passages = [(c.chunk_id, c.text) for c in small_chunks[:3]]
+
+    def responder(body):
+        return NOT_IN_DOCUMENTS if "boil" in body["messages"][-1]["content"] else f"It is in Article 1 [{ids[1]}] and [{ids[2][:10]}]."
+
+    with FakeOpenAIServer(responder=responder) as server, _backend(server) as chat:
+        tasks = LLMTasks(chat)
+        assert isinstance(tasks, Answerer) and isinstance(tasks, Summarizer)
+        found = tasks.answer("What is the subject matter?", passages, doc_id="d")
+        missing = tasks.answer("When does water boil?", passages, doc_id="d")
+    assert found.cited_chunk_ids == [ids[1], ids[2]] and not found.not_found and found.records[0].tags.stage == "answer"
+    assert missing.not_found and missing.text == NOT_IN_DOCUMENTS and missing.cited_chunk_ids == []
