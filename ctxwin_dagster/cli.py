@@ -60,7 +60,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.doc:
         keys = [k for k in keys if k in set(args.doc)]
     print(f"ctxwin: {len(keys)} documents in {settings.documents_path()} (+{len(added)} -{len(removed)} partitions); Dagster home {home}")
-    job = defs.resolve_job_def("all_assets_job")
+    job = defs.resolve_job_def(args.job)
+    run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": args.log_level}}}}
+    if args.model:
+        chat = {"model": args.model}
+        if args.base_url:
+            chat["base_url"] = args.base_url
+        run_config.setdefault("resources", {})["contextualizer"] = {"config": chat}
+    if args.documents:
+        run_config.setdefault("resources", {})["settings"] = {"config": {"documents_dir": args.documents}}
+    print(f"contextualizer: {args.model + ' @ ' + (args.base_url or 'OpenAI') if args.model else 'extractive engine (no chat model; offline)'}")
     failed: list[str] = []
     started_all = time.perf_counter()
     totals: dict[str, dict[str, float]] = {}
@@ -70,7 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             instance=instance,
             partition_key=key,
             raise_on_error=False,
-            run_config={"loggers": {"console": {"config": {"log_level": args.log_level}}}},
+            run_config=run_config,
         )
         took = time.perf_counter() - started
         status = "ok" if result.success else "FAILED"
@@ -100,6 +109,65 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
+    from ctxwin_dagster.core.documents import DocumentError, list_documents, read_document
+    from ctxwin_dagster.models.planning import plan_document
+
+    paths: list[Path] = []
+    for item in args.paths or ["data/documents"]:
+        p = Path(item)
+        paths.extend(list_documents(p) if p.is_dir() else [p])
+    plans, failed = [], []
+    for path in paths:
+        try:
+            doc = read_document(path)
+        except (DocumentError, FileNotFoundError) as exc:
+            print(f"skipped {path}: {exc}", file=sys.stderr)
+            failed.append(str(path))
+            continue
+        plans.append(
+            plan_document(
+                doc.text,
+                doc_id=doc.doc_id,
+                model=args.model,
+                chunk_size=args.chunk_size,
+                chunk_overlap=args.chunk_overlap,
+                batch_size=args.batch_size,
+                window_chars=args.window_chars,
+                summary_max_tokens=args.summary_tokens,
+                context_tokens=args.context_tokens,
+            )
+        )
+    if args.json:
+        print(json.dumps(plans, indent=2))
+        return 1 if failed else 0
+    print(f"Plan for {len(plans)} documents with contextualizer {args.model} (no model is called; outputs and cost are estimates)")
+    header = f"{'document':<40} {'variant':<8} {'calls':>7} {'input tokens':>14} {'input chars':>14} {'out tokens':>11} {'cost USD':>10}  note"
+    print(header)
+    print("-" * len(header))
+    totals: dict[str, dict[str, float]] = {}
+    for plan in plans:
+        for variant in ("t_rag", "cc_rag", "swb_rag"):
+            v = plan[variant]
+            cost = "n/a" if v["cost_usd_est"] is None else f"{v['cost_usd_est']:.4f}"
+            note = "" if v["fits"] else "does not fit the model"
+            print(f"{plan['doc_id'][:40]:<40} {variant:<8} {v['calls']:>7,} {v['input_tokens']:>14,} {v['input_chars']:>14,} {v['output_tokens_est']:>11,} {cost:>10}  {note}")
+            agg = totals.setdefault(variant, {"calls": 0, "input_tokens": 0, "input_chars": 0, "cost": 0.0})
+            agg["calls"] += v["calls"]
+            agg["input_tokens"] += v["input_tokens"]
+            agg["input_chars"] += v["input_chars"]
+            agg["cost"] += v["cost_usd_est"] or 0.0
+    if len(plans) > 1:
+        for variant, agg in totals.items():
+            print(f"{'TOTAL':<40} {variant:<8} {int(agg['calls']):>7,} {int(agg['input_tokens']):>14,} {int(agg['input_chars']):>14,} {'':>11} {agg['cost']:>10.4f}")
+    cc = totals.get("cc_rag", {}).get("input_chars", 0)
+    if cc:
+        print(f"SWB-RAG input is {100 * totals['swb_rag']['input_chars'] / cc:.2f} % of CC-RAG's")
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ctxwin", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -108,7 +176,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--doc", action="append", help="only this doc_id (repeatable)")
     run.add_argument("--dagster-home", help="Dagster home (default $DAGSTER_HOME or .dagster_home)")
     run.add_argument("--log-level", default="WARNING", help="Dagster console log level (default WARNING)")
+    run.add_argument("--job", default="all_assets_job", choices=["all_assets_job", "t_rag_job", "cc_rag_job", "swb_rag_job"])
+    run.add_argument("--model", help="contextualizer/summarizer chat model (default: none, the extractive engine)")
+    run.add_argument("--base-url", help="OpenAI-compatible server for --model (default OpenAI; key from OPENAI_API_KEY)")
     run.set_defaults(func=cmd_run)
+
+    plan = sub.add_parser("plan", help="calls, tokens, characters and cost per variant, without calling a model")
+    plan.add_argument("paths", nargs="*", help="document files or folders (default data/documents)")
+    plan.add_argument("--model", default="gemini-1.5-flash", help="contextualizer model (limits and prices; default gemini-1.5-flash, as in the paper)")
+    plan.add_argument("--chunk-size", type=int, default=1000)
+    plan.add_argument("--chunk-overlap", type=int, default=100)
+    plan.add_argument("--batch-size", type=int, default=5, help="SWB-RAG chunks per batch")
+    plan.add_argument("--window-chars", type=int, default=20_000, help="SWB-RAG characters before and after a batch")
+    plan.add_argument("--summary-tokens", type=int, default=4000, help="global summary budget (tokens)")
+    plan.add_argument("--context-tokens", type=int, default=100, help="estimated tokens of one chunk context")
+    plan.add_argument("--json", action="store_true", help="print the plans as JSON")
+    plan.set_defaults(func=cmd_plan)
     return parser
 
 

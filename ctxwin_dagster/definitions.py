@@ -1,17 +1,38 @@
 """The Dagster definitions loaded by ``workspace.yaml`` (``dagster dev -w workspace.yaml``)."""
 
-from __future__ import annotations
-
 import dagster as dg
 
+from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts, global_summaries, swb_rag_contexts
+from ctxwin_dagster.defs.indexes.assets import cc_rag_index, swb_rag_index, t_rag_index
 from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
-from ctxwin_dagster.defs.jobs import all_assets_job
-from ctxwin_dagster.defs.resources import ProjectSettings
+from ctxwin_dagster.defs.jobs import VARIANT_JOBS, all_assets_job
+from ctxwin_dagster.defs.resources import (
+    ChatModelResource,
+    EmbeddingsResource,
+    LanceDBResource,
+    PipelineSettings,
+    ProjectSettings,
+)
+from ctxwin_dagster.defs.schedules import stale_documents_schedule
 from ctxwin_dagster.defs.sensors import documents_sensor
 
+
+def default_resources() -> dict[str, object]:
+    """The embedded defaults: no chat model (extractive engine), local embeddings, local LanceDB."""
+    return {
+        "settings": ProjectSettings(),
+        "pipeline": PipelineSettings(),
+        "contextualizer": ChatModelResource(),
+        "embeddings": EmbeddingsResource(),
+        "lancedb": LanceDBResource(),
+    }
+
+
 defs = dg.Definitions(
-    assets=[raw_documents, chunks],
-    jobs=[all_assets_job],
+    assets=[raw_documents, chunks, global_summaries, cc_rag_contexts, swb_rag_contexts, t_rag_index, cc_rag_index, swb_rag_index],
+    jobs=[all_assets_job, *VARIANT_JOBS],
+    schedules=[stale_documents_schedule],
     sensors=[documents_sensor],
-    resources={"settings": ProjectSettings()},
+    resources=default_resources(),
+    executor=dg.multiprocess_executor.configured({"max_concurrent": 2}),
 )

@@ -69,3 +69,25 @@ def test_missing_document_file_error_names_the_fix(tmp_path):
     settings = ProjectSettings(documents_dir=str(tmp_path))
     with pytest.raises(DocumentError, match="no file in .* any more"):
         settings.document_file("gone")
+
+
+def test_stale_partitions_follow_the_document_hash(tmp_path):
+    from ctxwin_dagster.defs.schedules import stale_partitions
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Article 1\n\nFirst version of the text.", encoding="utf-8")
+    (docs / "b.txt").write_text("Another document.", encoding="utf-8")
+    settings = ProjectSettings(documents_dir=str(docs))
+    keys = [raw_documents.key, chunks.key]
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(documents_partitions.name, ["a", "b"])
+        assert stale_partitions(instance, settings, keys) == {"a": "never materialized", "b": "never materialized"}
+        for key in ("a", "b"):
+            assert dg.materialize([raw_documents, chunks], resources={"settings": settings}, partition_key=key, instance=instance).success
+        assert stale_partitions(instance, settings, keys) == {}
+        (docs / "a.txt").write_text("Article 1\n\nSecond version of the text.", encoding="utf-8")
+        assert stale_partitions(instance, settings, keys) == {"a": "document changed"}
+        # a run that stopped after raw_documents leaves the partition stale until chunks catch up
+        assert dg.materialize([raw_documents, chunks], resources={"settings": settings}, partition_key="a", instance=instance, selection=[raw_documents]).success
+        assert stale_partitions(instance, settings, keys) == {"a": "chunks not materialized since the document was read"}

@@ -8,9 +8,8 @@ The document ``text`` is the file's bytes decoded as UTF-8, with a leading byte-
 removed and **no other change** (line endings are kept as they are). Every character offset
 in the project - chunk ``start``/``end``, QA ``reference_spans`` - indexes this string::
 
-    >>> doc = read_text_document("data/documents/squad_Normans.txt")  # doctest: +SKIP
-    >>> doc.doc_id, doc.n_chars                                       # doctest: +SKIP
-    ('squad_Normans', 25404)
+    doc = read_text_document("data/documents/squad_Normans.txt")
+    doc.doc_id, doc.n_chars      # ('squad_Normans', 25404)
 
 Plain Python only: this module imports neither dagster, ragas nor lancedb.
 """

@@ -6,6 +6,7 @@ implementation beside the live one; secrets only ever come from ``EnvVar``.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -160,3 +161,30 @@ class PipelineSettings(dg.ConfigurableResource):
     top_p: float = 0.95
     max_output_tokens: int = 2048
     language: str = ""  # "" = detect from the document
+    # The model whose limits the extractive engine's prompts are checked against (the paper
+    # contextualized with Gemini 1.5 Flash), and whose prices the plan uses by default.
+    reference_model: str = "gemini-1.5-flash"
+
+
+@contextmanager
+def build_tasks(chat: ChatModelResource, embeddings: EmbeddingsResource, pipeline: PipelineSettings):
+    """The task engine for a role (the chat model when one is configured, else the extractive
+    engine); the chat backend is closed when the block ends."""
+    backend = chat.backend()
+    if backend is None:
+        from ctxwin_dagster.models.tasks import ExtractiveTasks
+
+        yield ExtractiveTasks(embeddings.embedder())
+        return
+    from ctxwin_dagster.models.tasks import LLMTasks
+
+    try:
+        yield LLMTasks(backend, temperature=pipeline.temperature, top_p=pipeline.top_p, max_tokens=pipeline.max_output_tokens)
+    finally:
+        backend.close()
+
+
+def task_ledger(tasks):
+    """Where a task engine records its calls."""
+    chat = getattr(tasks, "chat", None)
+    return chat.ledger if chat is not None else tasks.ledger

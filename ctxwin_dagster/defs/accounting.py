@@ -1,0 +1,24 @@
+"""Turning call records into the metadata a user reads in the Dagster UI."""
+
+from collections.abc import Iterable
+from typing import Any
+
+from ctxwin_dagster.models.base import CallRecord, Ledger
+
+
+def call_metadata(records: Iterable[CallRecord], runtime_s: float) -> dict[str, Any]:
+    """Counts, tokens, characters, cost and cache hits of ``records`` (never the key or prompts)."""
+    totals = Ledger.summarize(list(records))
+    return {
+        "calls": totals["calls"],
+        "cache_hits": totals["cache_hits"],
+        "failed_calls": totals["failures"],
+        "input_tokens": totals["input_tokens"],
+        "output_tokens": totals["output_tokens"],
+        "cached_tokens": totals["cached_tokens"],
+        "input_chars": totals["input_chars"],
+        "output_chars": totals["output_chars"],
+        "cost_usd": round(totals["cost_usd"], 6),
+        "cost_known": totals["cost_known"],
+        "runtime_s": round(runtime_s, 3),
+    }

@@ -1,0 +1,177 @@
+"""Contextualization stage: global summaries, CC-RAG contexts and SWB-RAG contexts."""
+
+import time
+
+import dagster as dg
+
+from ctxwin_dagster.core.documents import Document
+from ctxwin_dagster.core.limits import get_model_limits
+from ctxwin_dagster.core.splitting import Chunk
+from ctxwin_dagster.defs.accounting import call_metadata
+from ctxwin_dagster.defs.partitions import documents_partitions
+from ctxwin_dagster.defs.resources import (
+    ChatModelResource,
+    EmbeddingsResource,
+    PipelineSettings,
+    build_tasks,
+    task_ledger,
+)
+
+
+def _limit_check(name: str, records, chat: ChatModelResource, pipeline: PipelineSettings) -> dg.AssetCheckResult:
+    """No prompt exceeded the model's available prompt tokens (for the extractive engine: the
+    reference model's, i.e. whether those prompts would fit the model the paper used)."""
+    model = chat.model if chat.configured else pipeline.reference_model
+    limit = get_model_limits(model).available_prompt_tokens(min(pipeline.max_output_tokens, get_model_limits(model).max_completion_tokens))
+    largest = max((r.input_tokens for r in records), default=0)
+    over = sum(1 for r in records if r.input_tokens > limit)
+    return dg.AssetCheckResult(
+        check_name=name,
+        passed=over == 0,
+        severity=dg.AssetCheckSeverity.WARN if not chat.configured else dg.AssetCheckSeverity.ERROR,
+        metadata={"model": model, "prompt_limit": limit, "largest_prompt_tokens": largest, "prompts_over_limit": over},
+    )
+
+
+def _context_checks(asset: str, chunks: list[Chunk], contexts, records, chat, pipeline) -> list[dg.AssetCheckResult]:
+    by_id = {c.chunk_id: c for c in contexts}
+    missing = [c.chunk_id for c in chunks if not (by_id.get(c.chunk_id) and by_id[c.chunk_id].context.strip())]
+    return [
+        dg.AssetCheckResult(
+            check_name="every_chunk_has_context",
+            passed=not missing,
+            metadata={"chunks": len(chunks), "missing_or_empty": len(missing), "first_missing": str(missing[:5])},
+        ),
+        _limit_check("prompts_within_model_limit", records, chat, pipeline),
+    ]
+
+
+def _context_specs(asset: str) -> list[dg.AssetCheckSpec]:
+    return [
+        dg.AssetCheckSpec("every_chunk_has_context", asset=asset, description="every chunk got a non-empty context"),
+        dg.AssetCheckSpec("prompts_within_model_limit", asset=asset, description="no prompt exceeded the model's available prompt tokens"),
+    ]
+
+
+@dg.asset(
+    partitions_def=documents_partitions,
+    group_name="contextualize",
+    kinds={"python", "openai"},
+    code_version="1",
+    description="Global summary (SWB-RAG): segments of <= 1,000,000 chars summarized, then one overview of <= 4,000 tokens.",
+)
+def global_summaries(
+    context: dg.AssetExecutionContext,
+    raw_documents: Document,
+    contextualizer: ChatModelResource,
+    embeddings: EmbeddingsResource,
+    pipeline: PipelineSettings,
+):
+    started = time.perf_counter()
+    with build_tasks(contextualizer, embeddings, pipeline) as tasks:
+        result = tasks.summarize(
+            raw_documents.text,
+            doc_id=raw_documents.doc_id,
+            max_tokens=pipeline.summary_max_tokens,
+            segment_chars=pipeline.summary_segment_chars,
+            language=pipeline.language or None,
+        )
+    for note in result.notes:
+        context.log.warning(note)
+    return dg.MaterializeResult(
+        value=result,
+        metadata={
+            "engine": result.engine,
+            "model": result.model,
+            "language": result.language,
+            "segments": len(result.segments),
+            "summary_tokens": result.n_tokens,
+            "notes": len(result.notes),
+            "preview": dg.MetadataValue.md(result.text[:1500] + (" …" if len(result.text) > 1500 else "")),
+            **call_metadata(result.records, time.perf_counter() - started),
+        },
+    )
+
+
+@dg.asset(
+    partitions_def=documents_partitions,
+    group_name="contextualize",
+    kinds={"python", "openai"},
+    code_version="1",
+    description="CC-RAG: every chunk situated with the whole document (one call per chunk).",
+    check_specs=_context_specs("cc_rag_contexts"),
+)
+def cc_rag_contexts(
+    context: dg.AssetExecutionContext,
+    raw_documents: Document,
+    chunks: list[Chunk],
+    contextualizer: ChatModelResource,
+    embeddings: EmbeddingsResource,
+    pipeline: PipelineSettings,
+):
+    started = time.perf_counter()
+    with build_tasks(contextualizer, embeddings, pipeline) as tasks:
+        ledger = task_ledger(tasks)
+        mark = len(ledger)
+        contexts = tasks.contextualize_cc(raw_documents.text, chunks, doc_id=raw_documents.doc_id)
+        records = ledger.since(mark)
+    return dg.MaterializeResult(
+        value=contexts,
+        check_results=_context_checks("cc_rag_contexts", chunks, contexts, records, contextualizer, pipeline),
+        metadata={
+            "engine": getattr(tasks, "engine", ""),
+            "model": getattr(tasks, "model", ""),
+            "n_contexts": len(contexts),
+            "fallbacks": sum(1 for c in contexts if c.fallback),
+            "errors": sum(1 for c in contexts if c.error),
+            **call_metadata(records, time.perf_counter() - started),
+        },
+    )
+
+
+@dg.asset(
+    partitions_def=documents_partitions,
+    group_name="contextualize",
+    kinds={"python", "openai"},
+    code_version="1",
+    description="SWB-RAG: batches of 5 chunks situated with the global summary and +/-20,000 characters around the batch.",
+    check_specs=_context_specs("swb_rag_contexts"),
+)
+def swb_rag_contexts(
+    context: dg.AssetExecutionContext,
+    raw_documents: Document,
+    chunks: list[Chunk],
+    global_summaries,
+    contextualizer: ChatModelResource,
+    embeddings: EmbeddingsResource,
+    pipeline: PipelineSettings,
+):
+    started = time.perf_counter()
+    with build_tasks(contextualizer, embeddings, pipeline) as tasks:
+        ledger = task_ledger(tasks)
+        mark = len(ledger)
+        contexts = tasks.contextualize_swb(
+            raw_documents.text,
+            chunks,
+            global_summaries.text,
+            doc_id=raw_documents.doc_id,
+            batch_size=pipeline.swb_batch_size,
+            window_chars=pipeline.swb_window_chars,
+        )
+        records = ledger.since(mark)
+    fallbacks = sum(1 for c in contexts if c.fallback)
+    if fallbacks:
+        context.log.warning(f"{fallbacks} chunks of {raw_documents.doc_id} fell back to single-chunk calls")
+    return dg.MaterializeResult(
+        value=contexts,
+        check_results=_context_checks("swb_rag_contexts", chunks, contexts, records, contextualizer, pipeline),
+        metadata={
+            "engine": getattr(tasks, "engine", ""),
+            "model": getattr(tasks, "model", ""),
+            "n_contexts": len(contexts),
+            "batches": -(-len(chunks) // pipeline.swb_batch_size),
+            "fallbacks": fallbacks,
+            "errors": sum(1 for c in contexts if c.error),
+            **call_metadata(records, time.perf_counter() - started),
+        },
+    )

@@ -1,0 +1,52 @@
+"""The pre-flight plan counts the prompts a real run would send, without calling a model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from ctxwin_dagster.core.prompts import get_template
+from ctxwin_dagster.core.splitting import RecursiveSplitter
+from ctxwin_dagster.models.planning import plan_document
+
+ROOT = Path(__file__).resolve().parents[1]
+DE = ROOT.parent / "shared" / "corpus" / "eu_ai_act" / "eu_ai_act_2024_1689_DE.txt"
+
+
+def test_plan_of_the_german_ai_act_with_the_papers_settings():
+    text = DE.read_text(encoding="utf-8")
+    plan = plan_document(text, doc_id="ai_act_de", model="gemini-1.5-flash")
+    assert plan["chunks"] == 757 and plan["batches"] == 152
+    cc, swb = plan["cc_rag"], plan["swb_rag"]
+    assert cc["calls"] == 757 and cc["fits"]
+    assert swb["calls"] == 1 + 152 and swb["summary_calls"] == 1
+    # CC input, recomputed independently: the whole document in every one of the 757 prompts
+    tpl = get_template("cc_context", "de")
+    chunks = RecursiveSplitter().split(text, doc_id="x", doc_sha256="x", sections=False)
+    expected = sum(sum(len(m["content"]) for m in tpl.render(document=text, chunk=c.text)) for c in chunks)
+    assert cc["input_chars"] == expected
+    # SWB needs about 2 % of CC's input (the paper: 9.2 M vs 507.4 M characters, 1.81 %)
+    ratio = swb["input_chars"] / cc["input_chars"]
+    assert 0.012 < ratio < 0.03, ratio
+    assert cc["cost_usd_est"] > 10 * swb["cost_usd_est"] > 0
+
+
+def test_plan_reports_a_document_too_long_for_cc():
+    text = DE.read_text(encoding="utf-8")  # about 192 K tokens; gpt-4o takes 128 K
+    plan = plan_document(text, doc_id="part", model="gpt-4o")
+    assert plan["cc_rag"]["fits"] is False and "longer context" in plan["cc_rag"]["error"]
+    assert plan["cc_rag"]["input_chars"] > 0 and plan["swb_rag"]["fits"]
+
+
+def test_plan_command_json(tmp_path):
+    (tmp_path / "a.txt").write_text("Article 1\n\nSome text about rules. " * 200, encoding="utf-8")
+    out = subprocess.run(
+        [sys.executable, "-m", "ctxwin_dagster.cli", "plan", str(tmp_path), "--json", "--model", "gpt-4o-mini"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    )
+    plans = json.loads(out.stdout)
+    assert [p["doc_id"] for p in plans] == ["a"]
+    assert plans[0]["cc_rag"]["calls"] == plans[0]["chunks"] > 1
+    assert plans[0]["t_rag"]["calls"] == 0
