@@ -43,8 +43,8 @@ Example (no judge)::
     ...          "contexts": ["In France it"], "context_spans": [[0, 12]]}]
     >>> chunks = {"d": [{"chunk_id": "c0", "start": 0, "end": 12, "text": "In France it"},
     ...                 {"chunk_id": "c1", "start": 12, "end": 30, "text": "rains in Spain..."}]}
-    result = evaluate_records(recs, chunks=chunks)
-    result.rows[0]["id_based_context_recall"], result.rows[0]["span_hit"]
+    >>> result = evaluate_records(recs, chunks=chunks)
+    >>> result.rows[0]["id_based_context_recall"], result.rows[0]["span_hit"]
     (1.0, 1.0)
 """
 
