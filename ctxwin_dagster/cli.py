@@ -42,34 +42,60 @@ def _materialization_metadata(instance: Any, run_id: str) -> dict[str, dict[str,
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ctxwin_dagster.defs.partitions import documents_partitions
-    from ctxwin_dagster.defs.resources import ProjectSettings
-    from ctxwin_dagster.defs.sensors import partition_changes
-
-    instance, home = _instance(args.dagster_home)
-    from ctxwin_dagster.definitions import defs
-
-    settings = ProjectSettings(documents_dir=args.documents) if args.documents else ProjectSettings()
-    existing = list(instance.get_dynamic_partitions(documents_partitions.name))
-    added, removed = partition_changes(settings, existing)
-    if added:
-        instance.add_dynamic_partitions(documents_partitions.name, added)
-    for key in removed:
-        instance.delete_dynamic_partition(documents_partitions.name, key)
-    keys = settings.document_ids()
-    if args.doc:
-        keys = [k for k in keys if k in set(args.doc)]
-    print(f"ctxwin: {len(keys)} documents in {settings.documents_path()} (+{len(added)} -{len(removed)} partitions); Dagster home {home}")
-    job = defs.resolve_job_def(args.job)
-    run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": args.log_level}}}}
+    resources: dict[str, Any] = {}
     if args.model:
         chat = {"model": args.model}
         if args.base_url:
             chat["base_url"] = args.base_url
-        run_config.setdefault("resources", {})["contextualizer"] = {"config": chat}
+        resources["contextualizer"] = {"config": chat}
     if args.documents:
-        run_config.setdefault("resources", {})["settings"] = {"config": {"documents_dir": args.documents}}
+        resources["settings"] = {"config": {"documents_dir": args.documents}}
     print(f"contextualizer: {args.model + ' @ ' + (args.base_url or 'OpenAI') if args.model else 'extractive engine (no chat model; offline)'}")
+    return run_pipeline(
+        documents=args.documents,
+        dagster_home=args.dagster_home,
+        job_name=args.job,
+        log_level=args.log_level,
+        resources=resources,
+        doc_filter=args.doc,
+    )
+
+
+def run_pipeline(
+    *,
+    documents: str | None,
+    dagster_home: str | None,
+    job_name: str = "all_assets_job",
+    log_level: str = "WARNING",
+    resources: dict[str, Any] | None = None,
+    doc_filter: list[str] | None = None,
+) -> int:
+    """Sync the document partitions, run ``job_name`` for each, then the comparison; print a summary."""
+    from ctxwin_dagster.defs.partitions import documents_partitions
+    from ctxwin_dagster.defs.resources import LanceDBResource, ProjectSettings
+    from ctxwin_dagster.defs.sensors import partition_changes, remove_from_indexes
+
+    instance, home = _instance(dagster_home)
+    from ctxwin_dagster.definitions import defs
+
+    resources = dict(resources or {})
+    settings = ProjectSettings(**resources.get("settings", {}).get("config", {}))
+    existing = list(instance.get_dynamic_partitions(documents_partitions.name))
+    added, removed = partition_changes(settings, existing)
+    if added:
+        instance.add_dynamic_partitions(documents_partitions.name, added)
+    if removed:
+        remove_from_indexes(LanceDBResource(**resources.get("lancedb", {}).get("config", {})), removed)
+    for key in removed:
+        instance.delete_dynamic_partition(documents_partitions.name, key)
+    keys = settings.document_ids()
+    if doc_filter:
+        keys = [k for k in keys if k in set(doc_filter)]
+    print(f"ctxwin: {len(keys)} documents in {settings.documents_path()} (+{len(added)} -{len(removed)} partitions); Dagster home {home}")
+    job = defs.resolve_job_def(job_name)
+    run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+    if resources:
+        run_config["resources"] = resources
     failed: list[str] = []
     started_all = time.perf_counter()
     totals: dict[str, dict[str, float]] = {}
@@ -100,6 +126,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                 value = meta.get(field)
                 if isinstance(value, int | float):
                     agg[field] = agg.get(field, 0) + value
+    if job_name == "all_assets_job" and len(keys) > len(failed):
+        comparison_config = {"loggers": run_config["loggers"]}
+        if "evaluation" in run_config.get("resources", {}):
+            comparison_config["resources"] = {"evaluation": run_config["resources"]["evaluation"]}
+        comparison = defs.resolve_job_def("comparison_job").execute_in_process(
+            instance=instance, raise_on_error=False, run_config=comparison_config
+        )
+        print(f"experiment_comparison: {'ok' if comparison.success else 'FAILED'}")
+        if not comparison.success:
+            failed.append("experiment_comparison")
     print(f"\nSummary ({time.perf_counter() - started_all:.1f}s, {len(keys) - len(failed)} ok, {len(failed)} failed):")
     for asset, agg in totals.items():
         shown = ", ".join(f"{k}={v:,.3f}" if isinstance(v, float) and not v.is_integer() else f"{k}={int(v):,}" for k, v in agg.items())
@@ -107,6 +143,112 @@ def cmd_run(args: argparse.Namespace) -> int:
     if failed:
         print(f"failed documents: {', '.join(failed)} (see the messages above, or the runs in the Dagster UI)")
     return 1 if failed else 0
+
+
+EXPERIMENT_SECTIONS = ("settings", "pipeline", "contextualizer", "answerer", "embeddings", "evaluation", "lancedb")
+
+
+def load_experiment(ref: str) -> dict[str, Any]:
+    """An experiment definition from a JSON file, or by name from ``evaluations/experiments/``."""
+    import json
+
+    path = Path(ref)
+    if not path.suffix:
+        path = Path("evaluations/experiments") / f"{ref}.json"
+    if not path.is_file():
+        raise SystemExit(f"ctxwin: no experiment file {path}; write one (see evaluations/experiments/README.md) or pass --documents and --qa")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"ctxwin: {path} is not valid JSON ({exc}); fix the file") from None
+    unknown = set(data) - {"name", "description", "documents_dir", "qa_dir", "prepare", *EXPERIMENT_SECTIONS}
+    if unknown:
+        raise SystemExit(f"ctxwin: {path} has unknown keys {sorted(unknown)}; allowed: name, description, documents_dir, qa_dir, prepare, {', '.join(EXPERIMENT_SECTIONS)}")
+    data.setdefault("name", path.stem)
+    return data
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    if args.experiment_file:
+        exp = load_experiment(args.experiment_file)
+    elif args.documents and args.qa and args.name:
+        exp = {"name": args.name}
+    else:
+        raise SystemExit("ctxwin evaluate: give an experiment (file or name), or --documents, --qa and --name")
+    name = exp["name"]
+    documents = args.documents or exp.get("documents_dir")
+    qa = args.qa or exp.get("qa_dir")
+    if not documents or not qa:
+        raise SystemExit(f"ctxwin evaluate: experiment {name!r} needs documents_dir and qa_dir (or --documents and --qa)")
+    work = Path("data/experiments") / name
+    resources: dict[str, Any] = {section: {"config": dict(exp.get(section) or {})} for section in EXPERIMENT_SECTIONS}
+    resources["settings"]["config"].update(documents_dir=documents, qa_dir=qa)
+    resources["lancedb"]["config"].setdefault("uri", str(work / "lancedb"))
+    resources["evaluation"]["config"]["experiment"] = name
+    resources = {k: v for k, v in resources.items() if v["config"]}
+    print(f"experiment {name}: documents {documents}, questions {qa}")
+    return run_pipeline(
+        documents=documents,
+        dagster_home=args.dagster_home or str(work / "dagster_home"),
+        log_level=args.log_level,
+        resources=resources,
+    )
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import json
+
+    reports = Path(args.reports_dir)
+    payloads = []
+    for name in (args.a, args.b):
+        path = reports / name / "comparison.json"
+        if not path.is_file():
+            raise SystemExit(f"ctxwin compare: {path} is missing; run `ctxwin evaluate {name}` first")
+        payloads.append(json.loads(path.read_text(encoding="utf-8")))
+    means = [{(q["variant"], q["metric"]): q["mean"] for q in p["quality"]} for p in payloads]
+    keys = sorted(set(means[0]) & set(means[1]))
+    lines = [f"# {args.a} vs {args.b}", "", f"| variant | metric | {args.a} | {args.b} | Δ |", "| --- | --- | --- | --- | --- |"]
+    for variant, metric in keys:
+        a, b = means[0][(variant, metric)], means[1][(variant, metric)]
+        delta = "—" if a is None or b is None else f"{b - a:+.3f}"
+        fa = "—" if a is None else f"{a:.3f}"
+        fb = "—" if b is None else f"{b:.3f}"
+        lines.append(f"| {variant} | {metric} | {fa} | {fb} | {delta} |")
+    eff = [{e["variant"]: e for e in p["efficiency"]} for p in payloads]
+    lines += ["", f"| variant | index input chars ({args.a}) | ({args.b}) | context chars/question ({args.a}) | ({args.b}) |", "| --- | --- | --- | --- | --- |"]
+    for variant in sorted(set(eff[0]) & set(eff[1])):
+        e0, e1 = eff[0][variant], eff[1][variant]
+        lines.append(
+            f"| {variant} | {e0.get('index_input_chars') or 0:,.0f} | {e1.get('index_input_chars') or 0:,.0f} | "
+            f"{e0.get('context_chars_per_question') or 0:,.0f} | {e1.get('context_chars_per_question') or 0:,.0f} |"
+        )
+    text = "\n".join(lines) + "\n"
+    out = reports / f"{args.a}_vs_{args.b}.md"
+    out.write_text(text, encoding="utf-8")
+    print(text)
+    print(f"written to {out}")
+    return 0
+
+
+def cmd_review(args: argparse.Namespace) -> int:
+    from ctxwin_dagster.core.review import export_review, import_review, table4
+
+    if args.review_command == "export":
+        root = Path(args.results_dir) / args.experiment / "answers"
+        from ctxwin_dagster.defs.evaluation.assets import read_jsonl_folder
+
+        records = {v: read_jsonl_folder(root / v) for v in (args.a, args.b)}
+        for v, recs in records.items():
+            if not recs:
+                raise SystemExit(f"ctxwin review: no answers of {v} in {root / v}; run `ctxwin evaluate {args.experiment}` first")
+        out = Path(args.out or Path(args.reports_dir) / args.experiment / f"review_{args.a}_vs_{args.b}")
+        result = export_review(records[args.a], records[args.b], variant_a=args.a, variant_b=args.b, out_dir=out, seed=args.seed)
+        print(f"{result['n_questions']} blinded pairs: fill {result['csv']} (or open {result['html']}); keep {result['key']} away from reviewers")
+        return 0
+    df = import_review(args.csv, args.key)
+    t4 = table4(df)
+    print(t4.to_markdown() if hasattr(t4, "to_markdown") else t4.to_string())
+    return 0
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -168,6 +310,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_ask(args: argparse.Namespace) -> int:
+    from ctxwin_dagster.ask import run_cli
+
+    return run_cli(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ctxwin", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -192,6 +340,45 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--context-tokens", type=int, default=100, help="estimated tokens of one chunk context")
     plan.add_argument("--json", action="store_true", help="print the plans as JSON")
     plan.set_defaults(func=cmd_plan)
+    ask = sub.add_parser(
+        "ask",
+        help="answer questions over the indexes (retrieval + context windows, or sliding windows over a document)",
+        description="Answer a question (or every question read from standard input) over the indexes that `ctxwin run` built.",
+    )
+    from ctxwin_dagster.ask import add_ask_arguments
+
+    add_ask_arguments(ask)
+    ask.set_defaults(func=cmd_ask)
+
+    ev = sub.add_parser("evaluate", help="run an experiment: index, answer and score every document, then the comparison report")
+    ev.add_argument("experiment_file", nargs="?", help="experiment JSON file, or a name in evaluations/experiments/")
+    ev.add_argument("--documents", help="documents folder (overrides the experiment's)")
+    ev.add_argument("--qa", help="QA folder of JSONL files (overrides the experiment's)")
+    ev.add_argument("--name", help="experiment name when no experiment file is given")
+    ev.add_argument("--dagster-home", help="default data/experiments/<name>/dagster_home")
+    ev.add_argument("--log-level", default="WARNING")
+    ev.set_defaults(func=cmd_evaluate)
+
+    cmp_ = sub.add_parser("compare", help="compare two experiments' reports side by side")
+    cmp_.add_argument("a")
+    cmp_.add_argument("b")
+    cmp_.add_argument("--reports-dir", default="evaluations/reports")
+    cmp_.set_defaults(func=cmd_compare)
+
+    review = sub.add_parser("review", help="human review: export blinded answer pairs, or count the filled labels (Table 4)")
+    rsub = review.add_subparsers(dest="review_command", required=True)
+    rex = rsub.add_parser("export", help="blinded pairs of two variants' answers as CSV and a static HTML form")
+    rex.add_argument("experiment")
+    rex.add_argument("--a", default="t_rag")
+    rex.add_argument("--b", default="swb_rag")
+    rex.add_argument("--seed", type=int, default=0)
+    rex.add_argument("--out", help="default evaluations/reports/<experiment>/review_<a>_vs_<b>")
+    rex.add_argument("--results-dir", default="evaluations/results")
+    rex.add_argument("--reports-dir", default="evaluations/reports")
+    rt4 = rsub.add_parser("table4", help="Table 4 counts from a filled review CSV and its key")
+    rt4.add_argument("csv")
+    rt4.add_argument("key")
+    review.set_defaults(func=cmd_review)
     return parser
 
 

@@ -4,8 +4,14 @@ import dagster as dg
 
 all_assets_job = dg.define_asset_job(
     "all_assets_job",
-    selection=dg.AssetSelection.all(),
-    description="Materialize every asset for a document partition.",
+    selection=dg.AssetSelection.all() - dg.AssetSelection.assets("experiment_comparison"),
+    description="Materialize every per-document asset for a document partition.",
+)
+
+comparison_job = dg.define_asset_job(
+    "comparison_job",
+    selection=dg.AssetSelection.assets("experiment_comparison"),
+    description="The experiment's comparison report over every evaluated document.",
 )
 
 t_rag_job = dg.define_asset_job(
@@ -26,4 +32,4 @@ swb_rag_job = dg.define_asset_job(
     description="SWB-RAG: documents, chunks, global summary, batch contexts and their index.",
 )
 
-VARIANT_JOBS = (t_rag_job, cc_rag_job, swb_rag_job)
+VARIANT_JOBS = (t_rag_job, cc_rag_job, swb_rag_job, comparison_job)

@@ -188,3 +188,42 @@ def task_ledger(tasks):
     """Where a task engine records its calls."""
     chat = getattr(tasks, "chat", None)
     return chat.ledger if chat is not None else tasks.ledger
+
+
+class EvaluationSettings(dg.ConfigurableResource):
+    """How questions are answered and scored, and where an experiment's results go.
+
+    ``experiment`` names the folder of results (``{results_dir}/{experiment}``) and of the report
+    (``{reports_dir}/{experiment}``). ``enhance_mode`` is ``none``, ``neighbors`` (with
+    ``num_neighbors``), ``budget`` (with ``context_window_size`` characters per hit) or
+    ``focus`` (sentence-level re-ranking inside the top chunks; see ``core/enhance.py``).
+    """
+
+    experiment: str = "sample"
+    results_dir: str = "evaluations/results"
+    reports_dir: str = "evaluations/reports"
+    k: int = 4
+    enhance_mode: str = "none"
+    num_neighbors: int = 1
+    context_window_size: int = 3000
+    max_questions_per_document: int = 0  # 0 = all
+    max_failed_share: float = 0.2  # of NaN / failed scores per metric before the check fails
+    judge_model: str = ""
+    judge_base_url: str = ""
+
+    def results_path(self) -> Path:
+        return Path(self.results_dir) / self.experiment
+
+    def reports_path(self) -> Path:
+        return Path(self.reports_dir) / self.experiment
+
+    def enhancement(self) -> dict:
+        if self.enhance_mode == "none":
+            return {"enhance_mode": "none"}
+        if self.enhance_mode == "neighbors":
+            return {"num_neighbors": self.num_neighbors}
+        if self.enhance_mode == "budget":
+            return {"context_window_size": self.context_window_size}
+        if self.enhance_mode == "focus":
+            return {"enhance_mode": "focus"}
+        raise ValueError(f"enhance_mode {self.enhance_mode!r} is not known; use 'none', 'neighbors', 'budget' or 'focus'")

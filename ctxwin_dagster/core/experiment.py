@@ -1,0 +1,97 @@
+"""An experiment's comparison: quality, paired tests and efficiency of the variants, as a report.
+
+Plain Python over plain data: score rows (``ragas_eval`` / ``metrics.score_answers`` output),
+answer records, and per-variant indexing costs. :func:`compare_experiment` writes the report
+files and returns the tables.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .metrics import aggregate, aggregate_efficiency, scores_by_variant
+from .report import render_report
+from .stats import compare_variants
+
+__all__ = ["DEFAULT_METRICS", "compare_experiment", "INDEXING_FIELDS"]
+
+#: Metrics compared by default (those present in the rows are used).
+DEFAULT_METRICS = (
+    "span_hit", "span_char_recall", "hit@4", "mrr", "id_context_precision", "id_context_recall",
+    "answer_f1", "non_llm_context_precision_with_reference", "non_llm_context_recall",
+    "faithfulness", "answer_relevancy", "context_recall", "context_precision", "answer_correctness",
+)
+
+#: Indexing-cost fields summed per variant (from the contextualization assets).
+INDEXING_FIELDS = ("calls", "cache_hits", "input_tokens", "input_chars", "output_tokens", "cost_usd", "runtime_s")
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    return v
+
+
+def compare_experiment(
+    score_rows: Sequence[Mapping[str, Any]],
+    answer_rows: Sequence[Mapping[str, Any]],
+    indexing: Mapping[str, Mapping[str, float]],
+    out_dir: str | Path,
+    *,
+    title: str,
+    variants: Sequence[str] = ("t_rag", "cc_rag", "swb_rag"),
+    metrics: Sequence[str] | None = None,
+    table4: Any = None,
+    notes: Sequence[str] = (),
+    n_boot: int = 10_000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Means per variant, paired tests for every pair of variants, and the efficiency table.
+
+    ``indexing`` maps a variant to its contextualization totals (``INDEXING_FIELDS``); the
+    efficiency table shows those (prefixed ``index_``) beside the answering totals. Writes
+    ``report.md``, ``report.html``, the plots and ``comparison.json`` to ``out_dir``.
+    """
+    present = {v for v in (r.get("variant") for r in score_rows)}
+    order = [v for v in variants if v in present]
+    if len(order) < 2:
+        raise ValueError(
+            f"need scores of at least two variants to compare; found {sorted(present)}. "
+            "Materialize the *_ragas_scores assets for the experiment first."
+        )
+    available = set().union(*(r.keys() for r in score_rows))
+    chosen = [m for m in (metrics or DEFAULT_METRICS) if m in available]
+    quality = aggregate(score_rows, metrics=chosen, n_boot=2_000, seed=seed)
+    by_variant = scores_by_variant(score_rows, chosen)
+    pairs = [(a, b) for i, a in enumerate(order) for b in order[i + 1 :]]
+    comparison = compare_variants({v: by_variant.get(v, {}) for v in order}, chosen, pairs=pairs, n_boot=n_boot, seed=seed)
+    answering = {row["variant"]: row for row in aggregate_efficiency(answer_rows)}
+    eff_rows = []
+    for v in order:
+        row: dict[str, Any] = {"variant": v}
+        for f in INDEXING_FIELDS:
+            row[f"index_{f}"] = float(indexing.get(v, {}).get(f, 0.0))
+        a = answering.get(v, {})
+        for f in ("n_questions", "runtime_s", "input_tokens", "input_chars", "output_tokens", "cost_usd", "context_chars_per_question"):
+            row[f"answer_{f}" if f not in ("n_questions", "context_chars_per_question") else f] = a.get(f)
+        eff_rows.append(row)
+    efficiency = pd.DataFrame(eff_rows)
+    out = Path(out_dir)
+    rendered = render_report(comparison, quality, efficiency, out, title=title, table4=table4, notes=notes)
+    payload = {
+        "title": title,
+        "variants": order,
+        "metrics": chosen,
+        "quality": [{k: _clean(v) for k, v in r.items()} for r in quality],
+        "comparison": json.loads(comparison.to_json(orient="records")),
+        "efficiency": json.loads(efficiency.to_json(orient="records")),
+        "n_questions": {v: len(by_variant.get(v, {})) for v in order},
+    }
+    (out / "comparison.json").write_text(json.dumps(payload, indent=2, ensure_ascii=False), encoding="utf-8")
+    return {"paths": rendered["paths"], "markdown": rendered["markdown"], "quality": quality, "comparison": comparison, "efficiency": efficiency}

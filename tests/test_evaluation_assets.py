@@ -1,0 +1,65 @@
+"""The evaluation stage in process: QA sets, answers per variant, scores, the comparison report."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import dagster as dg
+
+import ctxwin_dagster.definitions as definitions
+from ctxwin_dagster.defs.resources import (
+    ChatModelResource,
+    EmbeddingsResource,
+    EvaluationSettings,
+    LanceDBResource,
+    PipelineSettings,
+    ProjectSettings,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_evaluation_graph_writes_a_comparison_report(tmp_path):
+    docs = tmp_path / "documents"
+    docs.mkdir()
+    shutil.copy(ROOT / "data" / "documents" / "squad_Normans.txt", docs)
+    evaluation = EvaluationSettings(
+        experiment="unit", results_dir=str(tmp_path / "results"), reports_dir=str(tmp_path / "reports"), max_questions_per_document=25
+    )
+    resources = {
+        "settings": ProjectSettings(documents_dir=str(docs), qa_dir=str(ROOT / "data" / "qa")),
+        "pipeline": PipelineSettings(),
+        "contextualizer": ChatModelResource(),
+        "answerer": ChatModelResource(),
+        "evaluation": evaluation,
+        "embeddings": EmbeddingsResource(cache_dir=str(tmp_path / "cache")),
+        "lancedb": LanceDBResource(uri=str(tmp_path / "lancedb")),
+    }
+    all_assets = [a for a in vars(definitions).values() if isinstance(a, dg.AssetsDefinition)]
+    comparison_asset = definitions.experiment_comparison
+    partitioned = [a for a in all_assets if a is not comparison_asset]
+    assert len(partitioned) == 15
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("documents", ["squad_Normans"])
+        result = dg.materialize(partitioned, resources=resources, partition_key="squad_Normans", instance=instance)
+        assert result.success
+        qa = result.output_for_node("qa_sets")
+        assert len(qa) == 208 and all(q["doc_id"] == "squad_Normans" for q in qa)
+        answers = result.output_for_node("swb_rag_answers")
+        assert len(answers) == 25
+        answerable = [a for a in answers if a["reference_spans"]]
+        assert answerable and all(a["retrieved"] and a["contexts"] for a in answerable)
+        checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+        assert checks["few_nan_scores"] and checks["reference_spans_valid"]
+        comparison = dg.materialize([comparison_asset], resources=resources, instance=instance)
+        assert comparison.success
+    report = tmp_path / "reports" / "unit"
+    assert {"report.md", "report.html", "comparison.json", "quality.png"} <= {p.name for p in report.iterdir()}
+    payload = json.loads((report / "comparison.json").read_text())
+    assert payload["variants"] == ["t_rag", "cc_rag", "swb_rag"]
+    assert {"span_hit", "mrr"} <= set(payload["metrics"])
+    assert any(row["metric"] == "span_hit" for row in payload["comparison"])
+    md = (report / "report.md").read_text()
+    assert "Paired tests" in md and "Efficiency" in md
