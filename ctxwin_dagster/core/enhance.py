@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .metrics import union_length
 from .splitting import Chunk
 from .windows import Window, join_windows, merge_windows, neighbor_windows, span_text, stitch_windows
 
@@ -296,22 +297,10 @@ def _line_region(text: str, a: int, b: int) -> tuple[int, int]:
 
 
 def _union_chars(spans: list[tuple[str, int, int]]) -> int:
-    total = 0
     by_doc: dict[str, list[tuple[int, int]]] = {}
     for d, s, e in spans:
         by_doc.setdefault(d, []).append((s, e))
-    for lst in by_doc.values():
-        cur_s = cur_e = None
-        for s, e in sorted(lst):
-            if cur_e is None or s > cur_e:
-                if cur_e is not None:
-                    total += cur_e - cur_s
-                cur_s, cur_e = s, e
-            else:
-                cur_e = max(cur_e, e)
-        if cur_e is not None:
-            total += cur_e - cur_s
-    return total
+    return sum(union_length(lst) for lst in by_doc.values())
 
 
 def focus_windows(

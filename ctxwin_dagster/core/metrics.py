@@ -213,7 +213,8 @@ def _span(value: Any, where: str) -> tuple[int, int, str | None]:
     return int(start), int(end), (None if doc is None else str(doc))
 
 
-def _union_length(spans: Iterable[tuple[int, int]]) -> int:
+def union_length(spans: Iterable[tuple[int, int]]) -> int:
+    """Characters covered by the union of ``[start, end)`` spans (overlaps counted once)."""
     total, cur_s, cur_e = 0, None, None
     for s, e in sorted(spans):
         if cur_e is None or s > cur_e:
@@ -230,7 +231,7 @@ def _union_length(spans: Iterable[tuple[int, int]]) -> int:
 def _covered(ref: Sequence[tuple[int, int]], cover: Sequence[tuple[int, int]]) -> int:
     """Characters of the union of ``ref`` that the union of ``cover`` covers."""
     pieces = [(max(s, cs), min(e, ce)) for s, e in ref for cs, ce in cover if max(s, cs) < min(e, ce)]
-    return _union_length(pieces)
+    return union_length(pieces)
 
 
 def _overlaps(start: int, end: int, spans: Sequence[tuple[int, int]]) -> bool:
@@ -408,7 +409,7 @@ def score_record(
         ctx_spans = _context_spans(record, where)
         if ref_spans and ctx_spans is not None:
             out["span_hit"] = float(any(cs <= s and e <= ce for s, e in ref_spans for cs, ce in ctx_spans))
-            out["span_char_recall"] = _covered(ref_spans, ctx_spans) / _union_length(ref_spans)
+            out["span_char_recall"] = _covered(ref_spans, ctx_spans) / union_length(ref_spans)
         if ref_spans:
             doc_id = out["doc_id"]
             relevant = [

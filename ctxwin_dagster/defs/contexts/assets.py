@@ -33,7 +33,24 @@ def _limit_check(name: str, records, chat: ChatModelResource, pipeline: Pipeline
     )
 
 
-def _context_checks(asset: str, chunks: list[Chunk], contexts, records, chat, pipeline) -> list[dg.AssetCheckResult]:
+def _contexts_result(contexts, chunks, records, tasks, chat, pipeline, started: float, **extra) -> dg.MaterializeResult:
+    """The contexts with their checks and the metadata shown in the UI."""
+    return dg.MaterializeResult(
+        value=contexts,
+        check_results=_context_checks(chunks, contexts, records, chat, pipeline),
+        metadata={
+            "engine": getattr(tasks, "engine", ""),
+            "model": getattr(tasks, "model", ""),
+            "n_contexts": len(contexts),
+            **extra,
+            "fallbacks": sum(1 for c in contexts if c.fallback),
+            "errors": sum(1 for c in contexts if c.error),
+            **call_metadata(records, time.perf_counter() - started),
+        },
+    )
+
+
+def _context_checks(chunks: list[Chunk], contexts, records, chat, pipeline) -> list[dg.AssetCheckResult]:
     by_id = {c.chunk_id: c for c in contexts}
     missing = [c.chunk_id for c in chunks if not (by_id.get(c.chunk_id) and by_id[c.chunk_id].context.strip())]
     return [
@@ -115,18 +132,7 @@ def cc_rag_contexts(
         mark = len(ledger)
         contexts = tasks.contextualize_cc(raw_documents.text, chunks, doc_id=raw_documents.doc_id)
         records = ledger.since(mark)
-    return dg.MaterializeResult(
-        value=contexts,
-        check_results=_context_checks("cc_rag_contexts", chunks, contexts, records, contextualizer, pipeline),
-        metadata={
-            "engine": getattr(tasks, "engine", ""),
-            "model": getattr(tasks, "model", ""),
-            "n_contexts": len(contexts),
-            "fallbacks": sum(1 for c in contexts if c.fallback),
-            "errors": sum(1 for c in contexts if c.error),
-            **call_metadata(records, time.perf_counter() - started),
-        },
-    )
+    return _contexts_result(contexts, chunks, records, tasks, contextualizer, pipeline, started)
 
 
 @dg.asset(
@@ -162,16 +168,6 @@ def swb_rag_contexts(
     fallbacks = sum(1 for c in contexts if c.fallback)
     if fallbacks:
         context.log.warning(f"{fallbacks} chunks of {raw_documents.doc_id} fell back to single-chunk calls")
-    return dg.MaterializeResult(
-        value=contexts,
-        check_results=_context_checks("swb_rag_contexts", chunks, contexts, records, contextualizer, pipeline),
-        metadata={
-            "engine": getattr(tasks, "engine", ""),
-            "model": getattr(tasks, "model", ""),
-            "n_contexts": len(contexts),
-            "batches": -(-len(chunks) // pipeline.swb_batch_size),
-            "fallbacks": fallbacks,
-            "errors": sum(1 for c in contexts if c.error),
-            **call_metadata(records, time.perf_counter() - started),
-        },
+    return _contexts_result(
+        contexts, chunks, records, tasks, contextualizer, pipeline, started, batches=-(-len(chunks) // pipeline.swb_batch_size)
     )
