@@ -24,8 +24,15 @@ __all__ = ["DEFAULT_METRICS", "compare_experiment", "INDEXING_FIELDS"]
 #: Metrics compared by default (those present in the rows are used).
 DEFAULT_METRICS = (
     "span_hit", "span_char_recall", "hit@4", "mrr", "id_context_precision", "id_context_recall",
-    "answer_f1", "non_llm_context_precision_with_reference", "non_llm_context_recall",
+    "answer_f1", "not_found_correct", "non_llm_context_precision_with_reference", "non_llm_context_recall",
     "faithfulness", "answer_relevancy", "context_recall", "context_precision", "answer_correctness",
+)
+
+#: Scores from RAGAS that, like ctxwin's retrieval metrics, apply to answerable questions only.
+RAGAS_ANSWERABLE = (
+    "non_llm_context_precision_with_reference", "non_llm_context_recall", "id_based_context_precision",
+    "id_based_context_recall", "faithfulness", "answer_relevancy", "context_recall", "context_precision",
+    "answer_correctness",
 )
 
 #: Indexing-cost fields summed per variant (from the contextualization assets).
@@ -67,7 +74,7 @@ def compare_experiment(
         )
     available = set().union(*(r.keys() for r in score_rows))
     chosen = [m for m in (metrics or DEFAULT_METRICS) if m in available]
-    quality = aggregate(score_rows, metrics=chosen, n_boot=2_000, seed=seed)
+    quality = aggregate(score_rows, metrics=chosen, populations={m: "answerable" for m in RAGAS_ANSWERABLE}, n_boot=2_000, seed=seed)
     by_variant = scores_by_variant(score_rows, chosen)
     pairs = [(a, b) for i, a in enumerate(order) for b in order[i + 1 :]]
     comparison = compare_variants({v: by_variant.get(v, {}) for v in order}, chosen, pairs=pairs, n_boot=n_boot, seed=seed)
