@@ -294,3 +294,29 @@ def test_ragas_embeddings_wraps_the_local_embedder():
     assert len(vecs) == 2 and len(vecs[0]) == 384
     one = emb.embed_text("Paris is the capital of France.")
     assert np.allclose(one, vecs[0], atol=1e-5)
+
+
+def test_nan_heavy_scores_fail_the_asset_check(tmp_path):
+    """The *_ragas_scores asset fails its check when NaNs exceed the threshold, and passes a clean set."""
+    import dagster as dg
+
+    from ctxwin_dagster.core.splitting import Chunk
+    from ctxwin_dagster.defs.evaluation.assets import t_rag_ragas_scores
+    from ctxwin_dagster.defs.resources import EmbeddingsResource, EvaluationSettings
+
+    chunks = [Chunk(c["chunk_id"], "d", i, c["start"], c["end"], c["text"]) for i, c in enumerate(CATALOG["d"])]
+    heavy = [rec(f"n{i}", "t_rag", [0, 1], [[900, 950]]) for i in range(5)] + [rec("ok", "t_rag", [1], [[210, 250]])]
+    clean = [rec(f"c{i}", "t_rag", [1, 2], [[210, 250]]) for i in range(4)]
+    evaluation = EvaluationSettings(experiment="nan", results_dir=str(tmp_path), max_failed_share=0.2)
+    outcomes = {}
+    for name, records in (("heavy", heavy), ("clean", clean)):
+        with dg.build_asset_context(partition_key="d") as context:
+            result = t_rag_ragas_scores(context, evaluation=evaluation, embeddings=EmbeddingsResource(), answers=records, chunks=chunks)
+        check = result.check_results[0]
+        outcomes[name] = check.passed
+        if name == "heavy":
+            assert check.metadata["worst_share"].value == 0.833  # 5 of 6, rounded
+            assert "id_based_context_recall" in check.metadata["metrics_over"].value
+            assert result.metadata["nan_or_failed"].value > 0
+    assert outcomes == {"heavy": False, "clean": True}
+    assert (tmp_path / "nan" / "scores" / "t_rag" / "d.jsonl").is_file()
