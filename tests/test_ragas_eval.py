@@ -317,6 +317,6 @@ def test_nan_heavy_scores_fail_the_asset_check(tmp_path):
         if name == "heavy":
             assert check.metadata["worst_share"].value == 0.833  # 5 of 6, rounded
             assert "id_based_context_recall" in check.metadata["metrics_over"].value
-            assert result.metadata["nan_or_failed"].value > 0
+            assert result.metadata["nan_or_failed"] > 0
     assert outcomes == {"heavy": False, "clean": True}
     assert (tmp_path / "nan" / "scores" / "t_rag" / "d.jsonl").is_file()
