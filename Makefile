@@ -34,6 +34,8 @@ test: setup
 bench: setup
 	$(BIN)/python benchmarks/bench_tokens.py
 	$(BIN)/python benchmarks/bench_splitting.py
+	$(BIN)/python benchmarks/bench_chat.py
+	$(BIN)/python benchmarks/bench_embeddings.py
 
 dev: setup
 	$(BIN)/dagster dev -w workspace.yaml
