@@ -232,10 +232,11 @@ def read_text_document(
     _check_suffix(p)
     doc_id = doc_id_from_path(p)
     data = p.read_bytes()
-    text = _decode(p, data)
-    n_tokens = None
-    if count_tokens is not None:
-        n_tokens = int(count_tokens(text))
+    return _document(p, doc_id, data, _decode(p, data), count_tokens)
+
+
+def _document(p: Path, doc_id: str, data: bytes, text: str, count_tokens: Callable[[str], int] | None) -> Document:
+    """The :class:`Document` of a file's bytes and its extracted text."""
     return Document(
         doc_id=doc_id,
         sha256=hashlib.sha256(data).hexdigest(),
@@ -243,7 +244,7 @@ def read_text_document(
         title=_title_of(text, doc_id),
         source_path=str(p),
         n_chars=len(text),
-        n_tokens=n_tokens,
+        n_tokens=None if count_tokens is None else int(count_tokens(text)),
     )
 
 
@@ -342,12 +343,4 @@ def read_document(path: str | Path, *, count_tokens: Callable[[str], int] | None
         text = _html_text(p, data)
         if not text.strip():
             raise DocumentError(f"{p.name!r} ({p}) has no visible text; check the file, or provide a .txt version.")
-    return Document(
-        doc_id=doc_id,
-        sha256=hashlib.sha256(data).hexdigest(),
-        text=text,
-        title=_title_of(text, doc_id),
-        source_path=str(p),
-        n_chars=len(text),
-        n_tokens=None if count_tokens is None else int(count_tokens(text)),
-    )
+    return _document(p, doc_id, data, text, count_tokens)
