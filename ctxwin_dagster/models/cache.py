@@ -261,14 +261,7 @@ class ResponseCache:
 
     def put(self, key: str, value: Any) -> None:
         """Store a JSON value under ``key`` (replacing any previous one) in one transaction."""
-        data = _dumps_value(value)
-        self._write(
-            self._conn(),
-            lambda c: c.execute(
-                "INSERT OR REPLACE INTO entries (key, kind, value, created) VALUES (?, 'json', ?, ?)",
-                (key, data, time.time()),
-            ),
-        )
+        self._write(self._conn(), _json_insert(key, _dumps_value(value)))
 
     def try_put(self, key: str, value: Any) -> bool:
         """:meth:`put` without waiting: False (nothing stored) when another writer holds the file.
@@ -276,17 +269,11 @@ class ResponseCache:
         For callers that must not block, such as an event loop; on False, call :meth:`put`
         from a thread that may wait.
         """
-        data = _dumps_value(value)
+        write = _json_insert(key, _dumps_value(value))
         conn = self._conn()
         conn.execute("PRAGMA busy_timeout = 0")
         try:
-            self._write(
-                conn,
-                lambda c: c.execute(
-                    "INSERT OR REPLACE INTO entries (key, kind, value, created) VALUES (?, 'json', ?, ?)",
-                    (key, data, time.time()),
-                ),
-            )
+            self._write(conn, write)
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
                 return False
@@ -356,6 +343,14 @@ class ResponseCache:
         self._write(self._conn(), lambda c: c.execute("DELETE FROM entries"))
 
 
+def _json_insert(key: str, data: bytes):
+    """The write that stores serialized JSON ``data`` under ``key``."""
+    return lambda c: c.execute(
+        "INSERT OR REPLACE INTO entries (key, kind, value, created) VALUES (?, 'json', ?, ?)",
+        (key, data, time.time()),
+    )
+
+
 class NullCache:
     """The :class:`ResponseCache` API, storing nothing: every lookup misses.
 
@@ -387,31 +382,6 @@ class NullCache:
 
     def put(self, key: str, value: Any) -> None:
         _dumps_value(value)  # same validation as the real cache
-
-    def try_put(self, key: str, value: Any) -> bool:
-        """:meth:`put` without waiting: False (nothing stored) when another writer holds the file.
-
-        For callers that must not block, such as an event loop; on False, call :meth:`put`
-        from a thread that may wait.
-        """
-        data = _dumps_value(value)
-        conn = self._conn()
-        conn.execute("PRAGMA busy_timeout = 0")
-        try:
-            self._write(
-                conn,
-                lambda c: c.execute(
-                    "INSERT OR REPLACE INTO entries (key, kind, value, created) VALUES (?, 'json', ?, ?)",
-                    (key, data, time.time()),
-                ),
-            )
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                return False
-            raise
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
-        return True
 
     def try_put(self, key: str, value: Any) -> bool:
         self.put(key, value)
