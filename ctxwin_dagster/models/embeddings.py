@@ -38,6 +38,15 @@ from typing import Any
 
 import numpy as np
 
+from ctxwin_dagster.core.embedding_window import (
+    OVERSIZE_MODES,
+    EmbeddingLimits,
+    EmbeddingTokenizer,
+    RowPlan,
+    fit_text,
+    get_embedding_limits,
+)
+
 from .cache import NullCache, ResponseCache
 
 __all__ = [
@@ -77,6 +86,9 @@ class EmbeddingStats:
     ``texts_encoded`` the texts actually run through the model or sent to the server;
     ``cache_hits`` the texts served from the cache; ``duplicates`` the repeats within one call
     that were encoded only once. ``requested = encoded + cache_hits + duplicates``.
+    ``texts_over_window`` counts texts longer than the model's window: with ``oversize="pool"``
+    they were embedded in ``extra_pieces`` more pieces and pooled, with ``"truncate"`` the model
+    cut ``tokens_cut`` tokens of them.
     """
 
     calls: int = 0
@@ -86,6 +98,9 @@ class EmbeddingStats:
     duplicates: int = 0
     batches: int = 0
     encode_seconds: float = 0.0
+    texts_over_window: int = 0
+    extra_pieces: int = 0
+    tokens_cut: int = 0
 
     def reset(self) -> None:
         for name in self.__slots__:  # type: ignore[attr-defined]
@@ -116,11 +131,75 @@ class _CachedEmbedder:
     model: str
     dim: int
 
-    def __init__(self, cache: ResponseCache | NullCache | None, progress: ProgressFn | None) -> None:
+    def __init__(self, cache: ResponseCache | NullCache | None, progress: ProgressFn | None, oversize: str = "pool") -> None:
+        if oversize not in OVERSIZE_MODES:
+            raise ValueError(f"oversize must be one of {OVERSIZE_MODES}; got {oversize!r}")
         self.cache = cache if cache is not None else NullCache()
         self.progress = progress
+        self.oversize = oversize
         self.stats = EmbeddingStats()
         self._stats_lock = threading.Lock()
+        self._tokenizer: EmbeddingTokenizer | None = None
+
+    # Subclasses say what their model reads.
+    @property
+    def limits(self) -> EmbeddingLimits:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _make_tokenizer(self) -> EmbeddingTokenizer:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def tokenizer(self) -> EmbeddingTokenizer:
+        """The model's own tokenizer (loaded on first use)."""
+        if self._tokenizer is None:
+            self._tokenizer = self._make_tokenizer()
+        return self._tokenizer
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """L2-normalized float32 vectors of ``texts``, shape ``(len(texts), dim)``.
+
+        Nothing is cut silently: a text longer than the model's window (counted with the
+        model's own tokenizer) is embedded in window-sized pieces whose vectors are pooled
+        (``oversize="pool"``, the default); with ``oversize="truncate"`` the model cuts it and
+        the tokens lost are counted in :attr:`stats`. Repeated texts are encoded once; texts
+        whose vector is in the cache are not encoded.
+        """
+        texts = self._check_texts(texts)
+        if not texts:
+            return self._embed_fitting(texts)
+        limits = self.limits
+        offsets = self.tokenizer.offsets_many(texts)
+        fits = [fit_text(t, self.tokenizer, limits, oversize=self.oversize, offsets=o) for t, o in zip(texts, offsets, strict=True)]
+        over = [f for f in fits if f.over_window]
+        with self._stats_lock:
+            self.stats.texts_over_window += len(over)
+            self.stats.tokens_cut += sum(f.tokens_cut for f in over)
+            self.stats.extra_pieces += sum(len(f.pieces) - 1 for f in over if len(f.pieces) > 1)
+        if not any(len(f.pieces) > 1 for f in fits):
+            return self._embed_fitting(texts)
+        return self._pool([[(f.pieces or ("",), f.weights or (1.0,), 1.0)] for f in fits])
+
+    def embed_plans(self, plans: Sequence[RowPlan]) -> np.ndarray:
+        """The vectors of index rows planned by :func:`~ctxwin_dagster.core.embedding_window.plan_row`.
+
+        Each part's pieces are embedded and pooled by their weights, the parts combined by
+        theirs, and the row vector L2-normalized. The pieces already fit the window (or are
+        given as they are under ``oversize="truncate"``), so they are not fitted again.
+        """
+        return self._pool([[(p.pieces or ("",), p.piece_weights or (1.0,), p.weight) for p in plan.parts] for plan in plans])
+
+    def _pool(self, rows: Sequence[Sequence[tuple[Sequence[str], Sequence[float], float]]]) -> np.ndarray:
+        flat: list[str] = [piece for parts in rows for pieces, _, _ in parts for piece in pieces]
+        vecs = self._embed_fitting(flat)
+        out = np.zeros((len(rows), vecs.shape[1] if len(flat) else self.dim), dtype=np.float32)
+        i = 0
+        for r, parts in enumerate(rows):
+            for pieces, weights, weight in parts:
+                n = len(pieces)
+                out[r] += weight * (np.asarray(weights, dtype=np.float32)[:, None] * vecs[i : i + n]).sum(axis=0)
+                i += n
+        return l2_normalize(out)
 
     # Subclasses encode a list of unique, uncached texts into an (n, dim) array.
     def _encode(self, texts: list[str]) -> np.ndarray:  # pragma: no cover - abstract
@@ -136,17 +215,19 @@ class _CachedEmbedder:
         """Texts served from the cache."""
         return self.stats.cache_hits
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """L2-normalized float32 vectors of ``texts``, shape ``(len(texts), dim)``.
-
-        Repeated texts are encoded once; texts whose vector is in the cache are not encoded.
-        """
+    @staticmethod
+    def _check_texts(texts: Sequence[str]) -> list[str]:
         if isinstance(texts, str):
             raise TypeError("embed() takes a list of texts; wrap a single text in a list")
         texts = list(texts)
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise TypeError(f"texts[{i}] is a {type(t).__name__}; embed() takes strings")
+        return texts
+
+    def _embed_fitting(self, texts: list[str]) -> np.ndarray:
+        """Vectors of texts that fit the window (or are to be cut by the model): dedupe, cache,
+        encode the misses, normalize."""
         n = len(texts)
         with self._stats_lock:
             self.stats.calls += 1
@@ -281,6 +362,8 @@ class LocalEmbedder(_CachedEmbedder):
         show_progress: log progress (and show a tqdm bar) when more than one block of
             ``batch_size * 16`` texts is encoded.
         progress: ``fn(done, total)`` called after each encoded block.
+        oversize: ``"pool"`` (texts over the model's 256 word pieces are embedded in pieces and
+            pooled) or ``"truncate"`` (the model cuts them; counted in :attr:`stats`).
 
     Attributes:
         model: ``"all-MiniLM-L6-v2"`` (the name used in cache keys and records).
@@ -303,12 +386,14 @@ class LocalEmbedder(_CachedEmbedder):
         cache: ResponseCache | NullCache | None = None,
         show_progress: bool = False,
         progress: ProgressFn | None = None,
+        oversize: str = "pool",
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1; got {batch_size}")
         if not device:
             raise ValueError("device is empty; use 'cpu', 'cuda' or 'mps'")
-        super().__init__(cache, progress)
+        super().__init__(cache, progress, oversize)
+        self._limits: EmbeddingLimits | None = None
         self.model_path = Path(model_path) if model_path is not None else None
         self.batch_size = batch_size
         self.device = device
@@ -324,6 +409,28 @@ class LocalEmbedder(_CachedEmbedder):
         """The loaded ``SentenceTransformer`` (loads it on first use)."""
         path = self.model_path or _default_model_path()
         return _load_sentence_transformer(path, self.device)
+
+    def _folder(self) -> Path:
+        return self.model_path or _default_model_path()
+
+    @property
+    def limits(self) -> EmbeddingLimits:
+        """The model's window: its ``max_seq_length`` in word pieces, special tokens included,
+        read from the model folder without loading the model (256 for all-MiniLM-L6-v2)."""
+        if self._limits is None:
+            folder = self._folder()
+            max_len = _max_seq_length(folder)
+            if max_len is None:
+                max_len = int(self.sentence_transformer.max_seq_length)
+            self._limits = EmbeddingLimits(
+                self.model, max_len, self.tokenizer.special_tokens, "WordPiece (the model's own tokenizer.json)"
+            )
+        return self._limits
+
+    def _make_tokenizer(self) -> EmbeddingTokenizer:
+        from .embedding_tokenizers import HFTokenizer
+
+        return HFTokenizer(self._folder())
 
     def _loaded_dim(self) -> int:
         st = self.sentence_transformer
@@ -382,6 +489,18 @@ class LocalEmbedder(_CachedEmbedder):
         return out
 
 
+def _max_seq_length(folder: Path) -> int | None:
+    """``max_seq_length`` from a sentence-transformers folder's ``sentence_bert_config.json``."""
+    import json
+
+    cfg = folder / "sentence_bert_config.json"
+    try:
+        value = json.loads(cfg.read_text(encoding="utf-8")).get("max_seq_length")
+    except (OSError, ValueError):
+        return None
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
 def _local_model_name(path: Path) -> str:
     """A readable model name for a local folder (its name), used in cache keys."""
     return path.resolve().name or str(path)
@@ -408,6 +527,10 @@ class OpenAIEmbedder(_CachedEmbedder):
         max_retries: retries with backoff on 429/5xx/timeouts (the ``openai`` client's own).
         timeout_s: per-request timeout.
         max_concurrency: requests in flight at once.
+        oversize: ``"pool"`` (texts over the window are embedded in pieces and pooled) or
+            ``"truncate"`` (the server cuts them; counted in :attr:`stats`).
+        max_input_tokens: the model's window when the registry does not know it (see
+            :func:`~ctxwin_dagster.core.embedding_window.get_embedding_limits`).
 
     Example::
 
@@ -429,6 +552,8 @@ class OpenAIEmbedder(_CachedEmbedder):
         timeout_s: float = 60.0,
         max_concurrency: int = 4,
         progress: ProgressFn | None = None,
+        oversize: str = "pool",
+        max_input_tokens: int | None = None,
     ) -> None:
         if not model or not model.strip():
             raise ValueError("model is empty; pass the embedding model name the server knows")
@@ -442,7 +567,10 @@ class OpenAIEmbedder(_CachedEmbedder):
             raise ValueError(f"timeout_s must be > 0; got {timeout_s}")
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1; got {max_concurrency}")
-        super().__init__(cache, progress)
+        if max_input_tokens is not None and max_input_tokens < 1:
+            raise ValueError(f"max_input_tokens must be >= 1 or None; got {max_input_tokens}")
+        super().__init__(cache, progress, oversize)
+        self._limits = get_embedding_limits(model, max_tokens=max_input_tokens)
         self.model = model
         self.base_url = base_url
         self.batch_size = batch_size
@@ -468,6 +596,17 @@ class OpenAIEmbedder(_CachedEmbedder):
 
     def _known_dim(self) -> int | None:
         return self._dim
+
+    @property
+    def limits(self) -> EmbeddingLimits:
+        """The model's window from the registry (8,191 tokens for ``text-embedding-3-*``), or
+        ``max_input_tokens``; counts are exact only with the model's own encoding."""
+        return self._limits
+
+    def _make_tokenizer(self) -> EmbeddingTokenizer:
+        from .embedding_tokenizers import TiktokenTokenizer
+
+        return TiktokenTokenizer(self.model)
 
     def _cache_model(self) -> str:
         # Vectors shortened with ``dimensions`` differ from the full ones: keep them apart.

@@ -39,6 +39,10 @@ ANN_MIN_ROWS = 20_000
 
 _STR_FIELDS = ("chunk_id", "doc_id", "doc_sha256", "section", "text", "context", "embedded_text", "context_engine")
 _INT_FIELDS = ("chunk_index", "start", "end")
+# How a row was embedded (core.embedding_window.RowPlan.to_dict): nullable, added to tables
+# written before they existed.
+_EMBED_STR_FIELDS = ("embed_strategy",)
+_EMBED_INT_FIELDS = ("embed_pieces", "chunk_tokens", "context_tokens", "context_tokens_cut", "chunk_tokens_cut")
 
 
 class IndexError_(RuntimeError):
@@ -50,8 +54,18 @@ def _schema(dim: int) -> pa.Schema:
         [pa.field(f, pa.string()) for f in _STR_FIELDS[:2]]
         + [pa.field(f, pa.int64()) for f in _INT_FIELDS]
         + [pa.field(f, pa.string()) for f in _STR_FIELDS[2:]]
+        + [pa.field(f, pa.string()) for f in _EMBED_STR_FIELDS]
+        + [pa.field(f, pa.int64()) for f in _EMBED_INT_FIELDS]
         + [pa.field("vector", pa.list_(pa.float32(), dim))]
     )
+
+
+def _add_missing_fields(table: Any, schema: pa.Schema) -> None:
+    """Add (as nulls) the columns of ``schema`` that a table written by an older version lacks."""
+    have = set(table.schema.names)
+    missing = [f for f in schema if f.name not in have]
+    if missing:
+        table.add_columns(missing)
 
 
 def _quote(value: str) -> str:
@@ -136,6 +150,10 @@ class ChunkIndex:
         data["doc_sha256"] = [str(r.get("doc_sha256") or doc_sha256) for r in rows]
         for f in _INT_FIELDS:
             data[f] = [int(r[f]) for r in rows]
+        for f in _EMBED_STR_FIELDS:
+            data[f] = [None if r.get(f) is None else str(r[f]) for r in rows]
+        for f in _EMBED_INT_FIELDS:
+            data[f] = [None if r.get(f) is None else int(r[f]) for r in rows]
         data["vector"] = list(vectors)
         schema = _schema(dim)
         arrays = [
@@ -152,6 +170,7 @@ class ChunkIndex:
                 f"table {self.table_name(variant)!r} in {self.uri} holds {existing_dim}-dim vectors but the embedder "
                 f"gives {dim}; use the same embedding model, or drop the table (or use another uri) to re-index"
             )
+        _add_missing_fields(table, schema)
         for attempt in range(retries + 1):
             try:
                 result = (

@@ -5,40 +5,54 @@ import time
 import dagster as dg
 
 from ctxwin_dagster.core.documents import Document
+from ctxwin_dagster.core.embedding_window import plan_rows, window_report
 from ctxwin_dagster.core.splitting import Chunk
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import EmbeddingsResource, LanceDBResource
 
 
-def embedded_text(chunk: Chunk, context: str) -> str:
-    """What is embedded: the situating context, a blank line, then the chunk (as in contextual retrieval)."""
-    return f"{context.strip()}\n\n{chunk.text}" if context and context.strip() else chunk.text
-
-
-def index_rows(doc: Document, chunks: list[Chunk], contexts) -> list[dict]:
+def index_rows(doc: Document, chunks: list[Chunk], contexts, embedder, embeddings: EmbeddingsResource) -> tuple[list[dict], list]:
+    """The table rows of ``chunks`` and the plans of what each row embeds (exact counts with
+    the embedder's own tokenizer; see :mod:`ctxwin_dagster.core.embedding_window`)."""
     by_id = {c.chunk_id: c for c in contexts or []}
+    texts = [by_id[c.chunk_id].context if c.chunk_id in by_id else "" for c in chunks]
+    plans = plan_rows(
+        [(c.text, t) for c, t in zip(chunks, texts, strict=True)],
+        tokenizer=embedder.tokenizer,
+        limits=embedder.limits,
+        strategy=embeddings.row_strategy,
+        oversize=embeddings.oversize,
+        context_weight=embeddings.context_weight,
+    )
     rows = []
-    for chunk in chunks:
+    for chunk, text, plan in zip(chunks, texts, plans, strict=True):
         ctx = by_id.get(chunk.chunk_id)
-        text = ctx.context if ctx is not None else ""
         rows.append(
             {
                 **chunk.to_dict(),
                 "doc_sha256": doc.sha256,
                 "context": text,
                 "context_engine": ctx.engine if ctx is not None else "",
-                "embedded_text": embedded_text(chunk, text),
+                "embedded_text": plan.embedded_text,
+                **plan.to_dict(),
             }
         )
-    return rows
+    return rows, plans
 
 
 def write_index(context, variant: str, doc: Document, chunks: list[Chunk], contexts, embeddings: EmbeddingsResource, lancedb: LanceDBResource):
     started = time.perf_counter()
-    rows = index_rows(doc, chunks, contexts)
     embedder = embeddings.embedder()
+    rows, plans = index_rows(doc, chunks, contexts, embedder, embeddings)
+    window = window_report(plans)
+    if window["chunk_tokens_cut"]:
+        context.log.error(
+            f"{window['rows_with_chunk_cut']} rows of {doc.doc_id} lose {window['chunk_tokens_cut']} tokens of chunk text to "
+            f"{embedder.model}'s window ({embedder.limits.max_tokens} tokens) because oversize='truncate'; "
+            "set the embeddings resource's oversize to 'pool'"
+        )
     encoded_before = embedder.stats.texts_encoded
-    vectors = embedder.embed([r["embedded_text"] for r in rows])
+    vectors = embedder.embed_plans(plans)
     index = lancedb.index()
     stats = index.replace_document(variant, doc.doc_id, rows, vectors, doc_sha256=doc.sha256)
     indexes = index.ensure_indexes(variant)
@@ -55,6 +69,13 @@ def write_index(context, variant: str, doc: Document, chunks: list[Chunk], conte
             "deleted": stats["deleted"],
             "embedded_chars": sum(len(r["embedded_text"]) for r in rows),
             "embedding_model": embedder.model,
+            "embedding_window": embedder.limits.describe(),
+            "embed_strategy": embeddings.row_strategy if contexts else "chunk only",
+            "rows_over_window": window["rows_over_window"],
+            "rows_pooled": window["rows_pooled"],
+            "chunk_tokens_cut": window["chunk_tokens_cut"],
+            "context_tokens_cut": window["context_tokens_cut"],
+            "rows_with_context_cut": window["rows_with_context_cut"],
             "texts_embedded": embedder.stats.texts_encoded - encoded_before,
             "fts_index": indexes["fts"],
             "ann_index": indexes["ann"],
@@ -65,7 +86,19 @@ def write_index(context, variant: str, doc: Document, chunks: list[Chunk], conte
                 check_name="rows_match_chunks",
                 passed=stored == len(chunks) and duplicates == 0,
                 metadata={"chunks": len(chunks), "rows": stored, "duplicate_ids_in_table": duplicates},
-            )
+            ),
+            dg.AssetCheckResult(
+                check_name="chunk_text_within_embedding_window",
+                passed=window["chunk_tokens_cut"] == 0,
+                metadata={
+                    "embedding_window": embedder.limits.describe(),
+                    "rows_over_window": window["rows_over_window"],
+                    "rows_pooled": window["rows_pooled"],
+                    "rows_with_chunk_cut": window["rows_with_chunk_cut"],
+                    "chunk_tokens_cut": window["chunk_tokens_cut"],
+                    "context_tokens_cut": window["context_tokens_cut"],
+                },
+            ),
         ],
     )
 
@@ -84,9 +117,16 @@ def _index_asset(variant: str, contexts_asset: str | None):
         partitions_def=documents_partitions,
         group_name="index",
         kinds={"lancedb"},
-        code_version="1",
+        code_version="2",
         description=f"{label}; one LanceDB table, rows merged on chunk_id per document.",
-        check_specs=[dg.AssetCheckSpec("rows_match_chunks", asset=name, description="one row per chunk, no duplicate chunk ids")],
+        check_specs=[
+            dg.AssetCheckSpec("rows_match_chunks", asset=name, description="one row per chunk, no duplicate chunk ids"),
+            dg.AssetCheckSpec(
+                "chunk_text_within_embedding_window",
+                asset=name,
+                description="no token of any chunk's text was cut by the embedding model's window (counted with its own tokenizer)",
+            ),
+        ],
     )
     def _asset(context: dg.AssetExecutionContext, embeddings: EmbeddingsResource, lancedb: LanceDBResource, **inputs):
         return write_index(context, variant, inputs["raw_documents"], inputs["chunks"], inputs.get("contexts"), embeddings, lancedb)
