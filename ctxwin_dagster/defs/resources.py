@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
 
 import dagster as dg
+from pydantic import Field
+
+from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
+from ctxwin_dagster.core.embedding_window import DEFAULT_CONTEXT_WEIGHT, DEFAULT_ROW_STRATEGY, OVERSIZE_MODES, ROW_STRATEGIES
 
 from ctxwin_dagster.core.documents import DocumentError, doc_id_from_path, list_documents
 from ctxwin_dagster.core.splitting import RecursiveSplitter
@@ -111,30 +116,43 @@ class ChatModelResource(dg.ConfigurableResource):
 
 
 class EmbeddingsResource(dg.ConfigurableResource):
-    """The embedder: local ``all-MiniLM-L6-v2`` (default, offline) or an OpenAI-compatible model."""
+    """The embedder: local ``all-MiniLM-L6-v2`` (default, offline) or an OpenAI-compatible model,
+    and how index rows fit its window (nothing is cut silently; see ``core/embedding_window.py``)."""
 
-    provider: str = "local"
-    model: str = "all-MiniLM-L6-v2"
-    base_url: str = ""
-    api_key: str | None = None
-    batch_size: int = 64
-    cache_dir: str = "data/cache"
+    provider: Literal["local", "openai"] = Field(default="local", description="'local' (sentence-transformers, offline) or 'openai' (any OpenAI-compatible server)")
+    model: str = Field(default="all-MiniLM-L6-v2", description="embedding model name (for provider 'openai': the name the server knows)")
+    base_url: str = Field(default="", description="OpenAI-compatible server for provider 'openai' (empty: OpenAI)")
+    api_key: str | None = Field(default=None, description="leave unset to read OPENAI_API_KEY at run time, or bind an EnvVar")
+    batch_size: int = Field(default=64, ge=1, description="texts per forward pass or request")
+    cache_dir: str = Field(default="data/cache", description="folder of the vector cache (embeddings.sqlite)")
+    row_strategy: Literal[ROW_STRATEGIES] = Field(  # type: ignore[valid-type]
+        default=DEFAULT_ROW_STRATEGY,
+        description="how a contextualized row fits the embedding window: context_budget (context trimmed to what the "
+        "whole chunk leaves), chunk_first, separate (chunk and context vectors combined) or pooled (window-sized pieces pooled)",
+    )
+    oversize: Literal[OVERSIZE_MODES] = Field(  # type: ignore[valid-type]
+        default="pool",
+        description="a text over the window: 'pool' (embedded in pieces whose vectors are pooled; nothing lost) or "
+        "'truncate' (the model cuts it; counted, and the index's window check fails)",
+    )
+    context_weight: float = Field(default=DEFAULT_CONTEXT_WEIGHT, ge=0.0, lt=1.0, description="the context's share of the row vector (row_strategy 'separate')")
+    max_input_tokens: int = Field(default=0, ge=0, description="the model's window in tokens when the registry does not know it (0: from the model or the registry)")
 
     def embedder(self):
         if self.provider == "local":
             from ctxwin_dagster.models.embeddings import LocalEmbedder
 
-            return LocalEmbedder(batch_size=self.batch_size, cache=_cache(self.cache_dir, "embeddings.sqlite"))
-        if self.provider == "openai":
-            from ctxwin_dagster.models.embeddings import OpenAIEmbedder
+            return LocalEmbedder(batch_size=self.batch_size, cache=_cache(self.cache_dir, "embeddings.sqlite"), oversize=self.oversize)
+        from ctxwin_dagster.models.embeddings import OpenAIEmbedder
 
-            return OpenAIEmbedder(
-                model=self.model,
-                base_url=self.base_url or None,
-                api_key=self.api_key or None,
-                cache=_cache(self.cache_dir, "embeddings.sqlite"),
-            )
-        raise ValueError(f"embeddings provider {self.provider!r} is not known; use 'local' or 'openai'")
+        return OpenAIEmbedder(
+            model=self.model,
+            base_url=self.base_url or None,
+            api_key=self.api_key or None,
+            cache=_cache(self.cache_dir, "embeddings.sqlite"),
+            oversize=self.oversize,
+            max_input_tokens=self.max_input_tokens or None,
+        )
 
 
 class LanceDBResource(dg.ConfigurableResource):
@@ -193,23 +211,30 @@ def task_ledger(tasks):
 class EvaluationSettings(dg.ConfigurableResource):
     """How questions are answered and scored, and where an experiment's results go.
 
-    ``experiment`` names the folder of results (``{results_dir}/{experiment}``) and of the report
-    (``{reports_dir}/{experiment}``). ``enhance_mode`` is ``none``, ``neighbors`` (with
-    ``num_neighbors``), ``budget`` (with ``context_window_size`` characters per hit) or
-    ``focus`` (sentence-level re-ranking inside the top chunks; see ``core/enhance.py``).
+    Retrieval is ``ctxwin ask``'s by default (``retrieval="ask"``: sentence focus, 4,000
+    characters from the top-16 chunks), so the evaluation measures what users get;
+    ``retrieval="paper"`` is the SWB-RAG paper's protocol (top-4 chunks, no enhancement). Every
+    option of ``ctxwin ask`` can change the named setting (unset fields keep it). ``experiment``
+    names the folder of results (``{results_dir}/{experiment}``) and of the report
+    (``{reports_dir}/{experiment}``).
     """
 
-    experiment: str = "sample"
-    results_dir: str = "evaluations/results"
-    reports_dir: str = "evaluations/reports"
-    k: int = 4
-    enhance_mode: str = "none"
-    num_neighbors: int = 1
-    context_window_size: int = 3000
-    max_questions_per_document: int = 0  # 0 = all
-    max_failed_share: float = 0.2  # of NaN / failed scores per metric before the check fails
-    judge_model: str = ""
-    judge_base_url: str = ""
+    experiment: str = Field(default="sample", description="name of the experiment: the folder of its results and report")
+    results_dir: str = Field(default="evaluations/results", description="where answers and scores are exported (JSONL per document)")
+    reports_dir: str = Field(default="evaluations/reports", description="where the comparison report is written")
+    retrieval: Literal["ask", "paper"] = Field(
+        default="ask", description="named retrieval setting: 'ask' (ctxwin ask's default, sentence focus) or 'paper' (top-4 chunks, no enhancement)"
+    )
+    enhance_mode: Literal["", "focus", "neighbors", "budget", "none"] = Field(default="", description="change the enhancement: focus, neighbors, budget or none (empty: the named setting's)")
+    k: int | None = Field(default=None, ge=1, description="chunks to retrieve (unset: 16 for focus, else 4)")
+    focus_chars: int | None = Field(default=None, ge=1, description="focus mode: characters of context in all (unset: 4,000)")
+    num_neighbors: int | None = Field(default=None, ge=0, description="neighbors mode: chunks added on each side of a hit (unset: 1)")
+    context_window_size: int | None = Field(default=None, ge=1, description="budget mode: characters per hit (unset: 3,000)")
+    hybrid: bool | None = Field(default=None, description="fuse vector search with full-text search (unset: the named setting's, off)")
+    max_questions_per_document: int = Field(default=0, ge=0, description="answer at most this many questions per document (0: all)")
+    max_failed_share: float = Field(default=0.2, ge=0.0, le=1.0, description="share of NaN or failed scores per metric above which the scores check fails")
+    judge_model: str = Field(default="", description="chat model that judges the paper's five LLM metrics (empty: non-LLM metrics only)")
+    judge_base_url: str = Field(default="", description="OpenAI-compatible server of the judge (empty: OpenAI)")
 
     def results_path(self) -> Path:
         return Path(self.results_dir) / self.experiment
@@ -217,13 +242,14 @@ class EvaluationSettings(dg.ConfigurableResource):
     def reports_path(self) -> Path:
         return Path(self.reports_dir) / self.experiment
 
-    def enhancement(self) -> dict:
-        if self.enhance_mode == "none":
-            return {"enhance_mode": "none"}
-        if self.enhance_mode == "neighbors":
-            return {"num_neighbors": self.num_neighbors}
-        if self.enhance_mode == "budget":
-            return {"context_window_size": self.context_window_size}
-        if self.enhance_mode == "focus":
-            return {"enhance_mode": "focus"}
-        raise ValueError(f"enhance_mode {self.enhance_mode!r} is not known; use 'none', 'neighbors', 'budget' or 'focus'")
+    def retrieval_settings(self) -> RetrievalSettings:
+        """The named retrieval setting with this resource's changes (a clear error if they clash)."""
+        return RetrievalSettings.named(
+            self.retrieval,
+            enhance_mode=self.enhance_mode or None,
+            k=self.k,
+            focus_chars=self.focus_chars,
+            num_neighbors=self.num_neighbors,
+            context_window_size=self.context_window_size,
+            hybrid=self.hybrid,
+        )
