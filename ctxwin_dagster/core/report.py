@@ -41,7 +41,7 @@ __all__ = ["render_report", "markdown_table"]
 
 _EFFICIENCY_ORDER = (
     "n_questions", "runtime_s", "mean_latency_s", "calls", "input_tokens", "input_chars",
-    "context_chars", "context_chars_per_question", "output_tokens", "cost_usd", "cache_hits",
+    "context_chars", "context_chars_per_question", "output_tokens", "cost_usd", "paid_usd", "cache_hits",
 )
 
 
@@ -347,11 +347,16 @@ def render_report(
     title: str,
     table4: Any = None,
     notes: Sequence[str] = (),
+    verdict: str = "",
 ) -> dict[str, Any]:
     """Write ``report.md``, ``report.html``, ``quality.png`` and ``efficiency.png`` to ``out_dir``.
 
-    Returns ``{"paths": {"markdown", "html", "quality_png", "efficiency_png"}, "markdown": str}``
-    (a plot that had nothing to show is not written and its path is None).
+    ``verdict`` (Markdown, see :mod:`ctxwin_dagster.core.verdict`) opens the report, right under
+    the title. Returns ``{"paths": {"markdown", "html", "quality_png", "efficiency_png"},
+    "markdown": str, "markdown_inline": str}``: ``markdown`` links the plots by file name (for
+    the folder and code hosts), ``markdown_inline`` embeds them as ``data:`` URIs (for the Dagster
+    UI, which cannot load local files). A plot that had nothing to show is not written and its
+    path is None.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -397,6 +402,8 @@ def render_report(
         sections.append(("Human evaluation (Table 4)", th, tr, "Blinded pairwise review; counts per question complexity."))
 
     md = [f"# {title}", ""]
+    if verdict:
+        md.extend([verdict.rstrip(), ""])
     md.extend(f"> {n}" for n in notes)
     if notes:
         md.append("")
@@ -407,19 +414,33 @@ def render_report(
         if note:
             md.extend([note, ""])
         if heading == "Quality" and paths["quality_png"] is not None:
-            md.extend([f"![Quality per variant]({paths['quality_png'].name})", ""])
+            md.extend(["\x00quality", ""])
         if heading == "Efficiency" and paths["efficiency_png"] is not None:
-            md.extend([f"![Efficiency per variant]({paths['efficiency_png'].name})", ""])
-    markdown = "\n".join(md).rstrip() + "\n"
+            md.extend(["\x00efficiency", ""])
+    template = "\n".join(md).rstrip() + "\n"
+    alts = {"quality": "Quality per variant", "efficiency": "Efficiency per variant"}
+
+    def _data_uri(path: Path | None) -> str:
+        return "" if path is None else "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+
+    markdown, inline = template, template
+    for key, alt in alts.items():
+        path = paths[f"{key}_png"]
+        if path is not None:
+            markdown = markdown.replace(f"\x00{key}", f"![{alt}]({path.name})")
+            inline = inline.replace(f"\x00{key}", f"![{alt}]({_data_uri(path)})")
     paths["markdown"].write_text(markdown, encoding="utf-8")
 
     def _img(path: Path | None, alt: str) -> str:
         if path is None:
             return ""
-        data = base64.b64encode(path.read_bytes()).decode("ascii")
-        return f'<p><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}"></p>'
+        return f'<p><img alt="{html.escape(alt)}" src="{_data_uri(path)}"></p>'
 
     body = [f"<h1>{html.escape(title)}</h1>"]
+    if verdict:
+        from markdown_it import MarkdownIt
+
+        body.append(MarkdownIt("commonmark", {"html": False}).enable("table").render(verdict))
     body.extend(f"<blockquote>{html.escape(n)}</blockquote>" for n in notes)
     for heading, headers, rows, note in sections:
         body.append(f"<h2>{html.escape(heading)}</h2>")
@@ -440,4 +461,4 @@ def render_report(
         + "\n</body></html>\n"
     )
     paths["html"].write_text(page, encoding="utf-8")
-    return {"paths": paths, "markdown": markdown}
+    return {"paths": paths, "markdown": markdown, "markdown_inline": inline}
