@@ -52,6 +52,7 @@ from ctxwin_dagster.core.enhance import (
 )
 from ctxwin_dagster.core.fit import FitReport, check_fit
 from ctxwin_dagster.core.limits import ModelLimits, get_model_limits
+from ctxwin_dagster.core.retrieval_settings import DEFAULT_K, RETRIEVAL_PRESETS
 from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS, detect_language, format_passages, get_template
 from ctxwin_dagster.core.sliding_qa import (
     DEFAULT_OVERLAP_TOKENS,
@@ -80,14 +81,12 @@ __all__ = [
 AskMode = Literal["retrieve", "sliding", "auto"]
 ASK_MODES: tuple[str, ...] = ("retrieve", "sliding", "auto")
 
-#: Enhancement when none is chosen: sentence focus over the top-16 chunks with a 4,000-character
-#: budget — the best hit rate per character measured (evaluations/reports/retrieval_quality.md:
-#: 95.6 % of SQuAD answer spans at 3.7 K characters per question, against 92.6 % at 6.7 K for
-#: ±1 neighbours).
-DEFAULT_ENHANCE: dict[str, Any] = {"mode": "focus"}
-
-#: Chunks retrieved when ``k`` is not given: the focus mode's candidates, else the design's top-4.
-DEFAULT_K = 4
+#: Enhancement when none is chosen — the ``ask`` retrieval setting that the evaluation measures
+#: too (:mod:`ctxwin_dagster.core.retrieval_settings`): sentence focus over the top-16 chunks with
+#: a 4,000-character budget, the best hit rate per character measured
+#: (evaluations/reports/retrieval_quality.md: 95.6 % of SQuAD answer spans at 3.7 K characters
+#: per question, against 92.6 % at 6.7 K for ±1 neighbours).
+DEFAULT_ENHANCE: dict[str, Any] = {"mode": RETRIEVAL_PRESETS["ask"].enhance_mode}
 
 #: The model whose limits the auto mode checks against when the answer engine is the
 #: extractive one (which has no context limit of its own): the paper's answer model.
@@ -203,9 +202,17 @@ class AskResult:
 
     @property
     def cost_usd(self) -> float | None:
-        """The cost in USD, None when a model's price is unknown."""
+        """The cost of the work in USD (cache hits at the cost of the call they reuse), None
+        when a model's price is unknown."""
         t = self.totals
         return float(t["cost_usd"]) if t["cost_known"] else None
+
+    @property
+    def paid_usd(self) -> float | None:
+        """What answering paid in USD in this run (cache hits are free), None when a model's
+        price is unknown."""
+        t = self.totals
+        return float(t["paid_usd"]) if t["cost_known"] else None
 
     @property
     def context_chars(self) -> int:
@@ -233,6 +240,7 @@ class AskResult:
             "output_tokens": totals["output_tokens"],
             "input_chars": totals["input_chars"],
             "cost_usd": self.cost_usd,
+            "paid_usd": self.paid_usd,
             "fit": None if self.fit is None else self.fit.to_dict(),
             "notes": list(self.notes),
             "sliding": None if self.sliding is None else self.sliding.to_dict(),
@@ -260,6 +268,7 @@ class AskResult:
             "calls": totals["calls"],
             "cache_hits": totals["cache_hits"],
             "cost_usd": self.cost_usd,
+            "paid_usd": self.paid_usd,
         }
         if self.context is not None:
             rec["contexts"] = [w.text for w in self.context.windows]
@@ -897,8 +906,13 @@ def format_result(result: AskResult, *, width: int = 100) -> str:
     else:
         lines.append(f"Context: {len(result.windows)} windows, {result.context_chars:,} characters")
     t = result.totals
-    cost = result.cost_usd
-    cost_text = "cost unknown (no price for the model)" if cost is None else f"${cost:.4f}"
+    cost, paid = result.cost_usd, result.paid_usd
+    if cost is None:
+        cost_text = "cost unknown (no price for the model)"
+    elif paid is not None and abs(cost - paid) > 5e-7:
+        cost_text = f"cost of the work ${cost:.4f}, paid ${paid:.4f}"
+    else:
+        cost_text = f"${cost:.4f}"
     if result.engine == "extractive":
         cost_text += " (extractive engine, offline)"
     lines.append(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxwin_dagster.ask import AskError, Asker, StaleIndexError, normalize_variant, run_cli
+from ctxwin_dagster.ask import AskError, Asker, StaleIndexError, format_result, normalize_variant, run_cli
 from ctxwin_dagster.core.limits import ModelLimits
 from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS
 from ctxwin_dagster.core.qa import load_qa_jsonl
@@ -220,7 +220,9 @@ def test_llm_answers_cite_windows_and_are_cached(workspace, embedder, squad, tmp
         assert _covers(result.citations, item.reference_spans)
         assert result.cost_usd and result.cost_usd > 0 and result.totals["calls"] == 1
         again = asker.ask(item.question, variant="swb", doc_id="squad_Normans")
-        assert again.totals["cache_hits"] == 1 and again.cost_usd == 0.0 and server.request_count == 1
+        assert again.totals["cache_hits"] == 1 and again.paid_usd == 0.0 and server.request_count == 1
+        assert again.cost_usd == pytest.approx(result.cost_usd)  # a cache hit keeps the cost of the work
+        assert again.to_record(question_id="q")["paid_usd"] == 0.0 and "cost of the work" in format_result(again)
         absent = asker.ask("What is the recommended baking temperature for sourdough bread?", variant="swb", doc_id="squad_Normans")
         assert absent.not_found and absent.citations == []
         chat.close()

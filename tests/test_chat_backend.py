@@ -341,10 +341,41 @@ def test_second_run_with_the_same_cache_makes_no_calls(tmp_path: Path) -> None:
         assert server.request_count == 20
     assert [r.text for r in second] == [r.text for r in first] and single.text == first[3].text
     totals = ledger.totals(stage="contextualize")
-    assert totals["cache_hits"] == 21 and totals["calls"] == 0 and totals["cost_usd"] == 0
+    assert totals["cache_hits"] == 21 and totals["calls"] == 0 and totals["paid_usd"] == 0
     for a, b in zip(first, second, strict=True):
         assert b.record.cache_hit and b.record.attempts == 0
         assert (b.record.input_tokens, b.record.output_tokens) == (a.record.input_tokens, a.record.output_tokens)
+
+
+def test_cached_rerun_keeps_the_cost_of_the_work(tmp_path: Path) -> None:
+    """A rerun served from the cache pays nothing but records the cost of the work it reuses,
+    and so does a duplicate within a batch (priced model: gpt-4o-mini)."""
+    path = tmp_path / "responses.sqlite"
+    requests = [req(f"chunk {i} " + "text " * 50, tags=CallTags("contextualize", "doc1", "cc")) for i in range(5)]
+    with FakeOpenAIServer() as server:
+        first_ledger = Ledger()
+        with make_backend(server, model="gpt-4o-mini", cache=ResponseCache(path), ledger=first_ledger) as chat:
+            first = chat.complete_many([*requests, requests[0]])  # the last one is a duplicate
+        assert server.request_count == 5
+        again_ledger = Ledger()
+        with make_backend(server, model="gpt-4o-mini", cache=ResponseCache(path), ledger=again_ledger) as chat:
+            again = chat.complete_many(requests)
+        assert server.request_count == 5
+    one = first_ledger.totals()
+    assert one["calls"] == 5 and one["cache_hits"] == 1 and one["cost_known"]
+    twin, dup = first[0].record, first[5].record
+    assert dup.cache_hit and dup.cost_usd == twin.cost_usd > 0 and dup.paid_usd == 0 and twin.paid_usd == twin.cost_usd
+    assert one["paid_usd"] == pytest.approx(sum(r.record.cost_usd for r in first[:5])) and one["paid_usd"] > 0
+    assert one["cost_usd"] == pytest.approx(one["paid_usd"] + twin.cost_usd)
+    two = again_ledger.totals()
+    assert two["calls"] == 0 and two["cache_hits"] == 5 and two["cost_known"]
+    assert two["paid_usd"] == 0
+    assert two["cost_usd"] == pytest.approx(one["paid_usd"])  # the cost of the same work, not 0
+    for a, b in zip(first, again, strict=False):
+        assert b.record.cache_hit and b.record.paid_usd == 0 and b.record.cost_usd == pytest.approx(a.record.cost_usd)
+        assert b.record.cost_usd == pytest.approx(
+            estimate_cost("gpt-4o-mini", input_tokens=b.record.input_tokens, output_tokens=b.record.output_tokens, cached_tokens=b.record.cached_tokens)
+        )
 
 
 def test_cache_key_covers_settings_and_prompt_version(tmp_path: Path) -> None:

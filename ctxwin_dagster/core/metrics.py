@@ -15,7 +15,8 @@ An **answer record** is a plain dict, as the asking engine writes it::
 Optional keys: ``is_impossible`` (else: unanswerable exactly when ``reference_answer`` is
 empty and ``reference_spans`` is ``[]``), ``reference_chunk_ids`` (else found from a chunk
 catalog, see :func:`reference_chunk_ids`), ``input_chars``, ``calls``, ``cache_hits`` (or
-``cached``), ``complexity``. ``context_spans[i]`` is ``[start, end]`` (or
+``cached``), ``paid_usd`` (what this run paid; ``cost_usd`` is the cost of the work, which a
+cache hit keeps), ``complexity``. ``context_spans[i]`` is ``[start, end]`` (or
 ``[start, end, doc_id]`` / ``{"start", "end", "doc_id"}``) of ``contexts[i]`` in the question's
 document.
 
@@ -102,7 +103,7 @@ METRIC_POPULATION: dict[str, str] = {
 }
 
 #: Efficiency fields passed through from the record (None when the record lacks them).
-EFFICIENCY_FIELDS: tuple[str, ...] = ("latency_s", "input_tokens", "output_tokens", "cost_usd", "input_chars", "calls", "cache_hits")
+EFFICIENCY_FIELDS: tuple[str, ...] = ("latency_s", "input_tokens", "output_tokens", "cost_usd", "paid_usd", "input_chars", "calls", "cache_hits")
 
 _REQUIRED = ("question_id", "variant")
 
@@ -444,6 +445,7 @@ def score_record(
     out["input_tokens"] = _num(record.get("input_tokens"))
     out["output_tokens"] = _num(record.get("output_tokens"))
     out["cost_usd"] = _num(record.get("cost_usd"))
+    out["paid_usd"] = _num(record.get("paid_usd"))
     out["input_chars"] = _num(record.get("input_chars"))
     out["calls"] = _num(record.get("calls"))
     cache_hits = record.get("cache_hits")
@@ -626,9 +628,11 @@ def aggregate_efficiency(
     *,
     by: str = "variant",
 ) -> list[dict[str, Any]]:
-    """Totals per variant: questions, runtime, calls, tokens, characters, cost, cache hits.
+    """Totals per variant: questions, runtime, calls, tokens, characters, costs, cache hits.
 
-    Works on answer records or on :func:`score_answers` rows. ``context_chars`` is computed
+    ``cost_usd`` sums the cost of the work (cache hits at the cost of the call they reuse),
+    ``paid_usd`` what was paid in the run that made the records. Works on answer records or on
+    :func:`score_answers` rows. ``context_chars`` is computed
     from ``contexts`` (or taken from a score row); the other fields come from the records, and a
     record that lacks one is counted in ``n_missing_<field>`` instead of being taken as 0.
     ``calls`` defaults to one call per record only where a record gives no ``calls``, which is
@@ -650,7 +654,7 @@ def aggregate_efficiency(
         missing: dict[str, int] = {}
         for field_, label in (("latency_s", "runtime_s"), ("calls", "calls"), ("input_tokens", "input_tokens"),
                               ("input_chars", "input_chars"), ("output_tokens", "output_tokens"),
-                              ("cost_usd", "cost_usd"), ("cache_hits", "cache_hits")):
+                              ("cost_usd", "cost_usd"), ("paid_usd", "paid_usd"), ("cache_hits", "cache_hits")):
             total, n_missing = 0.0, 0
             for r in members:
                 value = r.get(field_)

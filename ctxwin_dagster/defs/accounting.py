@@ -7,7 +7,11 @@ from ctxwin_dagster.models.base import CallRecord, Ledger
 
 
 def call_metadata(records: Iterable[CallRecord], runtime_s: float) -> dict[str, Any]:
-    """Counts, tokens, characters, cost and cache hits of ``records`` (never the key or prompts)."""
+    """Counts, tokens, characters, costs and cache hits of ``records`` (never the key or prompts).
+
+    ``cost_usd`` is the cost of the work (a cache hit counts at the cost of the call it reuses),
+    ``paid_usd`` what this materialization paid (cache hits count 0).
+    """
     totals = Ledger.summarize(list(records))
     return {
         "calls": totals["calls"],
@@ -19,6 +23,7 @@ def call_metadata(records: Iterable[CallRecord], runtime_s: float) -> dict[str, 
         "input_chars": totals["input_chars"],
         "output_chars": totals["output_chars"],
         "cost_usd": round(totals["cost_usd"], 6),
+        "paid_usd": round(totals["paid_usd"], 6),
         "cost_known": totals["cost_known"],
         "runtime_s": round(runtime_s, 3),
     }

@@ -39,9 +39,11 @@ class CallRecord:
     """One model call (or one cache hit standing in for it), as accounted.
 
     ``input_tokens``/``output_tokens`` come from the response's usage when the server reports
-    it, else from counting (``usage_counted=True``). ``cost_usd`` is None when the model has no
-    known price. A cache hit has ``cache_hit=True`` and costs nothing, but keeps the token
-    counts of the original call so input volumes can still be reported.
+    it, else from counting (``usage_counted=True``). ``cost_usd`` is the cost of the work: what
+    the call costs at the model's price, None when the model has no known price. A cache hit
+    (``cache_hit=True``) keeps the token counts and the cost of the call it reuses, so input
+    volumes and the cost of the work are reported the same on a rerun; what was paid in this
+    run is :attr:`paid_usd` (0 for a cache hit, else ``cost_usd``).
     """
 
     backend: str
@@ -61,9 +63,15 @@ class CallRecord:
     ok: bool = True
     error: str | None = None
 
+    @property
+    def paid_usd(self) -> float | None:
+        """What this run paid for the call: 0 for a cache hit, else ``cost_usd`` (None when unknown)."""
+        return 0.0 if self.cache_hit else self.cost_usd
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.update(d.pop("tags"))
+        d["paid_usd"] = self.paid_usd
         return d
 
 
@@ -155,9 +163,21 @@ class Ledger:
 
     @staticmethod
     def summarize(records: Iterable[CallRecord]) -> dict[str, Any]:
-        """Totals over ``records``: calls (made, not cached), cache hits, tokens, chars, cost."""
+        """Totals over ``records``: calls (made, not cached), cache hits, tokens, chars, costs.
+
+        ``cost_usd`` is the cost of the work (cache hits count at the cost of the call they
+        reuse), ``paid_usd`` what was paid in this run (cache hits count 0); ``cost_known`` is
+        False when a record has no known price (its cost is then left out of both sums).
+
+        Example::
+
+            >>> led = Ledger([CallRecord("openai", "m", cost_usd=0.5), CallRecord("openai", "m", cost_usd=0.5, cache_hit=True)])
+            >>> t = led.totals()
+            >>> t["calls"], t["cache_hits"], t["cost_usd"], t["paid_usd"]
+            (1, 1, 1.0, 0.5)
+        """
         out: dict[str, Any] = {k: 0 for k in _SUMMED}
-        out.update(calls=0, cache_hits=0, failures=0, cost_usd=0.0, cost_known=True)
+        out.update(calls=0, cache_hits=0, failures=0, cost_usd=0.0, paid_usd=0.0, cost_known=True)
         for r in records:
             for k in _SUMMED:
                 out[k] += getattr(r, k)
@@ -165,10 +185,11 @@ class Ledger:
                 out["cache_hits"] += 1
             else:
                 out["calls"] += 1
-                if r.cost_usd is None:
-                    out["cost_known"] = False
-                else:
-                    out["cost_usd"] += r.cost_usd
+            if r.cost_usd is None:
+                out["cost_known"] = False
+            else:
+                out["cost_usd"] += r.cost_usd
+                out["paid_usd"] += r.paid_usd
             if not r.ok:
                 out["failures"] += 1
         out["latency_s"] = round(out["latency_s"], 3)

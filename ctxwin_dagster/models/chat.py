@@ -266,8 +266,9 @@ class OpenAIChatBackend:
             reasoning models (o1/o3/o4/gpt-5) and ``max_tokens`` otherwise.
 
     Records: every call adds one :class:`CallRecord` to ``ledger``. A cache hit (also a
-    duplicate of another request in the same batch) has ``cache_hit=True``, ``attempts=0``,
-    ``cost_usd=0.0`` and the token counts of the original call. A failed call has ``ok=False``,
+    duplicate of another request in the same batch) has ``cache_hit=True``, ``attempts=0``, and
+    the token counts and ``cost_usd`` (the cost of the work) of the original call; its
+    ``paid_usd`` is 0. A failed call has ``ok=False``,
     its ``error``, ``attempts`` and zero volumes. ``latency_s`` runs from the first attempt to the
     answer (retries and backoff included, waiting for a concurrency slot not). A reply cut at
     ``max_tokens`` is returned and cached with ``finish_reason="length"`` on its ChatResult.
@@ -609,18 +610,26 @@ class OpenAIChatBackend:
 
     def _from_cache(self, p: _Prepared, value: Mapping[str, Any], latency_s: float) -> ChatResult:
         text = str(value.get("text", ""))
+        input_tokens = int(value.get("input_tokens", 0))
+        output_tokens = int(value.get("output_tokens", 0))
+        cached_tokens = int(value.get("cached_tokens", 0))
+        # The cost of the work is the cost of the call this hit reuses (paid_usd is 0); an entry
+        # without a recorded price is priced from its stored token counts.
+        cost = value.get("cost_usd")
+        if not isinstance(cost, int | float):
+            cost = self._cost(input_tokens, output_tokens, cached_tokens)
         record = CallRecord(
             backend=self.backend_id,
             model=self.model,
             tags=p.request.tags,
             prompt_version=p.request.prompt_version,
-            input_tokens=int(value.get("input_tokens", 0)),
-            output_tokens=int(value.get("output_tokens", 0)),
-            cached_tokens=int(value.get("cached_tokens", 0)),
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_tokens=cached_tokens,
             input_chars=p.input_chars,
             output_chars=len(text),
             latency_s=latency_s,
-            cost_usd=0.0,
+            cost_usd=None if cost is None else float(cost),
             cache_hit=True,
             usage_counted=bool(value.get("usage_counted", False)),
             attempts=0,
@@ -628,8 +637,19 @@ class OpenAIChatBackend:
         self.ledger.add(record)
         return ChatResult(text=text, record=record, finish_reason=value.get("finish_reason"))
 
+    def _cost(self, input_tokens: int, output_tokens: int, cached_tokens: int) -> float | None:
+        """USD for a call of this model with these token counts, None when its price is unknown."""
+        return estimate_cost(
+            self.model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_tokens=cached_tokens,
+            overrides=self.price_overrides,
+        )
+
     def _duplicate(self, p: _Prepared, result: ChatResult) -> ChatResult:
-        record = replace(result.record, tags=p.request.tags, latency_s=0.0, cost_usd=0.0, cache_hit=True, attempts=0)
+        # Keeps its twin's token counts and cost of the work; as a cache hit it paid nothing.
+        record = replace(result.record, tags=p.request.tags, latency_s=0.0, cache_hit=True, attempts=0)
         self.ledger.add(record)
         return ChatResult(text=result.text, record=record, finish_reason=result.finish_reason)
 
@@ -729,13 +749,7 @@ class OpenAIChatBackend:
         else:
             input_tokens = self._counter.count_messages(p.messages)
             output_tokens, cached_tokens, counted = self._counter.count(text), 0, True
-        cost = estimate_cost(
-            self.model,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cached_tokens=cached_tokens,
-            overrides=self.price_overrides,
-        )
+        cost = self._cost(input_tokens, output_tokens, cached_tokens)
         record = CallRecord(
             backend=self.backend_id,
             model=self.model,
