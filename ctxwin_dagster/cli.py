@@ -72,8 +72,8 @@ def run_pipeline(
 ) -> int:
     """Sync the document partitions, run ``job_name`` for each, then the comparison; print a summary."""
     from ctxwin_dagster.defs.partitions import documents_partitions
-    from ctxwin_dagster.defs.resources import LanceDBResource, ProjectSettings
-    from ctxwin_dagster.defs.sensors import partition_changes, remove_from_indexes
+    from ctxwin_dagster.defs.resources import EvaluationSettings, LanceDBResource, ProjectSettings
+    from ctxwin_dagster.defs.sensors import partition_changes, remove_from_indexes, remove_results
 
     instance, home = _instance(dagster_home)
     from ctxwin_dagster.definitions import defs
@@ -86,6 +86,7 @@ def run_pipeline(
         instance.add_dynamic_partitions(documents_partitions.name, added)
     if removed:
         remove_from_indexes(LanceDBResource(**resources.get("lancedb", {}).get("config", {})), removed)
+        remove_results(EvaluationSettings(**resources.get("evaluation", {}).get("config", {})), removed)
     for key in removed:
         instance.delete_dynamic_partition(documents_partitions.name, key)
     keys = settings.document_ids()
@@ -122,14 +123,16 @@ def run_pipeline(
             continue
         for asset, meta in _materialization_metadata(instance, result.run_id).items():
             agg = totals.setdefault(asset, {})
-            for field in ("n_chunks", "n_rows", "n_chars", "n_tokens", "input_tokens", "input_chars", "calls", "cache_hits", "cost_usd", "runtime_s"):
+            for field in ("n_chunks", "n_rows", "n_chars", "n_tokens", "input_tokens", "input_chars", "calls", "cache_hits", "cost_usd", "paid_usd", "runtime_s"):
                 value = meta.get(field)
                 if isinstance(value, int | float):
                     agg[field] = agg.get(field, 0) + value
     if job_name == "all_assets_job" and len(keys) > len(failed):
         comparison_config = {"loggers": run_config["loggers"]}
-        if "evaluation" in run_config.get("resources", {}):
-            comparison_config["resources"] = {"evaluation": run_config["resources"]["evaluation"]}
+        # The resources the comparison reads (its report names the engines and models).
+        used = {k: v for k, v in run_config.get("resources", {}).items() if k in ("evaluation", "contextualizer", "answerer", "embeddings")}
+        if used:
+            comparison_config["resources"] = used
         comparison = defs.resolve_job_def("comparison_job").execute_in_process(
             instance=instance, raise_on_error=False, run_config=comparison_config
         )

@@ -17,6 +17,7 @@ import pandas as pd
 
 from .metrics import aggregate, aggregate_efficiency, scores_by_variant
 from .report import render_report
+from .verdict import ExperimentSetup, verdict_markdown
 from .stats import compare_variants
 
 __all__ = ["DEFAULT_METRICS", "compare_experiment", "INDEXING_FIELDS"]
@@ -35,8 +36,10 @@ RAGAS_ANSWERABLE = (
     "answer_correctness",
 )
 
-#: Indexing-cost fields summed per variant (from the contextualization assets).
-INDEXING_FIELDS = ("calls", "cache_hits", "input_tokens", "input_chars", "output_tokens", "cost_usd", "runtime_s")
+#: Indexing-cost fields summed per variant (from the contextualization assets): ``cost_usd`` is
+#: the cost of the work (cache hits at the cost of the call they reuse), ``paid_usd`` what the
+#: latest materializations paid.
+INDEXING_FIELDS = ("calls", "cache_hits", "input_tokens", "input_chars", "output_tokens", "cost_usd", "paid_usd", "runtime_s")
 
 
 def _clean(v: Any) -> Any:
@@ -56,14 +59,19 @@ def compare_experiment(
     metrics: Sequence[str] | None = None,
     table4: Any = None,
     notes: Sequence[str] = (),
+    setup: ExperimentSetup | None = None,
     n_boot: int = 10_000,
     seed: int = 0,
 ) -> dict[str, Any]:
     """Means per variant, paired tests for every pair of variants, and the efficiency table.
 
     ``indexing`` maps a variant to its contextualization totals (``INDEXING_FIELDS``); the
-    efficiency table shows those (prefixed ``index_``) beside the answering totals. Writes
-    ``report.md``, ``report.html``, the plots and ``comparison.json`` to ``out_dir``.
+    efficiency table shows those (prefixed ``index_``) beside the answering totals (prefixed
+    ``answer_``), each with two costs: ``*_cost_usd``, the cost of the work, and ``*_paid_usd``,
+    what was paid in the run (a cache hit keeps the first, adds nothing to the second). Writes
+    ``report.md``, ``report.html``, the plots and ``comparison.json`` to ``out_dir``; the
+    report opens with a verdict written from the numbers and ``setup`` (which engines, models,
+    embedding window and retrieval setting made them).
     """
     present = {v for v in (r.get("variant") for r in score_rows)}
     order = [v for v in variants if v in present]
@@ -85,12 +93,13 @@ def compare_experiment(
         for f in INDEXING_FIELDS:
             row[f"index_{f}"] = float(indexing.get(v, {}).get(f, 0.0))
         a = answering.get(v, {})
-        for f in ("n_questions", "runtime_s", "input_tokens", "input_chars", "output_tokens", "cost_usd", "context_chars_per_question"):
+        for f in ("n_questions", "runtime_s", "input_tokens", "input_chars", "output_tokens", "cost_usd", "paid_usd", "context_chars_per_question"):
             row[f"answer_{f}" if f not in ("n_questions", "context_chars_per_question") else f] = a.get(f)
         eff_rows.append(row)
     efficiency = pd.DataFrame(eff_rows)
     out = Path(out_dir)
-    rendered = render_report(comparison, quality, efficiency, out, title=title, table4=table4, notes=notes)
+    verdict = verdict_markdown(comparison, efficiency, setup or ExperimentSetup())
+    rendered = render_report(comparison, quality, efficiency, out, title=title, table4=table4, notes=notes, verdict=verdict)
     payload = {
         "title": title,
         "variants": order,
@@ -99,6 +108,9 @@ def compare_experiment(
         "comparison": json.loads(comparison.to_json(orient="records")),
         "efficiency": json.loads(efficiency.to_json(orient="records")),
         "n_questions": {v: len(by_variant.get(v, {})) for v in order},
+        "setup": None if setup is None else {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in vars(setup).items()},
+        "verdict": verdict,
     }
     (out / "comparison.json").write_text(json.dumps(payload, indent=2, ensure_ascii=False), encoding="utf-8")
-    return {"paths": rendered["paths"], "markdown": rendered["markdown"], "quality": quality, "comparison": comparison, "efficiency": efficiency}
+    return {"paths": rendered["paths"], "markdown": rendered["markdown"], "markdown_inline": rendered["markdown_inline"],
+            "verdict": verdict, "quality": quality, "comparison": comparison, "efficiency": efficiency}

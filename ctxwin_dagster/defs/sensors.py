@@ -4,7 +4,7 @@
 import dagster as dg
 
 from ctxwin_dagster.defs.partitions import documents_partitions
-from ctxwin_dagster.defs.resources import LanceDBResource, ProjectSettings
+from ctxwin_dagster.defs.resources import EvaluationSettings, LanceDBResource, ProjectSettings
 from ctxwin_dagster.models.vectorstore import VARIANTS
 
 
@@ -22,17 +22,35 @@ def remove_from_indexes(lancedb: LanceDBResource, doc_ids: list[str]) -> int:
     return sum(index.delete_document(variant, doc_id) for variant in VARIANTS for doc_id in doc_ids)
 
 
+def remove_results(evaluation: EvaluationSettings, doc_ids: list[str]) -> int:
+    """Delete the evaluation result files of ``doc_ids`` (``answers/<variant>/<doc_id>.jsonl`` and
+    ``scores/<variant>/<doc_id>.jsonl`` under the experiment's results folder, the exports
+    ``ctxwin review`` reads); returns how many files were deleted."""
+    root = evaluation.results_path()
+    deleted = 0
+    for kind in ("answers", "scores"):
+        for variant in VARIANTS:
+            for doc_id in doc_ids:
+                path = root / kind / variant / f"{doc_id}.jsonl"
+                if path.is_file():
+                    path.unlink()
+                    deleted += 1
+    return deleted
+
+
 @dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
 def documents_sensor(
-    context: dg.SensorEvaluationContext, settings: ProjectSettings, lancedb: LanceDBResource
+    context: dg.SensorEvaluationContext, settings: ProjectSettings, lancedb: LanceDBResource, evaluation: EvaluationSettings
 ) -> dg.SensorResult:
-    """Adds a partition for every new document file; removes the partitions (and index rows)
-    of documents whose file is gone."""
+    """Adds a partition for every new document file; removes the partitions, index rows and
+    evaluation result files of documents whose file is gone (so the next comparison leaves
+    them out)."""
     existing = list(context.instance.get_dynamic_partitions(documents_partitions.name))
     added, removed = partition_changes(settings, existing)
     if removed:
         deleted = remove_from_indexes(lancedb, removed)
-        context.log.info(f"removed documents {removed}: deleted {deleted} index rows")
+        files = remove_results(evaluation, removed)
+        context.log.info(f"removed documents {removed}: deleted {deleted} index rows and {files} result files")
     requests = []
     if added:
         requests.append(documents_partitions.build_add_request(added))

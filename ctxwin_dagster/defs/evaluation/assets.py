@@ -78,8 +78,15 @@ def _answers_asset(variant: str):
         partitions_def=documents_partitions,
         group_name="evaluation",
         kinds={"python", "lancedb"},
-        code_version="1",
-        description=f"Every question of the document answered from the {variant} index (retrieval top-k, enhancement, citations).",
+        code_version="2",
+        description=f"Every question of the document answered from the {variant} index with ctxwin ask's retrieval and enhancement (or the experiment's), with citations.",
+        check_specs=[
+            dg.AssetCheckSpec(
+                "questions_within_embedding_window",
+                asset=name,
+                description="no token of any question was cut by the embedding model's window (counted with its own tokenizer)",
+            )
+        ],
     )
     def _asset(
         context: dg.AssetExecutionContext,
@@ -97,12 +104,16 @@ def _answers_asset(variant: str):
 
         started = time.perf_counter()
         questions = qa_sets[: evaluation.max_questions_per_document] if evaluation.max_questions_per_document else qa_sets
+        retrieval = evaluation.retrieval_settings()
+        ask_options = retrieval.ask_kwargs()
+        embedder = embeddings.embedder()
+        question_fit = _question_window(embedder, [q["question"] for q in questions], embeddings.oversize)
         records = []
         by_id = {c.chunk_id: c for c in chunks}
         with build_tasks(answerer, embeddings, pipeline) as tasks:
-            asker = Asker(index=lancedb.index(), embedder=embeddings.embedder(), tasks=tasks, documents_dir=settings.documents_dir)
+            asker = Asker(index=lancedb.index(), embedder=embedder, tasks=tasks, documents_dir=settings.documents_dir)
             for q in questions:
-                result = asker.ask(q["question"], variant=variant, doc_id=raw_documents.doc_id, k=evaluation.k, **evaluation.enhancement())
+                result = asker.ask(q["question"], variant=variant, doc_id=raw_documents.doc_id, **ask_options)
                 rec = result.to_record(
                     question_id=q["question_id"],
                     reference_answer=q["reference_answer"],
@@ -124,6 +135,10 @@ def _answers_asset(variant: str):
             value=records,
             metadata={
                 "n_questions": len(records),
+                "retrieval": retrieval.describe(),
+                "embedding_model": embedder.model,
+                "questions_over_window": question_fit["over_window"],
+                "question_tokens_cut": question_fit["tokens_cut"],
                 "not_found": sum(1 for r in records if r["not_found"]),
                 "engine": getattr(tasks, "engine", ""),
                 "mean_context_chars": round(sum(sum(len(c) for c in r["contexts"]) for r in records) / n, 1),
@@ -132,11 +147,36 @@ def _answers_asset(variant: str):
                 "calls": sum(r["calls"] or 0 for r in records),
                 "cache_hits": sum(r["cache_hits"] or 0 for r in records),
                 "cost_usd": round(sum(r["cost_usd"] or 0 for r in records), 6),
+                "paid_usd": round(sum(r["paid_usd"] or 0 for r in records), 6),
                 "runtime_s": round(time.perf_counter() - started, 3),
             },
+            check_results=[
+                dg.AssetCheckResult(
+                    check_name="questions_within_embedding_window",
+                    passed=question_fit["tokens_cut"] == 0,
+                    metadata={"embedding_window": embedder.limits.describe(), **question_fit},
+                )
+            ],
         )
 
     return _asset
+
+
+def _question_window(embedder, questions: list[str], oversize: str) -> dict[str, int]:
+    """Questions over the embedding model's window, pooled from pieces or (``oversize="truncate"``)
+    cut by the model, counted with the model's own tokenizer."""
+    from ctxwin_dagster.core.embedding_window import fit_text
+
+    fits = [
+        fit_text(q, embedder.tokenizer, embedder.limits, oversize=oversize, offsets=o)
+        for q, o in zip(questions, embedder.tokenizer.offsets_many(questions), strict=True)
+    ]
+    return {
+        "questions": len(fits),
+        "over_window": sum(1 for f in fits if f.over_window),
+        "pooled": sum(1 for f in fits if len(f.pieces) > 1),
+        "tokens_cut": sum(f.tokens_cut for f in fits),
+    }
 
 
 def _scores_asset(variant: str):
@@ -207,7 +247,8 @@ def _latest_metadata(instance: dg.DagsterInstance, asset: str, partition: str) -
 
 
 def indexing_costs(instance: dg.DagsterInstance, doc_ids) -> dict[str, dict[str, float]]:
-    """Per variant, the contextualization totals recorded by the assets for ``doc_ids``."""
+    """Per variant, the contextualization totals recorded by the latest materializations of the
+    assets for ``doc_ids`` (the documents whose results came into the comparison)."""
     from ctxwin_dagster.core.experiment import INDEXING_FIELDS
 
     parts = {"t_rag": ("t_rag_index",), "cc_rag": ("cc_rag_contexts", "cc_rag_index"), "swb_rag": ("global_summaries", "swb_rag_contexts", "swb_rag_index")}
@@ -217,6 +258,8 @@ def indexing_costs(instance: dg.DagsterInstance, doc_ids) -> dict[str, dict[str,
         for doc_id in doc_ids:
             for asset in assets:
                 meta = _latest_metadata(instance, asset, doc_id)
+                if "paid_usd" not in meta and "cost_usd" in meta:
+                    meta["paid_usd"] = meta["cost_usd"]  # recorded before paid_usd existed, when cost_usd was what was paid
                 for f in INDEXING_FIELDS:
                     value = meta.get(f)
                     if isinstance(value, int | float):
@@ -225,35 +268,142 @@ def indexing_costs(instance: dg.DagsterInstance, doc_ids) -> dict[str, dict[str,
     return out
 
 
+#: Index metadata summed per variant for the report's embedding-window line.
+WINDOW_FIELDS = ("rows_over_window", "rows_pooled", "chunk_tokens_cut", "context_tokens_cut")
+
+#: The largest Markdown report stored in the materialization's metadata (plots included).
+MAX_REPORT_CHARS = 600_000
+
+
+def experiment_setup(instance, doc_ids, evaluation, contextualizer, answerer, embeddings, answers):
+    """What made the comparison's numbers: engines and models per role, the embedding model and
+    its window counts from the latest index materializations, the retrieval setting."""
+    from ctxwin_dagster.core.verdict import ExperimentSetup
+
+    window: dict[str, dict[str, float]] = {}
+    emb_window = strategy = ""
+    for v in VARIANTS:
+        agg = {f: 0.0 for f in WINDOW_FIELDS}
+        for doc_id in doc_ids:
+            meta = _latest_metadata(instance, f"{v}_index", doc_id)
+            emb_window = emb_window or str(meta.get("embedding_window") or "")
+            if v != "t_rag":
+                strategy = strategy or str(meta.get("embed_strategy") or "")
+            for f in WINDOW_FIELDS:
+                value = meta.get(f)
+                if isinstance(value, int | float):
+                    agg[f] += float(value)
+        window[v] = agg
+    engine = "extractive" if not contextualizer.configured else "llm"
+    judge = f"{evaluation.judge_model} @ {evaluation.judge_base_url or 'OpenAI'}" if evaluation.judge_model else ""
+    return ExperimentSetup(
+        contextualizer=contextualizer.describe(),
+        contextualizer_engine=engine,
+        answerer=answerer.describe(),
+        judge=judge,
+        embedding_model=embeddings.model if embeddings.provider == "openai" else "all-MiniLM-L6-v2 (local)",
+        embedding_window=emb_window,
+        embed_strategy=strategy,
+        window=window,
+        retrieval=evaluation.retrieval_settings().describe(),
+        documents=len(doc_ids),
+        questions=len({(r["doc_id"], r["question_id"]) for r in answers}),
+    )
+
+
+def _fit_markdown(inline: str, linked: str) -> str:
+    """The report for the UI: plots embedded, unless that is too large for the metadata."""
+    if len(inline) <= MAX_REPORT_CHARS:
+        return inline
+    if len(linked) <= MAX_REPORT_CHARS:
+        return linked + "\n\n(The plots are in the HTML report; they were too large to embed here.)\n"
+    return linked[:MAX_REPORT_CHARS] + "\n\n… (see the HTML report)"
+
+
+def _all_documents(asset: str) -> dg.AssetIn:
+    """Every document partition of ``asset`` that was materialized, as ``{doc_id: value}``
+    (the default UPath IO manager skips partitions never materialized, e.g. a failed document)."""
+    return dg.AssetIn(key=asset, partition_mapping=dg.AllPartitionMapping(), metadata={"allow_missing_partitions": True})
+
+
+def _by_document(context: dg.AssetExecutionContext, name: str, value) -> dict[str, list]:
+    """The input ``name`` loaded with :func:`_all_documents` as ``{doc_id: rows}``.
+
+    The UPath IO manager returns a dict ``{partition key: value}`` when it loads several
+    partitions, the value itself when it loads one, and None when there is none (or the one
+    partition was never materialized).
+    """
+    keys = list(context.asset_partition_keys_for_input(name))
+    if value is None or not keys:
+        return {}
+    if len(keys) == 1:
+        return {keys[0]: list(value)}
+    if not isinstance(value, dict):
+        raise TypeError(
+            f"expected {{partition key: rows}} for input {name!r} ({len(keys)} partitions), got {type(value).__name__}; "
+            "the IO manager must load several partitions as a dict (Dagster's default filesystem IO manager does)"
+        )
+    return {str(k): list(v or []) for k, v in value.items()}
+
+
 @dg.asset(
-    deps=[f"{v}_ragas_scores" for v in VARIANTS],
+    ins={
+        **{f"{v}_answers": _all_documents(f"{v}_answers") for v in VARIANTS},
+        **{f"{v}_ragas_scores": _all_documents(f"{v}_ragas_scores") for v in VARIANTS},
+    },
     group_name="evaluation",
     kinds={"python", "pandas"},
-    code_version="1",
-    description="The experiment's comparison: quality per variant with paired tests (Shapiro-Wilk, t-test or Wilcoxon, Bonferroni), efficiency, plots; Markdown in the UI and an HTML report under evaluations/reports/<experiment>/.",
+    code_version="2",
+    description="The experiment's comparison over the documents' answers and scores (its inputs): quality per variant with paired tests (Shapiro-Wilk, t-test or Wilcoxon, Bonferroni), efficiency, plots; Markdown in the UI and an HTML report under evaluations/reports/<experiment>/.",
 )
-def experiment_comparison(context: dg.AssetExecutionContext, evaluation: EvaluationSettings):
+def experiment_comparison(
+    context: dg.AssetExecutionContext,
+    evaluation: EvaluationSettings,
+    contextualizer: ChatModelResource,
+    answerer: ChatModelResource,
+    embeddings: EmbeddingsResource,
+    t_rag_answers,
+    cc_rag_answers,
+    swb_rag_answers,
+    t_rag_ragas_scores,
+    cc_rag_ragas_scores,
+    swb_rag_ragas_scores,
+):
     from ctxwin_dagster.core.experiment import compare_experiment
 
     started = time.perf_counter()
-    root = evaluation.results_path()
-    scores = [r for v in VARIANTS for r in read_jsonl_folder(root / "scores" / v)]
-    answers = [r for v in VARIANTS for r in read_jsonl_folder(root / "answers" / v)]
-    doc_ids = sorted({r["doc_id"] for r in answers if r.get("doc_id")})
+    # Only the document partitions the instance holds now: a removed document's stored outputs
+    # are not asked for, so its answers and scores cannot stay in the comparison.
     partitions = set(context.instance.get_dynamic_partitions(documents_partitions.name))
+    answers_in = {"t_rag": t_rag_answers, "cc_rag": cc_rag_answers, "swb_rag": swb_rag_answers}
+    scores_in = {"t_rag": t_rag_ragas_scores, "cc_rag": cc_rag_ragas_scores, "swb_rag": swb_rag_ragas_scores}
+    answers_by = {v: {d: rows for d, rows in _by_document(context, f"{v}_answers", answers_in[v]).items() if d in partitions} for v in VARIANTS}
+    scores_by = {v: {d: rows for d, rows in _by_document(context, f"{v}_ragas_scores", scores_in[v]).items() if d in partitions} for v in VARIANTS}
+    doc_ids = sorted(set().union(*(set(scores_by[v]) for v in VARIANTS)))
+    scores = [r for v in VARIANTS for d in doc_ids for r in scores_by[v].get(d, [])]
+    answers = [r for v in VARIANTS for d in doc_ids for r in answers_by[v].get(d, [])]
     missing = sorted(partitions - set(doc_ids))
     notes = [f"documents without scores (not evaluated or failed): {', '.join(missing)}"] if missing else []
+    gaps = [f"{v}: {', '.join(d for d in doc_ids if d not in scores_by[v])}" for v in VARIANTS if any(d not in scores_by[v] for d in doc_ids)]
+    if gaps:
+        notes.append(f"documents scored for some variants only (the missing ones are left out of that variant): {'; '.join(gaps)}")
+    setup = experiment_setup(context.instance, doc_ids, evaluation, contextualizer, answerer, embeddings, answers)
     result = compare_experiment(
-        scores, answers, indexing_costs(context.instance, doc_ids), evaluation.reports_path(), title=f"ctxwin experiment: {evaluation.experiment}", notes=notes
+        scores, answers, indexing_costs(context.instance, doc_ids), evaluation.reports_path(),
+        title=f"ctxwin experiment: {evaluation.experiment}", notes=notes, setup=setup,
     )
-    md = result["markdown"]
+    md = _fit_markdown(result["markdown_inline"], result["markdown"])
     return dg.MaterializeResult(
         metadata={
             "experiment": evaluation.experiment,
             "documents": len(doc_ids),
+            "doc_ids": dg.MetadataValue.json(doc_ids),
+            "documents_without_scores": len(missing),
             "questions": len({(r["doc_id"], r["question_id"]) for r in answers}),
             "report_html": dg.MetadataValue.path(str(result["paths"]["html"])),
-            "report": dg.MetadataValue.md(md if len(md) < 60_000 else md[:60_000] + "\n\n… (see the HTML report)"),
+            "verdict": dg.MetadataValue.md(result["verdict"]),
+            "retrieval": setup.retrieval,
+            "report": dg.MetadataValue.md(md),
             "runtime_s": round(time.perf_counter() - started, 3),
         }
     )

@@ -1,0 +1,145 @@
+"""Costs per unit of work and a comparison built from its inputs, in process (issue 9, part 3):
+
+* a cached rerun of ``cc_rag_contexts`` keeps the cost of the work and pays nothing;
+* ``experiment_comparison`` takes the documents' answers and scores through its inputs, so a
+  document removed by the documents sensor is gone from the next comparison, and so are its
+  result files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+import ctxwin_dagster.definitions as definitions
+from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts
+from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
+from ctxwin_dagster.defs.jobs import all_assets_job, comparison_job
+from ctxwin_dagster.defs.resources import (
+    ChatModelResource,
+    EmbeddingsResource,
+    EvaluationSettings,
+    LanceDBResource,
+    PipelineSettings,
+    ProjectSettings,
+)
+from ctxwin_dagster.defs.sensors import documents_sensor
+from ctxwin_dagster.models.testserver import FakeOpenAIServer
+from ctxwin_dagster.models.vectorstore import VARIANTS
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+PRICED_MODEL = "gpt-4o-mini"  # genai-prices knows its price
+
+
+def cc_responder(body: dict) -> str:
+    """Plays the contextualizer for CC-RAG prompts (and anything else) with short prose."""
+    return "This chunk belongs to the document's discussion of its main subject."
+
+
+def test_cached_rerun_of_cc_rag_contexts_keeps_the_cost_of_the_work(tmp_path):
+    docs = tmp_path / "documents"
+    docs.mkdir()
+    paragraphs = [f"Section {i}. " + " ".join(f"Clause {i}.{j} sets out duty number {j} of party {i}." for j in range(12)) for i in range(4)]
+    (docs / "tiny_contract.txt").write_text("\n\n".join(paragraphs), encoding="utf-8")
+    with FakeOpenAIServer(responder=cc_responder) as server, dg.instance_for_test() as instance:
+        resources = {
+            "settings": ProjectSettings(documents_dir=str(docs)),
+            "pipeline": PipelineSettings(),
+            "contextualizer": ChatModelResource(model=PRICED_MODEL, base_url=server.base_url, api_key="test-key", cache_dir=str(tmp_path / "cache"), max_retries=1),
+            "embeddings": EmbeddingsResource(cache_dir=str(tmp_path / "cache")),
+        }
+        instance.add_dynamic_partitions("documents", ["tiny_contract"])
+        metas = []
+        for _ in range(2):
+            result = dg.materialize([raw_documents, chunks, cc_rag_contexts], resources=resources, partition_key="tiny_contract", instance=instance)
+            assert result.success
+            metas.append({k: v.value for k, v in result.asset_materializations_for_node("cc_rag_contexts")[0].metadata.items()})
+        n_chunks = len(result.output_for_node("chunks"))
+    first, again = metas
+    assert n_chunks >= 2 and server.request_count == n_chunks  # the rerun sent nothing
+    assert first["calls"] == n_chunks and first["cache_hits"] == 0 and first["cost_known"]
+    assert first["cost_usd"] > 0 and first["paid_usd"] == first["cost_usd"]
+    assert again["calls"] == 0 and again["cache_hits"] == n_chunks and again["cost_known"]
+    assert again["paid_usd"] == 0
+    assert again["cost_usd"] == pytest.approx(first["cost_usd"])  # the same work costs the same
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_a_removed_document_leaves_the_next_comparison(tmp_path):
+    docs = tmp_path / "documents"
+    docs.mkdir()
+    keep, drop = "squad_1973_oil_crisis", "squad_Normans"
+    for doc in (keep, drop):
+        shutil.copy(ROOT / "data" / "documents" / f"{doc}.txt", docs)
+    evaluation = EvaluationSettings(
+        experiment="removal", results_dir=str(tmp_path / "results"), reports_dir=str(tmp_path / "reports"), max_questions_per_document=6
+    )
+    resources = {
+        "settings": ProjectSettings(documents_dir=str(docs), qa_dir=str(ROOT / "data" / "qa")),
+        "pipeline": PipelineSettings(),
+        "contextualizer": ChatModelResource(),
+        "answerer": ChatModelResource(),
+        "evaluation": evaluation,
+        "embeddings": EmbeddingsResource(cache_dir=str(tmp_path / "cache")),
+        "lancedb": LanceDBResource(uri=str(tmp_path / "lancedb")),
+    }
+    assets = [a for a in vars(definitions).values() if isinstance(a, dg.AssetsDefinition)]
+    # The project's own jobs, as `ctxwin run` and the Dagster UI run them: one run per document,
+    # then the comparison in a run of its own that loads the documents' outputs.
+    defs = dg.Definitions(assets=assets, jobs=[all_assets_job, comparison_job], resources=resources)
+    results = tmp_path / "results" / "removal"
+    report = tmp_path / "reports" / "removal" / "comparison.json"
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("documents", [keep, drop])
+        for doc in (keep, drop):
+            assert defs.resolve_job_def("all_assets_job").execute_in_process(instance=instance, partition_key=doc).success
+        for kind in ("answers", "scores"):
+            for v in VARIANTS:
+                assert {p.stem for p in (results / kind / v).glob("*.jsonl")} == {keep, drop}
+
+        first = defs.resolve_job_def("comparison_job").execute_in_process(instance=instance)
+        assert first.success
+        meta = first.asset_materializations_for_node("experiment_comparison")[0].metadata
+        assert meta["doc_ids"].value == sorted([keep, drop]) and meta["questions"].value == 12
+        assert set(_read_json(report)["n_questions"].values()) == {12}
+
+        # The document's file goes; the sensor removes its partition, index rows and result files.
+        (docs / f"{drop}.txt").unlink()
+        sensor_context = dg.build_sensor_context(
+            instance=instance, resources={"settings": resources["settings"], "lancedb": resources["lancedb"], "evaluation": evaluation}
+        )
+        sensor_result = documents_sensor(sensor_context)
+        deletes = [r for r in sensor_result.dynamic_partitions_requests if isinstance(r, dg.DeleteDynamicPartitionsRequest)]
+        assert [list(r.partition_keys) for r in deletes] == [[drop]]
+        for r in deletes:  # what the daemon does with the sensor's request
+            for key in r.partition_keys:
+                instance.delete_dynamic_partition(r.partitions_def_name, key)
+        for kind in ("answers", "scores"):
+            for v in VARIANTS:
+                assert {p.stem for p in (results / kind / v).glob("*.jsonl")} == {keep}
+        index = resources["lancedb"].index()
+        assert all(index.count(v, doc_id=drop) == 0 for v in VARIANTS)
+        # A stray export of the removed document (say, left by an older version) is not read:
+        # the comparison takes its data through its inputs, for the partitions that exist.
+        (results / "answers" / "t_rag" / f"{drop}.jsonl").write_text(
+            (results / "answers" / "t_rag" / f"{keep}.jsonl").read_text(encoding="utf-8").replace(keep, drop), encoding="utf-8"
+        )
+
+        second = defs.resolve_job_def("comparison_job").execute_in_process(instance=instance)
+        assert second.success
+        meta = second.asset_materializations_for_node("experiment_comparison")[0].metadata
+        assert meta["doc_ids"].value == [keep] and meta["questions"].value == 6 and meta["documents_without_scores"].value == 0
+    payload = _read_json(report)
+    assert set(payload["n_questions"].values()) == {6}
+    assert all(row["n_questions"] == 6 for row in payload["efficiency"])
+    assert not re.search(drop, (report.parent / "report.md").read_text(encoding="utf-8"))
