@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ctxwin_dagster.core.defaults import PAPER
+from ctxwin_dagster.core.defaults import normalize_variant as _normalize_variant
 from ctxwin_dagster.core.documents import DocumentError, list_documents, read_document
 from ctxwin_dagster.core.enhance import (
     DEFAULT_FOCUS_CANDIDATES,
@@ -90,13 +92,8 @@ DEFAULT_ENHANCE: dict[str, Any] = {"mode": RETRIEVAL_PRESETS["ask"].enhance_mode
 
 #: The model whose limits the auto mode checks against when the answer engine is the
 #: extractive one (which has no context limit of its own): the paper's answer model.
-DEFAULT_LIMITS_MODEL = "gpt-4o"
+DEFAULT_LIMITS_MODEL = PAPER.answer_model
 
-_VARIANTS = {
-    "t": "t_rag", "t_rag": "t_rag", "t-rag": "t_rag", "trag": "t_rag",
-    "cc": "cc_rag", "cc_rag": "cc_rag", "cc-rag": "cc_rag", "ccrag": "cc_rag",
-    "swb": "swb_rag", "swb_rag": "swb_rag", "swb-rag": "swb_rag", "swbrag": "swb_rag",
-}
 
 
 class AskError(ValueError):
@@ -115,10 +112,10 @@ def normalize_variant(variant: str) -> str:
         >>> normalize_variant("swb"), normalize_variant("T-RAG")
         ('swb_rag', 't_rag')
     """
-    key = str(variant).strip().lower()
-    if key not in _VARIANTS:
-        raise AskError(f"unknown variant {variant!r}; use t, cc or swb (or t_rag, cc_rag, swb_rag)")
-    return _VARIANTS[key]
+    try:
+        return _normalize_variant(variant)
+    except ValueError as exc:
+        raise AskError(str(exc)) from None
 
 
 @dataclass(frozen=True, slots=True)

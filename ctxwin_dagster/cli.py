@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ctxwin_dagster.core.defaults import PAPER, VARIANTS
+
 
 def _instance(dagster_home: str | None):
     from dagster import DagsterInstance
@@ -294,7 +296,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     print("-" * len(header))
     totals: dict[str, dict[str, float]] = {}
     for plan in plans:
-        for variant in ("t_rag", "cc_rag", "swb_rag"):
+        for variant in VARIANTS:
             v = plan[variant]
             cost = "n/a" if v["cost_usd_est"] is None else f"{v['cost_usd_est']:.4f}"
             note = "" if v["fits"] else "does not fit the model"
@@ -334,12 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", help="calls, tokens, characters and cost per variant, without calling a model")
     plan.add_argument("paths", nargs="*", help="document files or folders (default data/documents)")
-    plan.add_argument("--model", default="gemini-1.5-flash", help="contextualizer model (limits and prices; default gemini-1.5-flash, as in the paper)")
-    plan.add_argument("--chunk-size", type=int, default=1000)
-    plan.add_argument("--chunk-overlap", type=int, default=100)
-    plan.add_argument("--batch-size", type=int, default=5, help="SWB-RAG chunks per batch")
-    plan.add_argument("--window-chars", type=int, default=20_000, help="SWB-RAG characters before and after a batch")
-    plan.add_argument("--summary-tokens", type=int, default=4000, help="global summary budget (tokens)")
+    plan.add_argument("--model", default=PAPER.contextualizer_model, help=f"contextualizer model (limits and prices; default {PAPER.contextualizer_model}, as in the paper)")
+    plan.add_argument("--chunk-size", type=int, default=PAPER.chunk_size)
+    plan.add_argument("--chunk-overlap", type=int, default=PAPER.chunk_overlap)
+    plan.add_argument("--batch-size", type=int, default=PAPER.swb_batch_size, help="SWB-RAG chunks per batch")
+    plan.add_argument("--window-chars", type=int, default=PAPER.swb_window_chars, help="SWB-RAG characters before and after a batch")
+    plan.add_argument("--summary-tokens", type=int, default=PAPER.summary_max_tokens, help="global summary budget (tokens)")
     plan.add_argument("--context-tokens", type=int, default=100, help="estimated tokens of one chunk context")
     plan.add_argument("--json", action="store_true", help="print the plans as JSON")
     plan.set_defaults(func=cmd_plan)

@@ -30,7 +30,7 @@ from ctxwin_dagster.defs.resources import (
 )
 from ctxwin_dagster.defs.sensors import documents_sensor
 from ctxwin_dagster.models.testserver import FakeOpenAIServer
-from ctxwin_dagster.models.vectorstore import VARIANTS
+from ctxwin_dagster.core.defaults import VARIANTS
 
 pytestmark = pytest.mark.slow
 

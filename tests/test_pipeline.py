@@ -25,7 +25,7 @@ from ctxwin_dagster.defs.resources import (
 )
 from ctxwin_dagster.defs.sensors import partition_changes, remove_from_indexes
 from ctxwin_dagster.models.testserver import FakeOpenAIServer
-from ctxwin_dagster.models.vectorstore import VARIANTS
+from ctxwin_dagster.core.defaults import VARIANTS
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "documents"
 DOCS = ("squad_Normans", "cuad_todos_medical_reseller")

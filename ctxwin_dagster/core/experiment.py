@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from .defaults import VARIANTS
 from .metrics import aggregate, aggregate_efficiency, scores_by_variant
 from .report import render_report
 from .verdict import ExperimentSetup, verdict_markdown
@@ -55,7 +56,7 @@ def compare_experiment(
     out_dir: str | Path,
     *,
     title: str,
-    variants: Sequence[str] = ("t_rag", "cc_rag", "swb_rag"),
+    variants: Sequence[str] = VARIANTS,
     metrics: Sequence[str] | None = None,
     table4: Any = None,
     notes: Sequence[str] = (),

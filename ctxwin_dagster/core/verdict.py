@@ -17,6 +17,8 @@ Nothing here is written by hand for a particular result: change the numbers and 
 Example::
 
     >>> import pandas as pd
+
+from .defaults import VARIANT_LABELS
     >>> tests = pd.DataFrame([{"metric": "mrr", "variant_a": "t_rag", "variant_b": "swb_rag", "mean_a": 0.70,
     ...     "mean_b": 0.74, "mean_diff": 0.04, "p_bonferroni": 0.001, "significant": True}])
     >>> print(verdict_markdown(tests, None, ExperimentSetup()).splitlines()[2])
@@ -31,9 +33,10 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["ExperimentSetup", "VARIANT_LABELS", "verdict_markdown"]
+from .defaults import VARIANT_LABELS
 
-VARIANT_LABELS = {"t_rag": "T-RAG", "cc_rag": "CC-RAG", "swb_rag": "SWB-RAG"}
+__all__ = ["ExperimentSetup", "verdict_markdown"]
+
 
 
 def _label(v: str) -> str:

@@ -16,6 +16,7 @@ from pydantic import Field
 from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
 from ctxwin_dagster.core.embedding_window import DEFAULT_CONTEXT_WEIGHT, DEFAULT_ROW_STRATEGY, OVERSIZE_MODES, ROW_STRATEGIES
 
+from ctxwin_dagster.core.defaults import PAPER
 from ctxwin_dagster.core.documents import DocumentError, doc_id_from_path, list_documents
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.core.tokens import TokenCounter, get_token_counter
@@ -31,9 +32,9 @@ class ProjectSettings(dg.ConfigurableResource):
     documents_dir: str = "data/documents"
     qa_dir: str = "data/qa"
     cache_dir: str = "data/cache"
-    chunk_size: int = 1000
-    chunk_overlap: int = 100
-    token_model: str = "gpt-4o"
+    chunk_size: int = PAPER.chunk_size
+    chunk_overlap: int = PAPER.chunk_overlap
+    token_model: str = PAPER.answer_model
 
     def documents_path(self) -> Path:
         return Path(self.documents_dir).expanduser()
@@ -171,17 +172,17 @@ class LanceDBResource(dg.ConfigurableResource):
 class PipelineSettings(dg.ConfigurableResource):
     """The paper's settings for summaries and contextualization (all overridable)."""
 
-    summary_max_tokens: int = 4000
-    summary_segment_chars: int = 1_000_000
-    swb_batch_size: int = 5
-    swb_window_chars: int = 20_000
-    temperature: float = 0.2
-    top_p: float = 0.95
-    max_output_tokens: int = 2048
+    summary_max_tokens: int = PAPER.summary_max_tokens
+    summary_segment_chars: int = PAPER.summary_segment_chars
+    swb_batch_size: int = PAPER.swb_batch_size
+    swb_window_chars: int = PAPER.swb_window_chars
+    temperature: float = PAPER.temperature
+    top_p: float = PAPER.top_p
+    max_output_tokens: int = PAPER.max_output_tokens
     language: str = ""  # "" = detect from the document
     # The model whose limits the extractive engine's prompts are checked against (the paper
     # contextualized with Gemini 1.5 Flash), and whose prices the plan uses by default.
-    reference_model: str = "gemini-1.5-flash"
+    reference_model: str = PAPER.contextualizer_model
 
 
 @contextmanager

@@ -5,7 +5,7 @@ import dagster as dg
 
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import EvaluationSettings, LanceDBResource, ProjectSettings
-from ctxwin_dagster.models.vectorstore import VARIANTS
+from ctxwin_dagster.core.defaults import VARIANTS
 
 
 def partition_changes(settings: ProjectSettings, existing: list[str]) -> tuple[list[str], list[str]]:

@@ -14,6 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ctxwin_dagster.core.defaults import PAPER
+
 __all__ = [
     "CallRecord",
     "CallTags",
@@ -80,9 +82,9 @@ class ChatRequest:
     """A chat completion to make: messages plus sampling settings and accounting tags."""
 
     messages: tuple[Mapping[str, Any], ...]
-    temperature: float = 0.2
-    top_p: float = 0.95
-    max_tokens: int = 2048
+    temperature: float = PAPER.temperature
+    top_p: float = PAPER.top_p
+    max_tokens: int = PAPER.max_output_tokens
     json_mode: bool = False
     prompt_version: str = ""
     tags: CallTags = field(default_factory=CallTags)

@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ctxwin_dagster.core.defaults import PAPER
 from ctxwin_dagster.core.fit import ContextOverflowError
 from ctxwin_dagster.core.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.splitting import RecursiveSplitter
@@ -47,7 +48,7 @@ class DryRunChatBackend:
         self,
         *,
         model: str,
-        summary_tokens: int = 4000,
+        summary_tokens: int = PAPER.summary_max_tokens,
         context_tokens: int = 100,
         price_model: str | None = None,
         limits: ModelLimits | None = None,
@@ -127,15 +128,15 @@ def plan_document(
     text: str,
     *,
     doc_id: str,
-    model: str = "gemini-1.5-flash",
-    chunk_size: int = 1000,
-    chunk_overlap: int = 100,
-    batch_size: int = 5,
-    window_chars: int = 20_000,
-    summary_max_tokens: int = 4000,
-    segment_chars: int = 1_000_000,
+    model: str = PAPER.contextualizer_model,
+    chunk_size: int = PAPER.chunk_size,
+    chunk_overlap: int = PAPER.chunk_overlap,
+    batch_size: int = PAPER.swb_batch_size,
+    window_chars: int = PAPER.swb_window_chars,
+    summary_max_tokens: int = PAPER.summary_max_tokens,
+    segment_chars: int = PAPER.summary_segment_chars,
     context_tokens: int = 100,
-    max_output_tokens: int = 2048,
+    max_output_tokens: int = PAPER.max_output_tokens,
 ) -> dict[str, Any]:
     """The plan for one document: per variant, calls, input tokens and characters, estimated
     output tokens and cost. ``cc_rag["fits"]`` is False when the whole document does not fit

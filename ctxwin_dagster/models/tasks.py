@@ -48,6 +48,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ..core.defaults import PAPER
 from ..core.fit import ContextOverflowError, ensure_fit, truncate_text
 from ..core.limits import ModelLimits, get_model_limits
 from ..core.prompts import (
@@ -186,8 +187,8 @@ class Summarizer(Protocol):
         text: str,
         *,
         doc_id: str,
-        max_tokens: int = 4000,
-        segment_chars: int = 1_000_000,
+        max_tokens: int = PAPER.summary_max_tokens,
+        segment_chars: int = PAPER.summary_segment_chars,
         language: str | None = None,
     ) -> SummaryResult: ...
 
@@ -203,8 +204,8 @@ class Contextualizer(Protocol):
         summary: str,
         *,
         doc_id: str,
-        batch_size: int = 5,
-        window_chars: int = 20_000,
+        batch_size: int = PAPER.swb_batch_size,
+        window_chars: int = PAPER.swb_window_chars,
     ) -> list[ContextResult]: ...
 
 
@@ -511,9 +512,9 @@ class LLMTasks:
         self,
         chat: ChatBackend,
         *,
-        temperature: float = 0.2,
-        top_p: float = 0.95,
-        max_tokens: int = 2048,
+        temperature: float = PAPER.temperature,
+        top_p: float = PAPER.top_p,
+        max_tokens: int = PAPER.max_output_tokens,
         counter: TokenCounter | None = None,
         limits: ModelLimits | None = None,
         wave_size: int | None = None,
@@ -582,8 +583,8 @@ class LLMTasks:
         text: str,
         *,
         doc_id: str,
-        max_tokens: int = 4000,
-        segment_chars: int = 1_000_000,
+        max_tokens: int = PAPER.summary_max_tokens,
+        segment_chars: int = PAPER.summary_segment_chars,
         language: str | None = None,
     ) -> SummaryResult:
         """Map (one summary per segment of ≤ ``segment_chars``), then reduce to an overview of ≤ ``max_tokens``.
@@ -687,8 +688,8 @@ class LLMTasks:
         summary: str,
         *,
         doc_id: str,
-        batch_size: int = 5,
-        window_chars: int = 20_000,
+        batch_size: int = PAPER.swb_batch_size,
+        window_chars: int = PAPER.swb_window_chars,
     ) -> list[ContextResult]:
         """One call per batch of ``batch_size`` chunks with the summary and ±``window_chars``.
 
@@ -1132,8 +1133,8 @@ class ExtractiveTasks:
         text: str,
         *,
         doc_id: str,
-        max_tokens: int = 4000,
-        segment_chars: int = 1_000_000,
+        max_tokens: int = PAPER.summary_max_tokens,
+        segment_chars: int = PAPER.summary_segment_chars,
         language: str | None = None,
     ) -> SummaryResult:
         """Central, diverse document sentences within ``max_tokens``, in document order."""
@@ -1247,8 +1248,8 @@ class ExtractiveTasks:
         summary: str,
         *,
         doc_id: str,
-        batch_size: int = 5,
-        window_chars: int = 20_000,
+        batch_size: int = PAPER.swb_batch_size,
+        window_chars: int = PAPER.swb_window_chars,
         title: str | None = None,
     ) -> list[ContextResult]:
         """Per chunk: the most related sentences of the summary and the batch's ±window."""

@@ -29,9 +29,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["ChunkIndex", "IndexError_", "VARIANTS"]
+from ctxwin_dagster.core.defaults import VARIANTS
 
-VARIANTS = ("t_rag", "cc_rag", "swb_rag")
+__all__ = ["ChunkIndex", "IndexError_"]
+
 
 # Build an ANN index only when a table is large enough for one to pay off (below this a flat
 # scan is fast and exact), and a full-text index whenever hybrid search is asked for.

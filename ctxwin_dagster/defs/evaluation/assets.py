@@ -6,6 +6,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.core.documents import Document
 from ctxwin_dagster.core.qa import load_qa_folder
 from ctxwin_dagster.core.splitting import Chunk
@@ -20,7 +21,6 @@ from ctxwin_dagster.defs.resources import (
     build_tasks,
 )
 
-VARIANTS = ("t_rag", "cc_rag", "swb_rag")
 
 
 def _write_jsonl(path: Path, rows) -> None:
