@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxwin_dagster.ask import AskError, Asker, StaleIndexError, format_result, normalize_variant, run_cli
+from ctxwin_dagster.ask import AskError, Asker, StaleIndexError, normalize_variant
+from ctxwin_dagster.cli.ask import format_result, run_cli
 from ctxwin_dagster.core.limits import ModelLimits
 from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS
 from ctxwin_dagster.core.qa import load_qa_jsonl

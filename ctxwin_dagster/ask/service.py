@@ -1,61 +1,23 @@
-"""Asking questions: retrieval, context window enhancement and sliding-window QA together.
-
-:class:`Asker` answers a question over the LanceDB indexes that ``ctxwin run`` built, in one
-of three modes:
-
-``mode="retrieve"``
-    search the variant's table (T-RAG, CC-RAG or SWB-RAG) for the top-``k`` chunks, grow them
-    into context windows (:func:`ctxwin_dagster.core.enhance.enhance`: none, ±``num_neighbors``
-    chunks, or a ``context_window_size`` budget; merged, no text twice) and answer from the
-    windows with the answer model, citing them;
-``mode="sliding"``
-    read the whole document window by window
-    (:func:`ctxwin_dagster.core.sliding_qa.sliding_window_qa`) and merge the windows' answers;
-``mode="auto"``
-    assemble the context as in ``retrieve``; if the answer prompt fits the answer model's
-    available prompt tokens (:func:`ctxwin_dagster.core.fit.check_fit`), answer directly, else
-    run sliding-window QA over the assembled context.
-
-The answer model is a chat model (:class:`~ctxwin_dagster.models.tasks.LLMTasks`, any
-OpenAI-compatible server, every call through the backend's response cache) or, offline, the
-extractive engine (:class:`~ctxwin_dagster.models.tasks.ExtractiveTasks`: sentence selection
-with the embedding model, labelled ``extractive``). Chunk rows for neighbour expansion come from
-the variant's table; window text is cut from the document file in the documents folder when
-it is there (its SHA-256 must match the indexed one), else rebuilt from the chunk rows.
-
-Every answer comes back as an :class:`AskResult`: the answer, ``not_found``, the cited spans
-``(chunk_id, doc_id, start, end)``, the windows used with their spans and scores, the call
-records with tokens and cost, and the latency.
-
-Example::
-
-    with Asker.open(lancedb="data/lancedb", documents="data/documents") as asker:
-    ...     result = asker.ask("Who was the Norse leader?", variant="swb", doc_id="squad_Normans")
-    ...     result.answer, result.citations[0].as_tuple()
-"""
+"""The asking service: :class:`Asker` (see the package docstring of :mod:`ctxwin_dagster.ask`)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from ctxwin_dagster.core.defaults import PAPER
-from ctxwin_dagster.core.defaults import normalize_variant as _normalize_variant
-from ctxwin_dagster.core.documents import DocumentError, list_documents, read_document
 from ctxwin_dagster.core.enhance import (
     DEFAULT_FOCUS_CANDIDATES,
     EnhancedContext,
-    chunks_from_rows,
     enhance,
     hits_from_rows,
 )
 from ctxwin_dagster.core.fit import FitReport, check_fit
 from ctxwin_dagster.core.limits import ModelLimits, get_model_limits
-from ctxwin_dagster.core.retrieval_settings import DEFAULT_K, RETRIEVAL_PRESETS
 from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS, detect_language, format_passages, get_template
+from ctxwin_dagster.core.retrieval_settings import DEFAULT_K, RETRIEVAL_PRESETS
 from ctxwin_dagster.core.sliding_qa import (
     DEFAULT_OVERLAP_TOKENS,
     DEFAULT_WAVE_SIZE,
@@ -67,18 +29,11 @@ from ctxwin_dagster.core.sliding_qa import (
 from ctxwin_dagster.core.splitting import Chunk
 from ctxwin_dagster.core.tokens import TokenCounter, get_token_counter
 from ctxwin_dagster.core.windows import Window, span_text
-from ctxwin_dagster.models.base import Ledger
 
-__all__ = [
-    "ASK_MODES",
-    "DEFAULT_ENHANCE",
-    "AskError",
-    "AskResult",
-    "Asker",
-    "Citation",
-    "StaleIndexError",
-    "normalize_variant",
-]
+from .documents import IndexedDocuments
+from .results import AskError, AskResult, Citation, _cited_excerpt, _window_dict, normalize_variant, sliding_result
+
+__all__ = ["ASK_MODES", "DEFAULT_ENHANCE", "Asker"]
 
 AskMode = Literal["retrieve", "sliding", "auto"]
 ASK_MODES: tuple[str, ...] = ("retrieve", "sliding", "auto")
@@ -94,216 +49,6 @@ DEFAULT_ENHANCE: dict[str, Any] = {"mode": RETRIEVAL_PRESETS["ask"].enhance_mode
 #: extractive one (which has no context limit of its own): the paper's answer model.
 DEFAULT_LIMITS_MODEL = PAPER.answer_model
 
-
-
-class AskError(ValueError):
-    """A question cannot be asked as given; the message names the fix."""
-
-
-class StaleIndexError(AskError):
-    """The document file changed after it was indexed, so the index's offsets no longer hold."""
-
-
-def normalize_variant(variant: str) -> str:
-    """``"t"``/``"cc"``/``"swb"`` (or ``"t_rag"``, ``"T-RAG"``…) → the table variant name.
-
-    Example::
-
-        >>> normalize_variant("swb"), normalize_variant("T-RAG")
-        ('swb_rag', 't_rag')
-    """
-    try:
-        return _normalize_variant(variant)
-    except ValueError as exc:
-        raise AskError(str(exc)) from None
-
-
-@dataclass(frozen=True, slots=True)
-class Citation:
-    """A cited span of a document: ``text[start:end]`` of ``doc_id``.
-
-    ``chunk_id`` is the indexed chunk the span was cited by (retrieve mode: the best hit of
-    the cited window) or the first indexed chunk overlapping it (sliding mode); None when the
-    index has no chunk there. ``excerpt`` is the start of the span's text.
-    """
-
-    chunk_id: str | None
-    doc_id: str
-    start: int
-    end: int
-    excerpt: str = ""
-
-    def as_tuple(self) -> tuple[str | None, str, int, int]:
-        return (self.chunk_id, self.doc_id, self.start, self.end)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"chunk_id": self.chunk_id, "doc_id": self.doc_id, "start": self.start, "end": self.end, "excerpt": self.excerpt}
-
-
-@dataclass(slots=True)
-class AskResult:
-    """One answered question (see the module docstring).
-
-    Attributes:
-        question, answer: the question and the answer text (``NOT_IN_DOCUMENTS`` when not found).
-        not_found: True when the documents (as given to the model) do not hold the answer.
-        citations: the cited spans.
-        windows: the context windows used (retrieve) or read (sliding): ``doc_id``, ``start``,
-            ``end``, ``score``, ``chunk_ids``, ``n_chars``.
-        mode: the mode asked for; ``mode_used``: ``"retrieve"`` or ``"sliding"``.
-        variant, doc_id: the index table and the document searched (None: all documents).
-        engine, model: the answer engine (``"llm"`` or ``"extractive"``) and its model.
-        records: the call records (answer calls, window calls, merge call).
-        latency_s: wall time of the whole ask (retrieval included).
-        fit: the fit check of the assembled context (auto mode), else None.
-        notes: what the caller should know (text rebuilt from the index, context too long…).
-        context: the enhanced context (retrieve/auto), else None.
-        sliding: the sliding-window run (sliding, or auto when it did not fit), else None.
-    """
-
-    question: str
-    answer: str
-    not_found: bool
-    citations: list[Citation]
-    windows: list[dict[str, Any]]
-    mode: str
-    mode_used: str
-    variant: str | None
-    doc_id: str | None
-    engine: str
-    model: str
-    records: list[Any] = field(default_factory=list)
-    latency_s: float = 0.0
-    fit: FitReport | None = None
-    notes: list[str] = field(default_factory=list)
-    context: EnhancedContext | None = None
-    sliding: SlidingAnswer | None = None
-
-    @property
-    def cited_spans(self) -> list[tuple[str | None, str, int, int]]:
-        """The citations as ``(chunk_id, doc_id, start, end)`` tuples."""
-        return [c.as_tuple() for c in self.citations]
-
-    @property
-    def totals(self) -> dict[str, Any]:
-        """Calls, cache hits, tokens, characters and cost over :attr:`records`."""
-        return Ledger.summarize(self.records)
-
-    @property
-    def input_tokens(self) -> int:
-        return int(self.totals["input_tokens"])
-
-    @property
-    def output_tokens(self) -> int:
-        return int(self.totals["output_tokens"])
-
-    @property
-    def cost_usd(self) -> float | None:
-        """The cost of the work in USD (cache hits at the cost of the call they reuse), None
-        when a model's price is unknown."""
-        t = self.totals
-        return float(t["cost_usd"]) if t["cost_known"] else None
-
-    @property
-    def paid_usd(self) -> float | None:
-        """What answering paid in USD in this run (cache hits are free), None when a model's
-        price is unknown."""
-        t = self.totals
-        return float(t["paid_usd"]) if t["cost_known"] else None
-
-    @property
-    def context_chars(self) -> int:
-        return sum(int(w["n_chars"]) for w in self.windows)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        totals = self.totals
-        return {
-            "question": self.question,
-            "answer": self.answer,
-            "not_found": self.not_found,
-            "citations": [c.to_dict() for c in self.citations],
-            "windows": self.windows,
-            "mode": self.mode,
-            "mode_used": self.mode_used,
-            "variant": self.variant,
-            "doc_id": self.doc_id,
-            "engine": self.engine,
-            "model": self.model,
-            "latency_s": round(self.latency_s, 3),
-            "calls": totals["calls"],
-            "cache_hits": totals["cache_hits"],
-            "input_tokens": totals["input_tokens"],
-            "output_tokens": totals["output_tokens"],
-            "input_chars": totals["input_chars"],
-            "cost_usd": self.cost_usd,
-            "paid_usd": self.paid_usd,
-            "fit": None if self.fit is None else self.fit.to_dict(),
-            "notes": list(self.notes),
-            "sliding": None if self.sliding is None else self.sliding.to_dict(),
-        }
-
-    def to_record(self, *, question_id: str, reference_answer: str = "", reference_spans: Sequence[Sequence[int]] = (), is_impossible: bool | None = None) -> dict[str, Any]:
-        """An answer record in the format of :mod:`ctxwin_dagster.core.metrics`."""
-        totals = self.totals
-        rec: dict[str, Any] = {
-            "question_id": question_id,
-            "doc_id": self.doc_id,
-            "variant": self.variant or self.mode_used,
-            "question": self.question,
-            "answer": self.answer,
-            "not_found": self.not_found,
-            "reference_answer": reference_answer,
-            "reference_spans": [list(s) for s in reference_spans],
-            "retrieved": [],
-            "contexts": [],
-            "context_spans": [[w["start"], w["end"], w["doc_id"]] for w in self.windows],
-            "latency_s": self.latency_s,
-            "input_tokens": totals["input_tokens"],
-            "output_tokens": totals["output_tokens"],
-            "input_chars": totals["input_chars"],
-            "calls": totals["calls"],
-            "cache_hits": totals["cache_hits"],
-            "cost_usd": self.cost_usd,
-            "paid_usd": self.paid_usd,
-        }
-        if self.context is not None:
-            rec["contexts"] = [w.text for w in self.context.windows]
-        elif self.sliding is not None:
-            rec["contexts"] = [w.text for w in self.sliding.windows[: self.sliding.n_read]]
-        if is_impossible is not None:
-            rec["is_impossible"] = is_impossible
-        return rec
-
-
-def _excerpt(text: str, n: int = 160) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= n else flat[: n - 1].rstrip() + "…"
-
-
-def _cited_excerpt(window_text: str, answer: str, label: str) -> str:
-    """The window's text where the answer's statement citing ``label`` is found (an extractive
-    answer quotes it), else the window's start."""
-    import re
-
-    marker = f"[{label}"
-    i = answer.find(marker)
-    while i >= 0:
-        before = answer[:i]
-        cut = max(before.rfind("]"), 0)
-        statement = before[cut:].strip(" ]\n")
-        probe = statement[:60].strip()
-        if len(probe) >= 12:
-            words = [re.escape(x) for x in probe.split()]
-            m = re.search(r"\s+".join(words), window_text)
-            if m is not None:
-                return _excerpt(window_text[m.start() :])
-        i = answer.find(marker, i + 1)
-    return _excerpt(window_text)
-
-
-def _window_dict(w: Window) -> dict[str, Any]:
-    return {"doc_id": w.doc_id, "start": w.start, "end": w.end, "score": round(float(w.score), 6), "chunk_ids": list(w.chunk_ids), "n_chars": len(w.text)}
 
 
 class Asker:
@@ -344,12 +89,12 @@ class Asker:
         self.tasks = tasks
         self.engine = getattr(tasks, "engine", "")
         self.model = getattr(tasks, "model", "")
-        self.documents_dir = None if documents_dir is None else Path(documents_dir).expanduser()
+        self.documents = IndexedDocuments(index, documents_dir)
+        self.documents_dir = self.documents.documents_dir
         self.limits = limits or getattr(tasks, "limits", None) or get_model_limits(DEFAULT_LIMITS_MODEL)
         self.counter = counter or getattr(tasks, "counter", None) or get_token_counter(DEFAULT_LIMITS_MODEL)
         self._reader = reader
         self._closers: list[Callable[[], None]] = []
-        self._doc_cache: dict[str, tuple[float, str, str]] = {}
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -458,55 +203,17 @@ class Asker:
                 )
             raise AskError(f"document {doc_id!r} is not in the {variant} index; known documents: {', '.join(known)}")
 
-    def _doc_file(self, doc_id: str) -> Path | None:
-        if self.documents_dir is None or not self.documents_dir.is_dir():
-            return None
-        for p in list_documents(self.documents_dir):
-            if p.stem == doc_id:
-                return p
-        return None
-
     def document_text(self, doc_id: str, *, expected_sha256: str | None = None) -> str | None:
         """The text of ``doc_id`` from the documents folder (None when there is no file).
 
         Raises:
             StaleIndexError: ``expected_sha256`` (the indexed one) differs from the file's.
         """
-        path = self._doc_file(doc_id)
-        if path is None:
-            return None
-        mtime = path.stat().st_mtime
-        cached = self._doc_cache.get(doc_id)
-        if cached is None or cached[0] != mtime:
-            try:
-                doc = read_document(path)
-            except DocumentError as exc:
-                raise AskError(str(exc)) from None
-            cached = (mtime, doc.sha256, doc.text)
-            self._doc_cache[doc_id] = cached
-        _, sha, text = cached
-        if expected_sha256 and sha != expected_sha256:
-            raise StaleIndexError(
-                f"{path} changed after it was indexed (sha256 {sha[:12]}… vs {expected_sha256[:12]}… in the index), so "
-                f"the index's offsets no longer fit it; re-index it with `ctxwin run --doc {doc_id}`, or pass "
-                "documents=None (--documents '') to answer from the indexed text"
-            )
-        return text
+        return self.documents.text(doc_id, expected_sha256=expected_sha256)
 
     def _chunks(self, variant: str, doc_ids: Sequence[str]) -> tuple[list[Chunk], dict[str, str]]:
-        """Every indexed chunk of ``doc_ids`` and their texts from the documents folder."""
-        index = self._require_index()
-        chunks: list[Chunk] = []
-        texts: dict[str, str] = {}
-        cols = ["chunk_id", "doc_id", "chunk_index", "start", "end", "text", "section", "doc_sha256"]
-        for d in doc_ids:
-            rows = index.rows(variant, doc_id=d, columns=cols)
-            chunks.extend(chunks_from_rows(rows))
-            shas = {r.get("doc_sha256") for r in rows if r.get("doc_sha256")}
-            text = self.document_text(d, expected_sha256=next(iter(shas)) if len(shas) == 1 else None)
-            if text is not None:
-                texts[d] = text
-        return chunks, texts
+        self._require_index()
+        return self.documents.chunks(variant, doc_ids)
 
     # ----------------------------------------------------------------- retrieval
     def retrieve(
@@ -738,42 +445,6 @@ class Asker:
                 raise
             raise AskError(str(exc)) from exc
 
-    def _sliding_result(self, question: str, run: SlidingAnswer, *, mode: str, variant: str | None, doc_id: str | None, texts: Mapping[str, str], chunks: Sequence[Chunk], notes: list[str]) -> AskResult:
-        by_doc: dict[str, list[Chunk]] = {}
-        for c in chunks:
-            by_doc.setdefault(c.doc_id, []).append(c)
-        citations = []
-        for f in run.sources:
-            d, s, e = f.span
-            cid = next((c.chunk_id for c in by_doc.get(d, []) if c.start < e and s < c.end), None)
-            text = texts.get(d, "")
-            excerpt = _excerpt(text[s:e]) if text else _excerpt(f.evidence or f.answer)
-            citations.append(Citation(cid, d, s, e, excerpt))
-        if run.stopped_early:
-            notes.append(f"stopped early after {run.n_read} of {run.n_windows} windows (a window reached the confidence threshold)")
-        if run.errors:
-            notes.append(f"{len(run.errors)} windows gave no usable reply: {run.errors[0]}")
-        windows = [
-            {"doc_id": f.doc_id, "start": f.start, "end": f.end, "score": round(f.confidence, 6), "chunk_ids": [], "n_chars": f.end - f.start, "window": f.window, "found": f.found}
-            for f in run.findings
-        ]
-        return AskResult(
-            question=question,
-            answer=run.text,
-            not_found=run.not_found,
-            citations=citations,
-            windows=windows,
-            mode=mode,
-            mode_used="sliding",
-            variant=variant,
-            doc_id=doc_id,
-            engine=run.engine,
-            model=run.model,
-            records=list(run.records),
-            notes=notes,
-            sliding=run,
-        )
-
     def _ask_sliding_document(self, question: str, *, variant: str, doc_id: str, window_tokens: int | None, overlap_tokens: int, summary: str | None, early_stop: float | None, wave_size: int, progress: Callable[[int, int], None] | None) -> AskResult:
         notes: list[str] = []
         chunks: list[Chunk] = []
@@ -802,7 +473,7 @@ class Asker:
             texts = {doc_id: text}
             notes.append("document text rebuilt from the index rows (no document file); white space between chunks may differ")
         run = self._run_sliding(question, text, doc_id=doc_id, window_tokens=window_tokens, overlap_tokens=overlap_tokens, summary=summary, early_stop=early_stop, wave_size=wave_size, progress=progress)
-        return self._sliding_result(question, run, mode="sliding", variant=v, doc_id=doc_id, texts=texts, chunks=chunks, notes=notes)
+        return sliding_result(question, run, mode="sliding", variant=v, doc_id=doc_id, texts=texts, chunks=chunks, notes=notes)
 
     def _ask_sliding_context(self, question: str, ctx: EnhancedContext, *, variant: str, doc_id: str | None, fit: FitReport, window_tokens: int | None, overlap_tokens: int, summary: str | None, early_stop: float | None, wave_size: int, progress: Callable[[int, int], None] | None) -> AskResult:
         notes = [
@@ -819,7 +490,7 @@ class Asker:
             if t is not None:
                 doc_texts[d] = t
         chunks, _ = self._chunks(variant, list(texts)) if self.index is not None else ([], {})
-        result = self._sliding_result(question, run, mode="auto", variant=variant, doc_id=doc_id, texts=doc_texts, chunks=chunks, notes=notes)
+        result = sliding_result(question, run, mode="auto", variant=variant, doc_id=doc_id, texts=doc_texts, chunks=chunks, notes=notes)
         result.fit = fit
         result.context = ctx
         return result
@@ -849,167 +520,3 @@ def _enhance_options(mode: str | None, num_neighbors: int | None, context_window
     elif given:
         opts.update(given)
     return mode, opts
-
-# --------------------------------------------------------------------------------------
-# Command line: ``ctxwin ask``
-# --------------------------------------------------------------------------------------
-
-
-def add_ask_arguments(parser: Any) -> None:
-    """The options of ``ctxwin ask`` (an ``argparse`` parser)."""
-    parser.add_argument("question", nargs="?", help="the question; without it, questions are read from standard input until EOF or 'quit'")
-    parser.add_argument("--variant", default="swb", help="index to search: t, cc or swb (default swb)")
-    parser.add_argument("--doc", help="only this document (doc_id, the file stem); needed for --mode sliding")
-    parser.add_argument("--mode", default="retrieve", choices=ASK_MODES, help="retrieve (default), sliding (read the whole document) or auto")
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--focus-chars", type=int, help="sentence focus (the default): windows around the best sentences of the hits, N characters in all (default 4000)")
-    group.add_argument("--neighbors", type=int, help="add N chunks on each side of every hit")
-    group.add_argument("--window-chars", type=int, help="grow every hit with adjacent chunks up to N characters")
-    group.add_argument("--no-enhance", action="store_true", help="give the retrieved chunks only")
-    parser.add_argument("--k", type=int, help="chunks to retrieve (default 16 for sentence focus, else 4)")
-    parser.add_argument("--hybrid", action="store_true", help="fuse vector search with full-text search")
-    parser.add_argument("--window-tokens", type=int, help="sliding-window size in tokens (default 4000, capped by the model)")
-    parser.add_argument("--overlap-tokens", type=int, default=DEFAULT_OVERLAP_TOKENS, help="sliding-window overlap in tokens (default 200)")
-    parser.add_argument("--early-stop", type=float, help="stop sliding after a window answers with at least this confidence (0-1)")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--lancedb", default="data/lancedb", help="index folder (default data/lancedb)")
-    parser.add_argument("--documents", default="data/documents", help="documents folder (default data/documents; '' to use the indexed text)")
-    parser.add_argument("--cache-dir", default="data/cache", help="response and embedding caches (default data/cache)")
-    parser.add_argument("--model", help="answer chat model (default: none, the extractive engine, offline)")
-    parser.add_argument("--base-url", help="OpenAI-compatible server for --model (default OpenAI; key from OPENAI_API_KEY)")
-
-
-def format_result(result: AskResult, *, width: int = 100) -> str:
-    """A human-readable rendering: the answer, the cited spans with excerpts, the cost."""
-    import textwrap
-
-    lines = [f"Answer ({result.variant or '-'} · {result.mode_used} · {result.engine}: {result.model}):"]
-    body = result.answer if not result.not_found else f"{NOT_IN_DOCUMENTS} — the documents given to the model do not hold the answer"
-    for para in body.splitlines() or [""]:
-        lines.extend(textwrap.wrap(para, width=width, initial_indent="  ", subsequent_indent="  ") or ["  "])
-    if result.citations:
-        lines.append("Cited spans:")
-        for i, c in enumerate(result.citations, 1):
-            chunk = f" [chunk {c.chunk_id[:12]}]" if c.chunk_id else ""
-            lines.append(f"  [{i}] {c.doc_id}:{c.start}-{c.end}{chunk}")
-            if c.excerpt:
-                lines.append(f"      \"{c.excerpt}\"")
-    if result.fit is not None:
-        f = result.fit
-        lines.append(f"Fit: {f.prompt_tokens:,} prompt tokens of {f.limit:,} available for {f.model} ({'fits' if f.fits else f'over by {f.overflow:,}'})")
-    if result.mode_used == "sliding" and result.sliding is not None:
-        s = result.sliding
-        lines.append(f"Windows: {s.n_read} of {s.n_windows} read, {s.n_found} held an answer{' (stopped early)' if s.stopped_early else ''}")
-    else:
-        lines.append(f"Context: {len(result.windows)} windows, {result.context_chars:,} characters")
-    t = result.totals
-    cost, paid = result.cost_usd, result.paid_usd
-    if cost is None:
-        cost_text = "cost unknown (no price for the model)"
-    elif paid is not None and abs(cost - paid) > 5e-7:
-        cost_text = f"cost of the work ${cost:.4f}, paid ${paid:.4f}"
-    else:
-        cost_text = f"${cost:.4f}"
-    if result.engine == "extractive":
-        cost_text += " (extractive engine, offline)"
-    lines.append(
-        f"Cost: {cost_text} · {t['calls']} call{'' if t['calls'] == 1 else 's'}, {t['cache_hits']} cached · {t['input_tokens']:,} input / "
-        f"{t['output_tokens']:,} output tokens · {result.latency_s:.2f} s"
-    )
-    for note in result.notes:
-        lines.append(f"Note: {note}")
-    return "\n".join(lines)
-
-
-def _ask_kwargs(args: Any) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {
-        "variant": args.variant,
-        "doc_id": args.doc or None,
-        "mode": args.mode,
-        "k": args.k,
-        "hybrid": args.hybrid,
-        "window_tokens": args.window_tokens,
-        "overlap_tokens": args.overlap_tokens,
-        "early_stop": args.early_stop,
-    }
-    if args.no_enhance:
-        kwargs["enhance_mode"] = "none"
-    elif args.neighbors is not None:
-        kwargs["num_neighbors"] = args.neighbors
-    elif args.window_chars is not None:
-        kwargs["context_window_size"] = args.window_chars
-    elif args.focus_chars is not None:
-        kwargs["focus_chars"] = args.focus_chars
-    return kwargs
-
-
-def run_cli(args: Any, *, stdin: Any = None, stdout: Any = None, stderr: Any = None) -> int:
-    """``ctxwin ask``: answer one question, or every question read from ``stdin``."""
-    import json
-    import sys
-
-    stdin = stdin or sys.stdin
-    stdout = stdout or sys.stdout
-    stderr = stderr or sys.stderr
-    kwargs = _ask_kwargs(args)
-    try:
-        normalize_variant(kwargs["variant"])
-        asker = Asker.open(
-            lancedb=args.lancedb,
-            documents=args.documents or None,
-            model=args.model,
-            base_url=args.base_url,
-            cache_dir=args.cache_dir or None,
-        )
-    except (AskError, ValueError) as exc:
-        print(f"ctxwin ask: {exc}", file=stderr)
-        return 2
-
-    def progress(done: int, total: int) -> None:
-        print(f"\r  reading windows {done}/{total}…", end="" if done < total else "\n", file=stderr, flush=True)
-
-    def one(question: str) -> bool:
-        try:
-            result = asker.ask(question, progress=progress, **kwargs)
-        except (AskError, ValueError) as exc:
-            print(f"ctxwin ask: {exc}", file=stderr)
-            return False
-        if args.json:
-            print(json.dumps(result.to_dict(), ensure_ascii=False), file=stdout, flush=True)
-        else:
-            print(format_result(result), file=stdout, flush=True)
-        return True
-
-    with asker:
-        try:
-            return _loop(args, one, stdin, stdout, stderr)
-        except BrokenPipeError:  # e.g. `ctxwin ask … | head`: the reader went away
-            import os
-
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0
-
-
-def _loop(args: Any, one: Callable[[str], bool], stdin: Any, stdout: Any, stderr: Any) -> int:
-    """One question from the arguments, or every question read from ``stdin``."""
-    if args.question:
-        return 0 if one(args.question) else 1
-    interactive = hasattr(stdin, "isatty") and stdin.isatty()
-    if interactive:
-        print("Ask about the documents (empty line skips; 'quit' or Ctrl-D ends).", file=stderr)
-    failures = 0
-    while True:
-        if interactive:
-            print("ask> ", end="", file=stderr, flush=True)
-        line = stdin.readline()
-        if not line:
-            break
-        question = line.strip()
-        if not question:
-            continue
-        if question.lower() in ("quit", "exit", ":q"):
-            break
-        failures += 0 if one(question) else 1
-        if not args.json:
-            print("", file=stdout, flush=True)
-    return 1 if failures else 0

@@ -1,0 +1,40 @@
+"""Asking questions: retrieval, context window enhancement and sliding-window QA together.
+
+:class:`Asker` answers a question over the LanceDB indexes that ``ctxwin run`` built, in one
+of three modes:
+
+``mode="retrieve"``
+    search the variant's table (T-RAG, CC-RAG or SWB-RAG) for the top-``k`` chunks, grow them
+    into context windows (:func:`ctxwin_dagster.core.enhance.enhance`: none, ±``num_neighbors``
+    chunks, or a ``context_window_size`` budget; merged, no text twice) and answer from the
+    windows with the answer model, citing them;
+``mode="sliding"``
+    read the whole document window by window
+    (:func:`ctxwin_dagster.core.sliding_qa.sliding_window_qa`) and merge the windows' answers;
+``mode="auto"``
+    assemble the context as in ``retrieve``; if the answer prompt fits the answer model's
+    available prompt tokens (:func:`ctxwin_dagster.core.fit.check_fit`), answer directly, else
+    run sliding-window QA over the assembled context.
+
+The answer model is a chat model (:class:`~ctxwin_dagster.models.tasks.LLMTasks`, any
+OpenAI-compatible server, every call through the backend's response cache) or, offline, the
+extractive engine (:class:`~ctxwin_dagster.models.tasks.ExtractiveTasks`: sentence selection
+with the embedding model, labelled ``extractive``). Chunk rows for neighbour expansion come from
+the variant's table; window text is cut from the document file in the documents folder when
+it is there (its SHA-256 must match the indexed one), else rebuilt from the chunk rows.
+
+Every answer comes back as an :class:`AskResult`: the answer, ``not_found``, the cited spans
+``(chunk_id, doc_id, start, end)``, the windows used with their spans and scores, the call
+records with tokens and cost, and the latency.
+
+Example::
+
+    with Asker.open(lancedb="data/lancedb", documents="data/documents") as asker:
+    ...     result = asker.ask("Who was the Norse leader?", variant="swb", doc_id="squad_Normans")
+    ...     result.answer, result.citations[0].as_tuple()
+"""
+
+from .results import AskError, AskResult, Citation, StaleIndexError, normalize_variant
+from .service import ASK_MODES, DEFAULT_ENHANCE, Asker
+
+__all__ = ["ASK_MODES", "DEFAULT_ENHANCE", "AskError", "AskResult", "Asker", "Citation", "StaleIndexError", "normalize_variant"]

@@ -1,0 +1,79 @@
+"""The indexed documents an asker reads: chunk rows from a variant's table, text from the files."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ctxwin_dagster.core.documents import DocumentError, list_documents, read_document
+from ctxwin_dagster.core.enhance import chunks_from_rows
+from ctxwin_dagster.core.splitting import Chunk
+
+from .results import AskError, StaleIndexError
+
+__all__ = ["IndexedDocuments"]
+
+
+class IndexedDocuments:
+    """Chunk rows of the index and the text of the document files they were cut from.
+
+    Args:
+        index: the :class:`~ctxwin_dagster.models.vectorstore.ChunkIndex` (None: files only).
+        documents_dir: the documents folder; None: text is rebuilt from the index rows.
+    """
+
+    def __init__(self, index: Any | None, documents_dir: str | Path | None) -> None:
+        self.index = index
+        self.documents_dir = None if documents_dir is None else Path(documents_dir).expanduser()
+        self._cache: dict[str, tuple[float, str, str]] = {}
+
+    def file(self, doc_id: str) -> Path | None:
+        """The file of ``doc_id`` in the documents folder, or None."""
+        if self.documents_dir is None or not self.documents_dir.is_dir():
+            return None
+        for p in list_documents(self.documents_dir):
+            if p.stem == doc_id:
+                return p
+        return None
+
+    def text(self, doc_id: str, *, expected_sha256: str | None = None) -> str | None:
+        """The text of ``doc_id`` from the documents folder (None when there is no file).
+
+        Raises:
+            StaleIndexError: ``expected_sha256`` (the indexed one) differs from the file's.
+        """
+        path = self.file(doc_id)
+        if path is None:
+            return None
+        mtime = path.stat().st_mtime
+        cached = self._cache.get(doc_id)
+        if cached is None or cached[0] != mtime:
+            try:
+                doc = read_document(path)
+            except DocumentError as exc:
+                raise AskError(str(exc)) from None
+            cached = (mtime, doc.sha256, doc.text)
+            self._cache[doc_id] = cached
+        _, sha, text = cached
+        if expected_sha256 and sha != expected_sha256:
+            raise StaleIndexError(
+                f"{path} changed after it was indexed (sha256 {sha[:12]}… vs {expected_sha256[:12]}… in the index), so "
+                f"the index's offsets no longer fit it; re-index it with `ctxwin run --doc {doc_id}`, or pass "
+                "documents=None (--documents '') to answer from the indexed text"
+            )
+        return text
+
+    def chunks(self, variant: str, doc_ids: Sequence[str]) -> tuple[list[Chunk], dict[str, str]]:
+        """Every indexed chunk of ``doc_ids`` and their texts from the documents folder."""
+        chunks: list[Chunk] = []
+        texts: dict[str, str] = {}
+        cols = ["chunk_id", "doc_id", "chunk_index", "start", "end", "text", "section", "doc_sha256"]
+        for d in doc_ids:
+            rows = self.index.rows(variant, doc_id=d, columns=cols)
+            chunks.extend(chunks_from_rows(rows))
+            shas = {r.get("doc_sha256") for r in rows if r.get("doc_sha256")}
+            text = self.text(d, expected_sha256=next(iter(shas)) if len(shas) == 1 else None)
+            if text is not None:
+                texts[d] = text
+        return chunks, texts

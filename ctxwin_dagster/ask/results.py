@@ -1,0 +1,264 @@
+"""What an ask returns: the answer with its citations, windows, call records and latency."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxwin_dagster.core.defaults import normalize_variant as _normalize_variant
+from ctxwin_dagster.core.enhance import EnhancedContext
+from ctxwin_dagster.core.fit import FitReport
+from ctxwin_dagster.core.sliding_qa import SlidingAnswer
+from ctxwin_dagster.core.splitting import Chunk
+from ctxwin_dagster.core.windows import Window
+from ctxwin_dagster.models.base import Ledger
+
+__all__ = ["AskError", "AskResult", "Citation", "StaleIndexError", "normalize_variant", "sliding_result"]
+
+
+class AskError(ValueError):
+    """A question cannot be asked as given; the message names the fix."""
+
+
+class StaleIndexError(AskError):
+    """The document file changed after it was indexed, so the index's offsets no longer hold."""
+
+
+def normalize_variant(variant: str) -> str:
+    """``"t"``/``"cc"``/``"swb"`` (or ``"t_rag"``, ``"T-RAG"``…) → the table variant name.
+
+    Example::
+
+        >>> normalize_variant("swb"), normalize_variant("T-RAG")
+        ('swb_rag', 't_rag')
+    """
+    try:
+        return _normalize_variant(variant)
+    except ValueError as exc:
+        raise AskError(str(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Citation:
+    """A cited span of a document: ``text[start:end]`` of ``doc_id``.
+
+    ``chunk_id`` is the indexed chunk the span was cited by (retrieve mode: the best hit of
+    the cited window) or the first indexed chunk overlapping it (sliding mode); None when the
+    index has no chunk there. ``excerpt`` is the start of the span's text.
+    """
+
+    chunk_id: str | None
+    doc_id: str
+    start: int
+    end: int
+    excerpt: str = ""
+
+    def as_tuple(self) -> tuple[str | None, str, int, int]:
+        return (self.chunk_id, self.doc_id, self.start, self.end)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"chunk_id": self.chunk_id, "doc_id": self.doc_id, "start": self.start, "end": self.end, "excerpt": self.excerpt}
+
+
+@dataclass(slots=True)
+class AskResult:
+    """One answered question (see the module docstring).
+
+    Attributes:
+        question, answer: the question and the answer text (``NOT_IN_DOCUMENTS`` when not found).
+        not_found: True when the documents (as given to the model) do not hold the answer.
+        citations: the cited spans.
+        windows: the context windows used (retrieve) or read (sliding): ``doc_id``, ``start``,
+            ``end``, ``score``, ``chunk_ids``, ``n_chars``.
+        mode: the mode asked for; ``mode_used``: ``"retrieve"`` or ``"sliding"``.
+        variant, doc_id: the index table and the document searched (None: all documents).
+        engine, model: the answer engine (``"llm"`` or ``"extractive"``) and its model.
+        records: the call records (answer calls, window calls, merge call).
+        latency_s: wall time of the whole ask (retrieval included).
+        fit: the fit check of the assembled context (auto mode), else None.
+        notes: what the caller should know (text rebuilt from the index, context too long…).
+        context: the enhanced context (retrieve/auto), else None.
+        sliding: the sliding-window run (sliding, or auto when it did not fit), else None.
+    """
+
+    question: str
+    answer: str
+    not_found: bool
+    citations: list[Citation]
+    windows: list[dict[str, Any]]
+    mode: str
+    mode_used: str
+    variant: str | None
+    doc_id: str | None
+    engine: str
+    model: str
+    records: list[Any] = field(default_factory=list)
+    latency_s: float = 0.0
+    fit: FitReport | None = None
+    notes: list[str] = field(default_factory=list)
+    context: EnhancedContext | None = None
+    sliding: SlidingAnswer | None = None
+
+    @property
+    def cited_spans(self) -> list[tuple[str | None, str, int, int]]:
+        """The citations as ``(chunk_id, doc_id, start, end)`` tuples."""
+        return [c.as_tuple() for c in self.citations]
+
+    @property
+    def totals(self) -> dict[str, Any]:
+        """Calls, cache hits, tokens, characters and cost over :attr:`records`."""
+        return Ledger.summarize(self.records)
+
+    @property
+    def input_tokens(self) -> int:
+        return int(self.totals["input_tokens"])
+
+    @property
+    def output_tokens(self) -> int:
+        return int(self.totals["output_tokens"])
+
+    @property
+    def cost_usd(self) -> float | None:
+        """The cost of the work in USD (cache hits at the cost of the call they reuse), None
+        when a model's price is unknown."""
+        t = self.totals
+        return float(t["cost_usd"]) if t["cost_known"] else None
+
+    @property
+    def paid_usd(self) -> float | None:
+        """What answering paid in USD in this run (cache hits are free), None when a model's
+        price is unknown."""
+        t = self.totals
+        return float(t["paid_usd"]) if t["cost_known"] else None
+
+    @property
+    def context_chars(self) -> int:
+        return sum(int(w["n_chars"]) for w in self.windows)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        totals = self.totals
+        return {
+            "question": self.question,
+            "answer": self.answer,
+            "not_found": self.not_found,
+            "citations": [c.to_dict() for c in self.citations],
+            "windows": self.windows,
+            "mode": self.mode,
+            "mode_used": self.mode_used,
+            "variant": self.variant,
+            "doc_id": self.doc_id,
+            "engine": self.engine,
+            "model": self.model,
+            "latency_s": round(self.latency_s, 3),
+            "calls": totals["calls"],
+            "cache_hits": totals["cache_hits"],
+            "input_tokens": totals["input_tokens"],
+            "output_tokens": totals["output_tokens"],
+            "input_chars": totals["input_chars"],
+            "cost_usd": self.cost_usd,
+            "paid_usd": self.paid_usd,
+            "fit": None if self.fit is None else self.fit.to_dict(),
+            "notes": list(self.notes),
+            "sliding": None if self.sliding is None else self.sliding.to_dict(),
+        }
+
+    def to_record(self, *, question_id: str, reference_answer: str = "", reference_spans: Sequence[Sequence[int]] = (), is_impossible: bool | None = None) -> dict[str, Any]:
+        """An answer record in the format of :mod:`ctxwin_dagster.core.metrics`."""
+        totals = self.totals
+        rec: dict[str, Any] = {
+            "question_id": question_id,
+            "doc_id": self.doc_id,
+            "variant": self.variant or self.mode_used,
+            "question": self.question,
+            "answer": self.answer,
+            "not_found": self.not_found,
+            "reference_answer": reference_answer,
+            "reference_spans": [list(s) for s in reference_spans],
+            "retrieved": [],
+            "contexts": [],
+            "context_spans": [[w["start"], w["end"], w["doc_id"]] for w in self.windows],
+            "latency_s": self.latency_s,
+            "input_tokens": totals["input_tokens"],
+            "output_tokens": totals["output_tokens"],
+            "input_chars": totals["input_chars"],
+            "calls": totals["calls"],
+            "cache_hits": totals["cache_hits"],
+            "cost_usd": self.cost_usd,
+            "paid_usd": self.paid_usd,
+        }
+        if self.context is not None:
+            rec["contexts"] = [w.text for w in self.context.windows]
+        elif self.sliding is not None:
+            rec["contexts"] = [w.text for w in self.sliding.windows[: self.sliding.n_read]]
+        if is_impossible is not None:
+            rec["is_impossible"] = is_impossible
+        return rec
+
+
+def _excerpt(text: str, n: int = 160) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= n else flat[: n - 1].rstrip() + "…"
+
+
+def _cited_excerpt(window_text: str, answer: str, label: str) -> str:
+    """The window's text where the answer's statement citing ``label`` is found (an extractive
+    answer quotes it), else the window's start."""
+    marker = f"[{label}"
+    i = answer.find(marker)
+    while i >= 0:
+        before = answer[:i]
+        cut = max(before.rfind("]"), 0)
+        statement = before[cut:].strip(" ]\n")
+        probe = statement[:60].strip()
+        if len(probe) >= 12:
+            words = [re.escape(x) for x in probe.split()]
+            m = re.search(r"\s+".join(words), window_text)
+            if m is not None:
+                return _excerpt(window_text[m.start() :])
+        i = answer.find(marker, i + 1)
+    return _excerpt(window_text)
+
+
+def _window_dict(w: Window) -> dict[str, Any]:
+    return {"doc_id": w.doc_id, "start": w.start, "end": w.end, "score": round(float(w.score), 6), "chunk_ids": list(w.chunk_ids), "n_chars": len(w.text)}
+
+
+def sliding_result(question: str, run: SlidingAnswer, *, mode: str, variant: str | None, doc_id: str | None, texts: Mapping[str, str], chunks: Sequence[Chunk], notes: list[str]) -> AskResult:
+    """The :class:`AskResult` of a sliding-window run: citations mapped to indexed chunks where they overlap one."""
+    by_doc: dict[str, list[Chunk]] = {}
+    for c in chunks:
+        by_doc.setdefault(c.doc_id, []).append(c)
+    citations = []
+    for f in run.sources:
+        d, s, e = f.span
+        cid = next((c.chunk_id for c in by_doc.get(d, []) if c.start < e and s < c.end), None)
+        text = texts.get(d, "")
+        excerpt = _excerpt(text[s:e]) if text else _excerpt(f.evidence or f.answer)
+        citations.append(Citation(cid, d, s, e, excerpt))
+    if run.stopped_early:
+        notes.append(f"stopped early after {run.n_read} of {run.n_windows} windows (a window reached the confidence threshold)")
+    if run.errors:
+        notes.append(f"{len(run.errors)} windows gave no usable reply: {run.errors[0]}")
+    windows = [
+        {"doc_id": f.doc_id, "start": f.start, "end": f.end, "score": round(f.confidence, 6), "chunk_ids": [], "n_chars": f.end - f.start, "window": f.window, "found": f.found}
+        for f in run.findings
+    ]
+    return AskResult(
+        question=question,
+        answer=run.text,
+        not_found=run.not_found,
+        citations=citations,
+        windows=windows,
+        mode=mode,
+        mode_used="sliding",
+        variant=variant,
+        doc_id=doc_id,
+        engine=run.engine,
+        model=run.model,
+        records=list(run.records),
+        notes=notes,
+        sliding=run,
+    )

@@ -1,0 +1,170 @@
+"""``ctxwin ask``: one question from the arguments, or every question read from standard input."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ctxwin_dagster.ask import ASK_MODES, AskError, Asker, AskResult, normalize_variant
+from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS
+from ctxwin_dagster.core.sliding_qa import DEFAULT_OVERLAP_TOKENS
+
+
+def add_ask_arguments(parser: Any) -> None:
+    """The options of ``ctxwin ask`` (an ``argparse`` parser)."""
+    parser.add_argument("question", nargs="?", help="the question; without it, questions are read from standard input until EOF or 'quit'")
+    parser.add_argument("--variant", default="swb", help="index to search: t, cc or swb (default swb)")
+    parser.add_argument("--doc", help="only this document (doc_id, the file stem); needed for --mode sliding")
+    parser.add_argument("--mode", default="retrieve", choices=ASK_MODES, help="retrieve (default), sliding (read the whole document) or auto")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--focus-chars", type=int, help="sentence focus (the default): windows around the best sentences of the hits, N characters in all (default 4000)")
+    group.add_argument("--neighbors", type=int, help="add N chunks on each side of every hit")
+    group.add_argument("--window-chars", type=int, help="grow every hit with adjacent chunks up to N characters")
+    group.add_argument("--no-enhance", action="store_true", help="give the retrieved chunks only")
+    parser.add_argument("--k", type=int, help="chunks to retrieve (default 16 for sentence focus, else 4)")
+    parser.add_argument("--hybrid", action="store_true", help="fuse vector search with full-text search")
+    parser.add_argument("--window-tokens", type=int, help="sliding-window size in tokens (default 4000, capped by the model)")
+    parser.add_argument("--overlap-tokens", type=int, default=DEFAULT_OVERLAP_TOKENS, help="sliding-window overlap in tokens (default 200)")
+    parser.add_argument("--early-stop", type=float, help="stop sliding after a window answers with at least this confidence (0-1)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--lancedb", default="data/lancedb", help="index folder (default data/lancedb)")
+    parser.add_argument("--documents", default="data/documents", help="documents folder (default data/documents; '' to use the indexed text)")
+    parser.add_argument("--cache-dir", default="data/cache", help="response and embedding caches (default data/cache)")
+    parser.add_argument("--model", help="answer chat model (default: none, the extractive engine, offline)")
+    parser.add_argument("--base-url", help="OpenAI-compatible server for --model (default OpenAI; key from OPENAI_API_KEY)")
+
+
+def format_result(result: AskResult, *, width: int = 100) -> str:
+    """A human-readable rendering: the answer, the cited spans with excerpts, the cost."""
+    import textwrap
+
+    lines = [f"Answer ({result.variant or '-'} · {result.mode_used} · {result.engine}: {result.model}):"]
+    body = result.answer if not result.not_found else f"{NOT_IN_DOCUMENTS} — the documents given to the model do not hold the answer"
+    for para in body.splitlines() or [""]:
+        lines.extend(textwrap.wrap(para, width=width, initial_indent="  ", subsequent_indent="  ") or ["  "])
+    if result.citations:
+        lines.append("Cited spans:")
+        for i, c in enumerate(result.citations, 1):
+            chunk = f" [chunk {c.chunk_id[:12]}]" if c.chunk_id else ""
+            lines.append(f"  [{i}] {c.doc_id}:{c.start}-{c.end}{chunk}")
+            if c.excerpt:
+                lines.append(f"      \"{c.excerpt}\"")
+    if result.fit is not None:
+        f = result.fit
+        lines.append(f"Fit: {f.prompt_tokens:,} prompt tokens of {f.limit:,} available for {f.model} ({'fits' if f.fits else f'over by {f.overflow:,}'})")
+    if result.mode_used == "sliding" and result.sliding is not None:
+        s = result.sliding
+        lines.append(f"Windows: {s.n_read} of {s.n_windows} read, {s.n_found} held an answer{' (stopped early)' if s.stopped_early else ''}")
+    else:
+        lines.append(f"Context: {len(result.windows)} windows, {result.context_chars:,} characters")
+    t = result.totals
+    cost, paid = result.cost_usd, result.paid_usd
+    if cost is None:
+        cost_text = "cost unknown (no price for the model)"
+    elif paid is not None and abs(cost - paid) > 5e-7:
+        cost_text = f"cost of the work ${cost:.4f}, paid ${paid:.4f}"
+    else:
+        cost_text = f"${cost:.4f}"
+    if result.engine == "extractive":
+        cost_text += " (extractive engine, offline)"
+    lines.append(
+        f"Cost: {cost_text} · {t['calls']} call{'' if t['calls'] == 1 else 's'}, {t['cache_hits']} cached · {t['input_tokens']:,} input / "
+        f"{t['output_tokens']:,} output tokens · {result.latency_s:.2f} s"
+    )
+    for note in result.notes:
+        lines.append(f"Note: {note}")
+    return "\n".join(lines)
+
+
+def _ask_kwargs(args: Any) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "variant": args.variant,
+        "doc_id": args.doc or None,
+        "mode": args.mode,
+        "k": args.k,
+        "hybrid": args.hybrid,
+        "window_tokens": args.window_tokens,
+        "overlap_tokens": args.overlap_tokens,
+        "early_stop": args.early_stop,
+    }
+    if args.no_enhance:
+        kwargs["enhance_mode"] = "none"
+    elif args.neighbors is not None:
+        kwargs["num_neighbors"] = args.neighbors
+    elif args.window_chars is not None:
+        kwargs["context_window_size"] = args.window_chars
+    elif args.focus_chars is not None:
+        kwargs["focus_chars"] = args.focus_chars
+    return kwargs
+
+
+def run_cli(args: Any, *, stdin: Any = None, stdout: Any = None, stderr: Any = None) -> int:
+    """``ctxwin ask``: answer one question, or every question read from ``stdin``."""
+    import json
+    import sys
+
+    stdin = stdin or sys.stdin
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    kwargs = _ask_kwargs(args)
+    try:
+        normalize_variant(kwargs["variant"])
+        asker = Asker.open(
+            lancedb=args.lancedb,
+            documents=args.documents or None,
+            model=args.model,
+            base_url=args.base_url,
+            cache_dir=args.cache_dir or None,
+        )
+    except (AskError, ValueError) as exc:
+        print(f"ctxwin ask: {exc}", file=stderr)
+        return 2
+
+    def progress(done: int, total: int) -> None:
+        print(f"\r  reading windows {done}/{total}…", end="" if done < total else "\n", file=stderr, flush=True)
+
+    def one(question: str) -> bool:
+        try:
+            result = asker.ask(question, progress=progress, **kwargs)
+        except (AskError, ValueError) as exc:
+            print(f"ctxwin ask: {exc}", file=stderr)
+            return False
+        if args.json:
+            print(json.dumps(result.to_dict(), ensure_ascii=False), file=stdout, flush=True)
+        else:
+            print(format_result(result), file=stdout, flush=True)
+        return True
+
+    with asker:
+        try:
+            return _loop(args, one, stdin, stdout, stderr)
+        except BrokenPipeError:  # e.g. `ctxwin ask … | head`: the reader went away
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+
+
+def _loop(args: Any, one: Callable[[str], bool], stdin: Any, stdout: Any, stderr: Any) -> int:
+    """One question from the arguments, or every question read from ``stdin``."""
+    if args.question:
+        return 0 if one(args.question) else 1
+    interactive = hasattr(stdin, "isatty") and stdin.isatty()
+    if interactive:
+        print("Ask about the documents (empty line skips; 'quit' or Ctrl-D ends).", file=stderr)
+    failures = 0
+    while True:
+        if interactive:
+            print("ask> ", end="", file=stderr, flush=True)
+        line = stdin.readline()
+        if not line:
+            break
+        question = line.strip()
+        if not question:
+            continue
+        if question.lower() in ("quit", "exit", ":q"):
+            break
+        failures += 0 if one(question) else 1
+        if not args.json:
+            print("", file=stdout, flush=True)
+    return 1 if failures else 0

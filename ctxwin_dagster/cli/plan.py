@@ -1,0 +1,68 @@
+"""``ctxwin plan``: calls, tokens, characters and cost per variant, without calling a model."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ctxwin_dagster.core.defaults import VARIANTS
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
+    from ctxwin_dagster.core.documents import DocumentError, list_documents, read_document
+    from ctxwin_dagster.models.planning import plan_document
+
+    paths: list[Path] = []
+    for item in args.paths or ["data/documents"]:
+        p = Path(item)
+        paths.extend(list_documents(p) if p.is_dir() else [p])
+    plans, failed = [], []
+    for path in paths:
+        try:
+            doc = read_document(path)
+        except (DocumentError, FileNotFoundError) as exc:
+            print(f"skipped {path}: {exc}", file=sys.stderr)
+            failed.append(str(path))
+            continue
+        plans.append(
+            plan_document(
+                doc.text,
+                doc_id=doc.doc_id,
+                model=args.model,
+                chunk_size=args.chunk_size,
+                chunk_overlap=args.chunk_overlap,
+                batch_size=args.batch_size,
+                window_chars=args.window_chars,
+                summary_max_tokens=args.summary_tokens,
+                context_tokens=args.context_tokens,
+            )
+        )
+    if args.json:
+        print(json.dumps(plans, indent=2))
+        return 1 if failed else 0
+    print(f"Plan for {len(plans)} documents with contextualizer {args.model} (no model is called; outputs and cost are estimates)")
+    header = f"{'document':<40} {'variant':<8} {'calls':>7} {'input tokens':>14} {'input chars':>14} {'out tokens':>11} {'cost USD':>10}  note"
+    print(header)
+    print("-" * len(header))
+    totals: dict[str, dict[str, float]] = {}
+    for plan in plans:
+        for variant in VARIANTS:
+            v = plan[variant]
+            cost = "n/a" if v["cost_usd_est"] is None else f"{v['cost_usd_est']:.4f}"
+            note = "" if v["fits"] else "does not fit the model"
+            print(f"{plan['doc_id'][:40]:<40} {variant:<8} {v['calls']:>7,} {v['input_tokens']:>14,} {v['input_chars']:>14,} {v['output_tokens_est']:>11,} {cost:>10}  {note}")
+            agg = totals.setdefault(variant, {"calls": 0, "input_tokens": 0, "input_chars": 0, "cost": 0.0})
+            agg["calls"] += v["calls"]
+            agg["input_tokens"] += v["input_tokens"]
+            agg["input_chars"] += v["input_chars"]
+            agg["cost"] += v["cost_usd_est"] or 0.0
+    if len(plans) > 1:
+        for variant, agg in totals.items():
+            print(f"{'TOTAL':<40} {variant:<8} {int(agg['calls']):>7,} {int(agg['input_tokens']):>14,} {int(agg['input_chars']):>14,} {'':>11} {agg['cost']:>10.4f}")
+    cc = totals.get("cc_rag", {}).get("input_chars", 0)
+    if cc:
+        print(f"SWB-RAG input is {100 * totals['swb_rag']['input_chars'] / cc:.2f} % of CC-RAG's")
+    return 1 if failed else 0

@@ -1,0 +1,60 @@
+"""The layers hold: every import points down (core ← models ← ask/testing ← defs ← definitions ← cli).
+
+Read from the source with ``ast``, so a lazy import inside a function counts as much as one at
+the top of a module.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "ctxwin_dagster"
+
+#: A module may import from its own layer and the layers below it.
+LAYERS = {"core": 0, "models": 1, "testing": 2, "ask": 2, "defs": 3, "definitions": 4, "cli": 5}
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "ctxwin_dagster" or len(parts) < 2:
+        return None
+    return parts[1] if parts[1] in LAYERS else None
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            out.append((node.lineno, name))
+    return out
+
+
+def test_every_import_points_down():
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        own = _layer(".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts))
+        if own is None:
+            continue
+        for line, name in _imports(path):
+            target = _layer(name)
+            if target is not None and target != own and LAYERS[target] >= LAYERS[own]:
+                wrong.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({own}) imports {name} ({target})")
+    assert not wrong, "imports that point up or sideways:\n" + "\n".join(wrong)
+
+
+def test_core_imports_nothing_of_the_project_above_it():
+    for path in sorted((PACKAGE / "core").rglob("*.py")):
+        for line, name in _imports(path):
+            assert _layer(name) in (None, "core"), f"{path.name}:{line} imports {name}"
