@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: setup run test bench dev clean
+.PHONY: setup run test lint bench dev clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ run: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+lint: setup
+	$(BIN)/ruff check ctxwin_dagster tests evaluations benchmarks
+	$(BIN)/mypy
 
 bench: setup
 	$(BIN)/python benchmarks/bench_tokens.py

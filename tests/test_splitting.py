@@ -219,6 +219,7 @@ def test_chunk_to_dict_and_frozen():
         "end": 2,
         "text": "ab",
         "section": "A > B",
+        "doc_sha256": "",
     }
     with pytest.raises(AttributeError):
         c.start = 1  # type: ignore[misc]

@@ -140,7 +140,6 @@ def test_accepts_score_rows_and_not_applicable_metrics_are_not_counted():
     recs = []
     for i, q in enumerate(QIDS):
         for variant, hit_rank in (("t_rag", 1 + i % 3), ("swb_rag", 1)):
-            start = 1000 * hit_rank
             recs.append({
                 "question_id": q, "doc_id": "d", "variant": variant, "question": "?", "answer": "x",
                 "reference_answer": "x", "reference_spans": [[1000, 1010]],

@@ -211,6 +211,11 @@ class Asker:
         """
         return self.documents.text(doc_id, expected_sha256=expected_sha256)
 
+    def indexed_chunks(self, variant: str, doc_id: str) -> list[Chunk]:
+        """The chunks of ``doc_id`` as the ``variant`` table holds them, in document order."""
+        self._check_doc(normalize_variant(variant), doc_id)
+        return self.documents.chunks(normalize_variant(variant), [doc_id])[0]
+
     def _chunks(self, variant: str, doc_ids: Sequence[str]) -> tuple[list[Chunk], dict[str, str]]:
         self._require_index()
         return self.documents.chunks(variant, doc_ids)

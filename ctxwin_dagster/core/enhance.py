@@ -201,6 +201,7 @@ def chunk_from_row(row: Mapping[str, Any]) -> Chunk:
         end=end,
         text=text,
         section=None if section is None else str(section),
+        doc_sha256=str(row.get("doc_sha256") or ""),
     )
 
 

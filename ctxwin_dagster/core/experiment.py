@@ -74,7 +74,7 @@ def compare_experiment(
     report opens with a verdict written from the numbers and ``setup`` (which engines, models,
     embedding window and retrieval setting made them).
     """
-    present = {v for v in (r.get("variant") for r in score_rows)}
+    present = {str(v) for v in (r.get("variant") for r in score_rows) if v is not None}
     order = [v for v in variants if v in present]
     if len(order) < 2:
         raise ValueError(

@@ -276,7 +276,7 @@ def truncate_text(
     return TextTruncation(kept, side, before, after, max(0, len(text) - len(kept) + len(marker)), marker)
 
 
-def _kept_by_strategy(messages: list[Message], strategy: str, budget: int, cost: Callable[[Sequence[Message]], int]) -> list[int]:
+def _kept_by_strategy(messages: Sequence[Message], strategy: str, budget: int, cost: Callable[[Sequence[Message]], int]) -> list[int]:
     """Indices kept by a named strategy (before any text truncation)."""
     n = len(messages)
     system = [i for i, m in enumerate(messages) if m.get("role") == "system"]
@@ -359,7 +359,7 @@ def ensure_fit(
 
     if callable(strategy):
         chosen = list(strategy(list(original), limit, cost))
-        kept_idx = []
+        kept_idx: list[int] = []
         pos = 0
         for m in chosen:  # map the result back to original positions where it is a subsequence
             while pos < len(original) and original[pos] != dict(m):

@@ -216,16 +216,17 @@ def _span(value: Any, where: str) -> tuple[int, int, str | None]:
 
 def union_length(spans: Iterable[tuple[int, int]]) -> int:
     """Characters covered by the union of ``[start, end)`` spans (overlaps counted once)."""
-    total, cur_s, cur_e = 0, None, None
+    total = 0
+    current: tuple[int, int] | None = None
     for s, e in sorted(spans):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
+        if current is None or s > current[1]:
+            if current is not None:
+                total += current[1] - current[0]
+            current = (s, e)
         else:
-            cur_e = max(cur_e, e)
-    if cur_e is not None:
-        total += cur_e - cur_s
+            current = (current[0], max(current[1], e))
+    if current is not None:
+        total += current[1] - current[0]
     return total
 
 
@@ -422,7 +423,7 @@ def score_record(
                 out[f"hit@{k}"] = float(any(relevant[:k]))
             first = next((i for i, r in enumerate(relevant) if r), None)
             out["mrr"] = 0.0 if first is None else 1.0 / (first + 1)
-            ids = {}
+            ids: dict[str, float] = {}
             for hit, rel in zip(retrieved, relevant):
                 ids[str(hit["chunk_id"])] = ids.get(str(hit["chunk_id"]), False) or rel
             if ids:

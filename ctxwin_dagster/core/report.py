@@ -367,16 +367,14 @@ def render_report(
     if t4 is not None and isinstance(table4, pd.DataFrame):
         t4.index.name = table4.index.name
 
+    md_path, html_path = out / "report.md", out / "report.html"
+    quality_png, efficiency_png = out / "quality.png", out / "efficiency.png"
     paths: dict[str, Path | None] = {
-        "markdown": out / "report.md",
-        "html": out / "report.html",
-        "quality_png": out / "quality.png",
-        "efficiency_png": out / "efficiency.png",
+        "markdown": md_path,
+        "html": html_path,
+        "quality_png": quality_png if _quality_plot(quality, quality_png, "Quality per variant") else None,
+        "efficiency_png": efficiency_png if _efficiency_plot(efficiency, efficiency_png, "Efficiency per variant") else None,
     }
-    if not _quality_plot(quality, paths["quality_png"], "Quality per variant"):
-        paths["quality_png"] = None
-    if not _efficiency_plot(efficiency, paths["efficiency_png"], "Efficiency per variant"):
-        paths["efficiency_png"] = None
 
     sections: list[tuple[str, list[str], list[list[str]] | None, str]] = []  # (heading, headers, rows, note)
     qh, qr, qnote = _quality_table(quality) if not quality.empty else (["metric"], [], "")
@@ -429,7 +427,7 @@ def render_report(
         if path is not None:
             markdown = markdown.replace(f"\x00{key}", f"![{alt}]({path.name})")
             inline = inline.replace(f"\x00{key}", f"![{alt}]({_data_uri(path)})")
-    paths["markdown"].write_text(markdown, encoding="utf-8")
+    md_path.write_text(markdown, encoding="utf-8")
 
     def _img(path: Path | None, alt: str) -> str:
         if path is None:
@@ -460,5 +458,5 @@ def render_report(
         + "\n".join(b for b in body if b)
         + "\n</body></html>\n"
     )
-    paths["html"].write_text(page, encoding="utf-8")
+    html_path.write_text(page, encoding="utf-8")
     return {"paths": paths, "markdown": markdown, "markdown_inline": inline}

@@ -87,7 +87,8 @@ class Chunk:
 
     ``chunk_index`` is the chunk's position among its document's chunks (0-based);
     ``section`` is the heading path in force at ``start`` (e.g. ``"CHAPTER II > Article 5"``)
-    or None.
+    or None; ``doc_sha256`` the hash of the document text the offsets refer to (the
+    ``chunk_id`` is made from it), empty when not known.
 
     Example::
 
@@ -103,6 +104,7 @@ class Chunk:
     end: int
     text: str
     section: str | None = None
+    doc_sha256: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The chunk as a plain dict (e.g. for a DataFrame or a LanceDB row)."""
@@ -367,6 +369,7 @@ class RecursiveSplitter:
                 end=e,
                 text=text[s:e],
                 section=section_at(found, s) if found else None,
+                doc_sha256=doc_sha256,
             )
             for i, (s, e) in enumerate(spans)
         ]

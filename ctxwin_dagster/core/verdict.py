@@ -80,7 +80,8 @@ def _p(p: Any) -> str:
 
 
 def _pair_sentence(rows: pd.DataFrame, a: str, b: str) -> str:
-    better_b, better_a = [], []
+    better_b: list[str] = []
+    better_a: list[str] = []
     n_tested = 0
     for _, r in rows.iterrows():
         if pd.isna(r.get("mean_diff")):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import dagster as dg
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
 from ctxwin_dagster.core.embedding_window import DEFAULT_CONTEXT_WEIGHT, DEFAULT_ROW_STRATEGY, OVERSIZE_MODES, ROW_STRATEGIES
@@ -29,12 +29,12 @@ class ProjectSettings(dg.ConfigurableResource):
     ``workspace.yaml``).
     """
 
-    documents_dir: str = "data/documents"
-    qa_dir: str = "data/qa"
-    cache_dir: str = "data/cache"
-    chunk_size: int = PAPER.chunk_size
-    chunk_overlap: int = PAPER.chunk_overlap
-    token_model: str = PAPER.answer_model
+    documents_dir: str = Field(default="data/documents", description="folder of the documents (.txt, .md, .html, .pdf); one partition per file")
+    qa_dir: str = Field(default="data/qa", description="folder of the question sets (JSONL, see data/README.md)")
+    cache_dir: str = Field(default="data/cache", description="folder of the response and vector caches")
+    chunk_size: int = Field(default=PAPER.chunk_size, ge=1, description="characters per chunk (the paper: 1,000)")
+    chunk_overlap: int = Field(default=PAPER.chunk_overlap, ge=0, description="characters shared by neighbouring chunks (the paper: 100)")
+    token_model: str = Field(default=PAPER.answer_model, description="model whose tokenizer counts the documents' tokens")
 
     def documents_path(self) -> Path:
         return Path(self.documents_dir).expanduser()
@@ -78,28 +78,36 @@ def _cache(cache_dir: str, name: str):
 class ChatModelResource(dg.ConfigurableResource):
     """A chat model for one role (contextualizer/summarizer, answerer, judge).
 
-    With ``model`` empty (the default) there is no chat endpoint and the role falls back to
-    the extractive engine. Otherwise any OpenAI-compatible server is used, chosen by
+    With ``model`` empty (the default) there is no chat endpoint and the role is played by the
+    offline extractive engine; otherwise by any OpenAI-compatible server, chosen by
     ``base_url`` (empty = OpenAI). The key is never a plain setting: leave ``api_key`` unset to
-    read ``OPENAI_API_KEY`` at run time, or bind it with ``dg.EnvVar("MY_KEY")``.
+    read ``OPENAI_API_KEY`` at run time, or bind it with ``dg.EnvVar("MY_KEY")``. One backend
+    (connection pool, response cache, ledger) serves a whole run and is closed after it.
     """
 
-    model: str = ""
-    base_url: str = ""
-    api_key: str | None = None
-    max_concurrency: int = 8
-    max_retries: int = 5
-    timeout_s: float = 120.0
-    cache_dir: str = "data/cache"
+    model: str = Field(default="", description="chat model name; empty: the offline extractive engine plays this role")
+    base_url: str = Field(default="", description="OpenAI-compatible server (vLLM, Ollama, llama.cpp, LM Studio…); empty: OpenAI")
+    api_key: str | None = Field(default=None, description="leave unset to read OPENAI_API_KEY at run time, or bind an EnvVar; never stored")
+    max_concurrency: int = Field(default=8, ge=1, le=256, description="requests in flight at once")
+    max_retries: int = Field(default=5, ge=0, le=20, description="retries with backoff on 429, 5xx, timeouts and dropped connections")
+    timeout_s: float = Field(default=120.0, gt=0, description="seconds before a request times out")
+    cache_dir: str = Field(default="data/cache", description="folder of the response cache (responses.sqlite)")
+
+    _backend: Any = PrivateAttr(default=None)
 
     @property
     def configured(self) -> bool:
         return bool(self.model.strip())
 
-    def backend(self):
-        """The chat backend, or None when no model is configured (extractive engine)."""
-        if not self.configured:
-            return None
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._backend = self._new_backend() if self.configured else None
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+
+    def _new_backend(self):
         from ctxwin_dagster.models.chat import OpenAIChatBackend
 
         return OpenAIChatBackend(
@@ -112,8 +120,17 @@ class ChatModelResource(dg.ConfigurableResource):
             timeout_s=self.timeout_s,
         )
 
+    def backend(self):
+        """The run's chat backend (made on first use outside a run), or None when no model is
+        configured (extractive engine)."""
+        if not self.configured:
+            return None
+        if self._backend is None:
+            self._backend = self._new_backend()
+        return self._backend
+
     def describe(self) -> str:
-        return f"{self.model} @ {self.base_url or 'OpenAI'}" if self.configured else "extractive engine (no chat model configured)"
+        return f"{self.model} @ {self.base_url or 'OpenAI'}" if self.configured else "the extractive engine (sentence selection; no chat model configured)"
 
 
 class EmbeddingsResource(dg.ConfigurableResource):
@@ -139,7 +156,18 @@ class EmbeddingsResource(dg.ConfigurableResource):
     context_weight: float = Field(default=DEFAULT_CONTEXT_WEIGHT, ge=0.0, lt=1.0, description="the context's share of the row vector (row_strategy 'separate')")
     max_input_tokens: int = Field(default=0, ge=0, description="the model's window in tokens when the registry does not know it (0: from the model or the registry)")
 
+    _embedder: Any = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._embedder = self._new_embedder()
+
     def embedder(self):
+        """The run's embedder (one per run, with its vector cache; made on first use outside a run)."""
+        if self._embedder is None:
+            self._embedder = self._new_embedder()
+        return self._embedder
+
+    def _new_embedder(self):
         if self.provider == "local":
             from ctxwin_dagster.models.embeddings import LocalEmbedder
 
@@ -159,36 +187,42 @@ class EmbeddingsResource(dg.ConfigurableResource):
 class LanceDBResource(dg.ConfigurableResource):
     """Where the per-variant LanceDB tables live: a local folder (default) or ``s3://…``."""
 
-    uri: str = "data/lancedb"
+    uri: str = Field(default="data/lancedb", description="a local folder or an object-store URI (s3://bucket/prefix); credentials from the environment")
+
+    _index: Any = PrivateAttr(default=None)
 
     def index(self):
-        from ctxwin_dagster.models.vectorstore import ChunkIndex
+        """The run's connection to the tables (one per run; made on first use)."""
+        if self._index is None:
+            from ctxwin_dagster.models.vectorstore import ChunkIndex
 
-        if "://" not in self.uri:
-            Path(self.uri).expanduser().mkdir(parents=True, exist_ok=True)
-        return ChunkIndex(self.uri)
+            if "://" not in self.uri:
+                Path(self.uri).expanduser().mkdir(parents=True, exist_ok=True)
+            self._index = ChunkIndex(self.uri)
+        return self._index
 
 
 class PipelineSettings(dg.ConfigurableResource):
     """The paper's settings for summaries and contextualization (all overridable)."""
 
-    summary_max_tokens: int = PAPER.summary_max_tokens
-    summary_segment_chars: int = PAPER.summary_segment_chars
-    swb_batch_size: int = PAPER.swb_batch_size
-    swb_window_chars: int = PAPER.swb_window_chars
-    temperature: float = PAPER.temperature
-    top_p: float = PAPER.top_p
-    max_output_tokens: int = PAPER.max_output_tokens
-    language: str = ""  # "" = detect from the document
-    # The model whose limits the extractive engine's prompts are checked against (the paper
-    # contextualized with Gemini 1.5 Flash), and whose prices the plan uses by default.
-    reference_model: str = PAPER.contextualizer_model
+    summary_max_tokens: int = Field(default=PAPER.summary_max_tokens, ge=1, description="the global summary's budget in tokens (the paper: 4,000)")
+    summary_segment_chars: int = Field(default=PAPER.summary_segment_chars, ge=1, description="characters per summarized segment (the paper: 1,000,000)")
+    swb_batch_size: int = Field(default=PAPER.swb_batch_size, ge=1, description="SWB-RAG: chunks contextualized per call (the paper: 5)")
+    swb_window_chars: int = Field(default=PAPER.swb_window_chars, ge=0, description="SWB-RAG: characters of the document before and after a batch (the paper: 20,000)")
+    temperature: float = Field(default=PAPER.temperature, ge=0.0, le=2.0, description="contextualization temperature (the paper: 0.2)")
+    top_p: float = Field(default=PAPER.top_p, gt=0.0, le=1.0, description="contextualization top-p (the paper: 0.95)")
+    max_output_tokens: int = Field(default=PAPER.max_output_tokens, ge=1, description="output tokens per contextualization call (the paper: 2,048)")
+    language: str = Field(default="", description="prompt language ('en' or 'de'); empty: detected from the document")
+    reference_model: str = Field(
+        default=PAPER.contextualizer_model,
+        description="model whose limits the extractive engine's prompts are checked against, and whose prices the plan uses (the paper's Gemini 1.5 Flash)",
+    )
 
 
 @contextmanager
 def build_tasks(chat: ChatModelResource, embeddings: EmbeddingsResource, pipeline: PipelineSettings):
-    """The task engine for a role (the chat model when one is configured, else the extractive
-    engine); the chat backend is closed when the block ends."""
+    """The task engine for a role: the chat model when one is configured (its backend is the
+    resource's, closed when the run ends), else the extractive engine."""
     backend = chat.backend()
     if backend is None:
         from ctxwin_dagster.models.tasks import ExtractiveTasks
@@ -197,10 +231,7 @@ def build_tasks(chat: ChatModelResource, embeddings: EmbeddingsResource, pipelin
         return
     from ctxwin_dagster.models.tasks import LLMTasks
 
-    try:
-        yield LLMTasks(backend, temperature=pipeline.temperature, top_p=pipeline.top_p, max_tokens=pipeline.max_output_tokens)
-    finally:
-        backend.close()
+    yield LLMTasks(backend, temperature=pipeline.temperature, top_p=pipeline.top_p, max_tokens=pipeline.max_output_tokens)
 
 
 def task_ledger(tasks):

@@ -73,9 +73,9 @@ def _context_specs(asset: str) -> list[dg.AssetCheckSpec]:
 @dg.asset(
     partitions_def=documents_partitions,
     group_name="contextualize",
-    kinds={"python", "openai"},
+    kinds={"python"},
     code_version="1",
-    description="Global summary (SWB-RAG): segments of <= 1,000,000 chars summarized, then one overview of <= 4,000 tokens.",
+    description="Global summary (SWB-RAG): segments of ≤ 1,000,000 chars summarized, then one overview of ≤ 4,000 tokens.",
 )
 def global_summaries(
     context: dg.AssetExecutionContext,
@@ -113,7 +113,7 @@ def global_summaries(
 @dg.asset(
     partitions_def=documents_partitions,
     group_name="contextualize",
-    kinds={"python", "openai"},
+    kinds={"python"},
     code_version="1",
     description="CC-RAG: every chunk situated with the whole document (one call per chunk).",
     check_specs=_context_specs("cc_rag_contexts"),
@@ -138,7 +138,7 @@ def cc_rag_contexts(
 @dg.asset(
     partitions_def=documents_partitions,
     group_name="contextualize",
-    kinds={"python", "openai"},
+    kinds={"python"},
     code_version="1",
     description="SWB-RAG: batches of 5 chunks situated with the global summary and +/-20,000 characters around the batch.",
     check_specs=_context_specs("swb_rag_contexts"),

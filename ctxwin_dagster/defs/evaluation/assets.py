@@ -73,7 +73,7 @@ def _answers_asset(variant: str):
 
     @dg.asset(
         name=name,
-        ins={"qa_sets": dg.AssetIn(), "raw_documents": dg.AssetIn(), "chunks": dg.AssetIn()},
+        ins={"qa_sets": dg.AssetIn()},
         deps=[f"{variant}_index"],
         partitions_def=documents_partitions,
         group_name="evaluation",
@@ -97,11 +97,10 @@ def _answers_asset(variant: str):
         lancedb: LanceDBResource,
         pipeline: PipelineSettings,
         qa_sets: list,
-        raw_documents: Document,
-        chunks: list[Chunk],
     ):
         from ctxwin_dagster.ask import Asker
 
+        doc_id = context.partition_key
         started = time.perf_counter()
         questions = qa_sets[: evaluation.max_questions_per_document] if evaluation.max_questions_per_document else qa_sets
         retrieval = evaluation.retrieval_settings()
@@ -109,11 +108,12 @@ def _answers_asset(variant: str):
         embedder = embeddings.embedder()
         question_fit = _question_window(embedder, [q["question"] for q in questions], embeddings.oversize)
         records = []
-        by_id = {c.chunk_id: c for c in chunks}
         with build_tasks(answerer, embeddings, pipeline) as tasks:
             asker = Asker(index=lancedb.index(), embedder=embedder, tasks=tasks, documents_dir=settings.documents_dir)
+            # The chunks as the index holds them (the asset's upstream is the index, not the chunks asset).
+            by_id = {c.chunk_id: c for c in asker.indexed_chunks(variant, doc_id)}
             for q in questions:
-                result = asker.ask(q["question"], variant=variant, doc_id=raw_documents.doc_id, **ask_options)
+                result = asker.ask(q["question"], variant=variant, doc_id=doc_id, **ask_options)
                 rec = result.to_record(
                     question_id=q["question_id"],
                     reference_answer=q["reference_answer"],
@@ -129,7 +129,7 @@ def _answers_asset(variant: str):
                     if cid in by_id
                 ]
                 records.append(rec)
-        _write_jsonl(evaluation.results_path() / "answers" / variant / f"{raw_documents.doc_id}.jsonl", records)
+        _write_jsonl(evaluation.results_path() / "answers" / variant / f"{doc_id}.jsonl", records)
         n = max(1, len(records))
         return dg.MaterializeResult(
             value=records,
@@ -187,7 +187,7 @@ def _scores_asset(variant: str):
         ins={"answers": dg.AssetIn(key=f"{variant}_answers"), "chunks": dg.AssetIn()},
         partitions_def=documents_partitions,
         group_name="evaluation",
-        kinds={"python"},
+        kinds={"python", "ragas"},
         code_version="1",
         description=f"RAGAS scores of the {variant} answers: non-LLM and ID-based context metrics always, the paper's five LLM metrics with a judge; plus span recall, hit@k and MRR.",
         check_specs=[dg.AssetCheckSpec("few_nan_scores", asset=name, description="NaN or failed scores stay under the threshold for every metric")],
@@ -347,14 +347,11 @@ def _by_document(context: dg.AssetExecutionContext, name: str, value) -> dict[st
 
 
 @dg.asset(
-    ins={
-        **{f"{v}_answers": _all_documents(f"{v}_answers") for v in VARIANTS},
-        **{f"{v}_ragas_scores": _all_documents(f"{v}_ragas_scores") for v in VARIANTS},
-    },
+    ins={f"{v}_ragas_scores": _all_documents(f"{v}_ragas_scores") for v in VARIANTS},
     group_name="evaluation",
     kinds={"python", "pandas"},
     code_version="2",
-    description="The experiment's comparison over the documents' answers and scores (its inputs): quality per variant with paired tests (Shapiro-Wilk, t-test or Wilcoxon, Bonferroni), efficiency, plots; Markdown in the UI and an HTML report under evaluations/reports/<experiment>/.",
+    description="The experiment's comparison over the scores of the documents that exist now (its inputs): quality per variant with paired tests (Shapiro-Wilk, t-test or Wilcoxon, Bonferroni), efficiency, plots; Markdown in the UI and an HTML report in the experiment's folder under evaluations/reports.",
 )
 def experiment_comparison(
     context: dg.AssetExecutionContext,
@@ -362,9 +359,6 @@ def experiment_comparison(
     contextualizer: ChatModelResource,
     answerer: ChatModelResource,
     embeddings: EmbeddingsResource,
-    t_rag_answers,
-    cc_rag_answers,
-    swb_rag_answers,
     t_rag_ragas_scores,
     cc_rag_ragas_scores,
     swb_rag_ragas_scores,
@@ -375,13 +369,12 @@ def experiment_comparison(
     # Only the document partitions the instance holds now: a removed document's stored outputs
     # are not asked for, so its answers and scores cannot stay in the comparison.
     partitions = set(context.instance.get_dynamic_partitions(documents_partitions.name))
-    answers_in = {"t_rag": t_rag_answers, "cc_rag": cc_rag_answers, "swb_rag": swb_rag_answers}
     scores_in = {"t_rag": t_rag_ragas_scores, "cc_rag": cc_rag_ragas_scores, "swb_rag": swb_rag_ragas_scores}
-    answers_by = {v: {d: rows for d, rows in _by_document(context, f"{v}_answers", answers_in[v]).items() if d in partitions} for v in VARIANTS}
     scores_by = {v: {d: rows for d, rows in _by_document(context, f"{v}_ragas_scores", scores_in[v]).items() if d in partitions} for v in VARIANTS}
     doc_ids = sorted(set().union(*(set(scores_by[v]) for v in VARIANTS)))
     scores = [r for v in VARIANTS for d in doc_ids for r in scores_by[v].get(d, [])]
-    answers = [r for v in VARIANTS for d in doc_ids for r in answers_by[v].get(d, [])]
+    # A score row carries its answer's efficiency fields (tokens, characters, calls, cost, latency).
+    answers = scores
     missing = sorted(partitions - set(doc_ids))
     notes = [f"documents without scores (not evaluated or failed): {', '.join(missing)}"] if missing else []
     gaps = [f"{v}: {', '.join(d for d in doc_ids if d not in scores_by[v])}" for v in VARIANTS if any(d not in scores_by[v] for d in doc_ids)]

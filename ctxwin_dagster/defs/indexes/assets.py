@@ -4,14 +4,13 @@ import time
 
 import dagster as dg
 
-from ctxwin_dagster.core.documents import Document
 from ctxwin_dagster.core.embedding_window import plan_rows, window_report
 from ctxwin_dagster.core.splitting import Chunk
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import EmbeddingsResource, LanceDBResource
 
 
-def index_rows(doc: Document, chunks: list[Chunk], contexts, embedder, embeddings: EmbeddingsResource) -> tuple[list[dict], list]:
+def index_rows(chunks: list[Chunk], contexts, embedder, embeddings: EmbeddingsResource) -> tuple[list[dict], list]:
     """The table rows of ``chunks`` and the plans of what each row embeds (exact counts with
     the embedder's own tokenizer; see :mod:`ctxwin_dagster.core.embedding_window`)."""
     by_id = {c.chunk_id: c for c in contexts or []}
@@ -30,7 +29,6 @@ def index_rows(doc: Document, chunks: list[Chunk], contexts, embedder, embedding
         rows.append(
             {
                 **chunk.to_dict(),
-                "doc_sha256": doc.sha256,
                 "context": text,
                 "context_engine": ctx.engine if ctx is not None else "",
                 "embedded_text": plan.embedded_text,
@@ -40,23 +38,26 @@ def index_rows(doc: Document, chunks: list[Chunk], contexts, embedder, embedding
     return rows, plans
 
 
-def write_index(context, variant: str, doc: Document, chunks: list[Chunk], contexts, embeddings: EmbeddingsResource, lancedb: LanceDBResource):
+def write_index(context, variant: str, chunks: list[Chunk], contexts, embeddings: EmbeddingsResource, lancedb: LanceDBResource):
     started = time.perf_counter()
+    doc_id = context.partition_key
+    if any(c.doc_id != doc_id for c in chunks):
+        raise ValueError(f"the chunks of partition {doc_id!r} name other documents; re-materialize its chunks")
     embedder = embeddings.embedder()
-    rows, plans = index_rows(doc, chunks, contexts, embedder, embeddings)
+    rows, plans = index_rows(chunks, contexts, embedder, embeddings)
     window = window_report(plans)
     if window["chunk_tokens_cut"]:
         context.log.error(
-            f"{window['rows_with_chunk_cut']} rows of {doc.doc_id} lose {window['chunk_tokens_cut']} tokens of chunk text to "
+            f"{window['rows_with_chunk_cut']} rows of {doc_id} lose {window['chunk_tokens_cut']} tokens of chunk text to "
             f"{embedder.model}'s window ({embedder.limits.max_tokens} tokens) because oversize='truncate'; "
             "set the embeddings resource's oversize to 'pool'"
         )
     encoded_before = embedder.stats.texts_encoded
     vectors = embedder.embed_plans(plans)
     index = lancedb.index()
-    stats = index.replace_document(variant, doc.doc_id, rows, vectors, doc_sha256=doc.sha256)
+    stats = index.replace_document(variant, doc_id, rows, vectors)
     indexes = index.ensure_indexes(variant)
-    stored = index.count(variant, doc_id=doc.doc_id)
+    stored = index.count(variant, doc_id=doc_id)
     duplicates = index.duplicate_ids(variant)
     return dg.MaterializeResult(
         metadata={
@@ -105,7 +106,7 @@ def write_index(context, variant: str, doc: Document, chunks: list[Chunk], conte
 
 def _index_asset(variant: str, contexts_asset: str | None):
     name = f"{variant}_index"
-    ins = {"raw_documents": dg.AssetIn(), "chunks": dg.AssetIn()}
+    ins = {"chunks": dg.AssetIn()}
     if contexts_asset:
         ins["contexts"] = dg.AssetIn(key=contexts_asset)
     label = {"t_rag": "T-RAG: chunks embedded as they are", "cc_rag": "CC-RAG: chunks embedded with their whole-document context",
@@ -117,7 +118,7 @@ def _index_asset(variant: str, contexts_asset: str | None):
         partitions_def=documents_partitions,
         group_name="index",
         kinds={"lancedb"},
-        code_version="2",
+        code_version="3",
         description=f"{label}; one LanceDB table, rows merged on chunk_id per document.",
         check_specs=[
             dg.AssetCheckSpec("rows_match_chunks", asset=name, description="one row per chunk, no duplicate chunk ids"),
@@ -129,7 +130,7 @@ def _index_asset(variant: str, contexts_asset: str | None):
         ],
     )
     def _asset(context: dg.AssetExecutionContext, embeddings: EmbeddingsResource, lancedb: LanceDBResource, **inputs):
-        return write_index(context, variant, inputs["raw_documents"], inputs["chunks"], inputs.get("contexts"), embeddings, lancedb)
+        return write_index(context, variant, inputs["chunks"], inputs.get("contexts"), embeddings, lancedb)
 
     return _asset
 
