@@ -23,10 +23,9 @@ from ctxwin_dagster.models.ragas_eval import (
     JudgeConfig,
     evaluate_records,
     import_ragas,
-    lexical_judge_responder,
     ragas_embeddings,
 )
-from ctxwin_dagster.models.testserver import FakeOpenAIServer, fake_embedding
+from ctxwin_dagster.testing import FakeOpenAIServer, fake_embedding, lexical_judge_responder
 
 
 @pytest.fixture(autouse=True)
