@@ -24,7 +24,7 @@ from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat import OpenAIChatBackend
 from ctxwin_dagster.models.embeddings import LocalEmbedder
 from ctxwin_dagster.models.tasks import ExtractiveTasks, LLMTasks
-from ctxwin_dagster.models.testserver import FakeOpenAIServer
+from ctxwin_dagster.testing import FakeOpenAIServer
 from ctxwin_dagster.models.vectorstore import ChunkIndex
 
 pytestmark = pytest.mark.slow

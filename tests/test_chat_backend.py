@@ -28,7 +28,7 @@ from ctxwin_dagster.models.base import CallTags, ChatBackend, ChatRequest, Ledge
 from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat import ChatBackendError, OpenAIChatBackend
 from ctxwin_dagster.models.pricing import estimate_cost
-from ctxwin_dagster.models.testserver import FakeOpenAIServer, default_responder, fake_embedding
+from ctxwin_dagster.testing import FakeOpenAIServer, default_responder, fake_embedding
 
 MODEL = "test-model"
 FAST = {"backoff_base_s": 0.01, "backoff_max_s": 0.05}

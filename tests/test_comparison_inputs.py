@@ -29,7 +29,7 @@ from ctxwin_dagster.defs.resources import (
     ProjectSettings,
 )
 from ctxwin_dagster.defs.sensors import documents_sensor
-from ctxwin_dagster.models.testserver import FakeOpenAIServer
+from ctxwin_dagster.testing import FakeOpenAIServer
 from ctxwin_dagster.core.defaults import VARIANTS
 
 pytestmark = pytest.mark.slow

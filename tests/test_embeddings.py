@@ -13,7 +13,7 @@ from ctxwin_dagster.models.embeddings import (
     OpenAIEmbedder,
     embedding_cache_key,
 )
-from ctxwin_dagster.models.testserver import FakeOpenAIServer, fake_embedding
+from ctxwin_dagster.testing import FakeOpenAIServer, fake_embedding
 
 TEXTS = [
     "The placing on the market of AI systems that deploy subliminal techniques is prohibited.",

@@ -24,7 +24,7 @@ from ctxwin_dagster.defs.resources import (
     ProjectSettings,
 )
 from ctxwin_dagster.defs.sensors import partition_changes, remove_from_indexes
-from ctxwin_dagster.models.testserver import FakeOpenAIServer
+from ctxwin_dagster.testing import FakeOpenAIServer
 from ctxwin_dagster.core.defaults import VARIANTS
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "documents"

@@ -1,4 +1,4 @@
-"""RAGAS integration (ctxwin_dagster.models.ragas_eval): non-LLM metrics and the judge path.
+"""RAGAS integration (ctxwin_dagster.models.ragas): non-LLM metrics and the judge path.
 
 The judge path runs ragas's real code (collections metrics, their prompts, instructor's JSON
 mode, the openai client) against ``FakeOpenAIServer`` on 127.0.0.1, answered by
@@ -17,16 +17,15 @@ import sys
 import numpy as np
 import pytest
 
-from ctxwin_dagster.models.ragas_eval import (
+from ctxwin_dagster.models.ragas import (
     NON_LLM_METRICS,
     PAPER_METRICS,
     JudgeConfig,
     evaluate_records,
     import_ragas,
-    lexical_judge_responder,
     ragas_embeddings,
 )
-from ctxwin_dagster.models.testserver import FakeOpenAIServer, fake_embedding
+from ctxwin_dagster.testing import FakeOpenAIServer, fake_embedding, lexical_judge_responder
 
 
 @pytest.fixture(autouse=True)
@@ -61,7 +60,7 @@ def rec(qid: str, variant: str, ranks: list[int], spans: list[list[int]], **kw) 
 
 
 def test_importing_the_module_does_not_import_ragas():
-    code = "import sys, ctxwin_dagster.models.ragas_eval; print('ragas' in sys.modules)"
+    code = "import sys, ctxwin_dagster.models.ragas; print('ragas' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

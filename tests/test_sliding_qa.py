@@ -28,7 +28,7 @@ from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat import OpenAIChatBackend
 from ctxwin_dagster.models.embeddings import LocalEmbedder
 from ctxwin_dagster.models.sliding_qa import ExtractiveWindowReader, LLMWindowReader
-from ctxwin_dagster.models.testserver import FakeOpenAIServer
+from ctxwin_dagster.testing import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[1]
 AI_ACT = ROOT / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"

@@ -29,7 +29,7 @@ from ctxwin_dagster.models.tasks import (
     split_sentences,
     swb_batches,
 )
-from ctxwin_dagster.models.testserver import FakeOpenAIServer
+from ctxwin_dagster.testing import FakeOpenAIServer
 
 AI_ACT = Path("/work/shared/corpus/eu_ai_act/eu_ai_act_2024_1689_EN.txt")
 # Articles 1-10 of the AI Act (Article 5, "Prohibited AI practices", lies inside).

@@ -1,6 +1,6 @@
 """An experiment's comparison: quality, paired tests and efficiency of the variants, as a report.
 
-Plain Python over plain data: score rows (``ragas_eval`` / ``metrics.score_answers`` output),
+Plain Python over plain data: score rows (``models.ragas`` / ``metrics.score_answers`` output),
 answer records, and per-variant indexing costs. :func:`compare_experiment` writes the report
 files and returns the tables.
 """

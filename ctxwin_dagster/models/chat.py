@@ -27,7 +27,7 @@ What it adds to the SDK:
 
 Example::
 
-    >>> from ctxwin_dagster.models.testserver import FakeOpenAIServer
+    >>> from ctxwin_dagster.testing import FakeOpenAIServer
     >>> with FakeOpenAIServer() as server, OpenAIChatBackend(model="gpt-4o", base_url=server.base_url) as chat:
     ...     result = chat.complete(ChatRequest(messages=({"role": "user", "content": "Hello"},)))
     ...     result.text, result.record.input_tokens, result.record.attempts
@@ -275,7 +275,7 @@ class OpenAIChatBackend:
 
     Example::
 
-        >>> from ctxwin_dagster.models.testserver import FakeOpenAIServer
+        >>> from ctxwin_dagster.testing import FakeOpenAIServer
         >>> with FakeOpenAIServer(latency_s=0.01) as server:
         ...     chat = OpenAIChatBackend(model="llama3.1:8b", base_url=server.base_url,
         ...                              max_concurrency=4, price_overrides={"llama3.1:8b": (0.0, 0.0)})
@@ -483,7 +483,7 @@ class OpenAIChatBackend:
 
         Example::
 
-            >>> from ctxwin_dagster.models.testserver import FakeOpenAIServer
+            >>> from ctxwin_dagster.testing import FakeOpenAIServer
             >>> with FakeOpenAIServer() as s, OpenAIChatBackend(model="m", base_url=s.base_url) as chat:
             ...     out = chat.complete_many([ChatRequest(messages=({"role": "user", "content": q},)) for q in "ab"])
             >>> [r.text[-1] for r in out]

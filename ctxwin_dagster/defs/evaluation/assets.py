@@ -193,7 +193,7 @@ def _scores_asset(variant: str):
         check_specs=[dg.AssetCheckSpec("few_nan_scores", asset=name, description="NaN or failed scores stay under the threshold for every metric")],
     )
     def _asset(context: dg.AssetExecutionContext, evaluation: EvaluationSettings, embeddings: EmbeddingsResource, answers: list, chunks: list[Chunk]):
-        from ctxwin_dagster.models.ragas_eval import JudgeConfig, evaluate_records
+        from ctxwin_dagster.models.ragas import JudgeConfig, evaluate_records
 
         started = time.perf_counter()
         judge = JudgeConfig(model=evaluation.judge_model, base_url=evaluation.judge_base_url or None) if evaluation.judge_model else None

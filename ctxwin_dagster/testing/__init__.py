@@ -1,0 +1,16 @@
+"""Test support: stand-ins for the network services ctxwin talks to, all on 127.0.0.1.
+
+For tests, benchmarks and offline demos; the pipeline itself (``core``, ``models``, ``defs``,
+the CLI) never imports this package.
+
+* :mod:`.server` — :class:`FakeOpenAIServer`, a loopback OpenAI-compatible HTTP server (chat
+  completions, embeddings, models) with fault injection, and its deterministic
+  :func:`default_responder` and :func:`fake_embedding`;
+* :mod:`.lexical_judge` — :func:`lexical_judge_responder`, a responder for that server that
+  answers RAGAS's judge prompts by word overlap, so ragas's real judge path runs offline.
+"""
+
+from .lexical_judge import lexical_judge_responder
+from .server import FAULTS, FakeOpenAIServer, default_responder, fake_embedding
+
+__all__ = ["FAULTS", "FakeOpenAIServer", "default_responder", "fake_embedding", "lexical_judge_responder"]
