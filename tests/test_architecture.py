@@ -58,3 +58,13 @@ def test_core_imports_nothing_of_the_project_above_it():
     for path in sorted((PACKAGE / "core").rglob("*.py")):
         for line, name in _imports(path):
             assert _layer(name) in (None, "core"), f"{path.name}:{line} imports {name}"
+
+
+def test_the_pipeline_never_imports_the_testing_package():
+    """``ctxwin_dagster.testing`` (the loopback server, the lexical judge) serves tests and benchmarks only."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "testing" in path.relative_to(PACKAGE).parts:
+            continue
+        for line, name in _imports(path):
+            assert not name.startswith("ctxwin_dagster.testing"), f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}"
+
