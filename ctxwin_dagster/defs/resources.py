@@ -100,7 +100,7 @@ class ChatModelResource(dg.ConfigurableResource):
         """The chat backend, or None when no model is configured (extractive engine)."""
         if not self.configured:
             return None
-        from ctxwin_dagster.models.chat import OpenAIChatBackend
+        from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
 
         return OpenAIChatBackend(
             model=self.model,
