@@ -316,11 +316,8 @@ class OpenAIChatBackend:
         cost = entry.get("cost_usd")
         if attempts == 0 and not isinstance(cost, int | float):
             cost = self._cost(input_tokens, output_tokens, cached_tokens)
-        record = CallRecord(
-            backend=self.backend_id,
-            model=self.model,
-            tags=p.request.tags,
-            prompt_version=p.request.prompt_version,
+        record = self._record(
+            p,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             cached_tokens=cached_tokens,
@@ -334,6 +331,11 @@ class OpenAIChatBackend:
         )
         self.ledger.add(record)
         return ChatResult(text=text, record=record, finish_reason=entry.get("finish_reason"))
+
+    def _record(self, p: Prepared, **fields: Any) -> CallRecord:
+        """A record of a call for ``p`` by this backend, with ``fields`` (volumes, latency, outcome)."""
+        return CallRecord(backend=self.backend_id, model=self.model, tags=p.request.tags,
+                          prompt_version=p.request.prompt_version, **fields)
 
     def _cost(self, input_tokens: int, output_tokens: int, cached_tokens: int) -> float | None:
         """USD for a call of this model with these token counts, None when its price is unknown."""
@@ -403,18 +405,8 @@ class OpenAIChatBackend:
         except Exception as exc:
             error = chat_error(exc, attempts=attempts, base_url=self.base_url, model=self.model,
                                timeout_s=self.timeout_s, limits=self.limits, api_key=client.api_key)
-            self.ledger.add(
-                CallRecord(
-                    backend=self.backend_id,
-                    model=self.model,
-                    tags=p.request.tags,
-                    prompt_version=p.request.prompt_version,
-                    latency_s=time.perf_counter() - t0,
-                    attempts=attempts,
-                    ok=False,
-                    error=f"{type(error).__name__}: {error}"[:500],
-                )
-            )
+            self.ledger.add(self._record(p, latency_s=time.perf_counter() - t0, attempts=attempts, ok=False,
+                                         error=f"{type(error).__name__}: {error}"[:500]))
             if isinstance(error, ChatBackendError) and error.kind == "auth":
                 raise error from None  # the SDK's exception carries the request headers
             if error is exc:
