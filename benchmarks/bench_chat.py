@@ -27,7 +27,7 @@ from typing import Any
 
 from ctxwin_dagster.models.base import CallTags, ChatRequest, Ledger
 from ctxwin_dagster.models.cache import ResponseCache
-from ctxwin_dagster.models.chat import OpenAIChatBackend
+from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
 from ctxwin_dagster.testing import FakeOpenAIServer
 
 MODEL = "llama3.1:8b"

@@ -21,7 +21,7 @@ from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS
 from ctxwin_dagster.core.qa import load_qa_jsonl
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.models.cache import ResponseCache
-from ctxwin_dagster.models.chat import OpenAIChatBackend
+from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
 from ctxwin_dagster.models.embeddings import LocalEmbedder
 from ctxwin_dagster.models.tasks import ExtractiveTasks, LLMTasks
 from ctxwin_dagster.testing import FakeOpenAIServer

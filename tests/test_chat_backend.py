@@ -26,7 +26,9 @@ from ctxwin_dagster.core.limits import ModelLimits
 from ctxwin_dagster.core.tokens import get_token_counter
 from ctxwin_dagster.models.base import CallTags, ChatBackend, ChatRequest, Ledger
 from ctxwin_dagster.models.cache import ResponseCache
-from ctxwin_dagster.models.chat import ChatBackendError, OpenAIChatBackend
+from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
+from ctxwin_dagster.models.chat.errors import ChatBackendError
+from ctxwin_dagster.models.chat.messages import token_upper_bound
 from ctxwin_dagster.models.pricing import estimate_cost
 from ctxwin_dagster.testing import FakeOpenAIServer, default_responder, fake_embedding
 
@@ -417,7 +419,7 @@ _KILLED_RUN = textwrap.dedent(
     import sys
     from ctxwin_dagster.models.base import ChatRequest
     from ctxwin_dagster.models.cache import ResponseCache
-    from ctxwin_dagster.models.chat import OpenAIChatBackend
+    from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
     base_url, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     chat = OpenAIChatBackend(model="test-model", base_url=base_url, cache=ResponseCache(path), max_concurrency=4)
     print("ready", flush=True)
@@ -492,37 +494,32 @@ def test_fake_server_rejects_unknown_faults_and_lists_models() -> None:
         assert [m.id for m in client.models.list()] == ["a", "b"]
 
 
-def test_loop_thread_stops_on_close_and_when_collected(server: FakeOpenAIServer) -> None:
-    import gc
+def test_close_stops_the_worker_threads_and_the_backend_reopens(server: FakeOpenAIServer) -> None:
+    def workers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith(f"ctxwin-chat-{MODEL}")]
 
-    chat = make_backend(server)
-    chat.complete(req("x"))
-    thread = chat._rt.thread  # type: ignore[union-attr]
+    chat = make_backend(server, max_concurrency=4)
+    assert len(chat.complete_many([req(f"x{i}") for i in range(8)])) == 8
+    assert 1 <= len(workers()) <= 4
     chat.close()
-    assert not thread.is_alive()
-    assert chat.complete(req("y")).text  # usable again after close: a new loop starts
+    assert workers() == []
+    assert chat.complete(req("y")).text  # usable again after close: a new HTTP client
+    assert chat.complete_many([req("z1"), req("z2")])[1].text.endswith("z2")  # and new threads
     chat.close()
-
-    chat = make_backend(server)
-    chat.complete(req("x"))
-    thread = chat._rt.thread  # type: ignore[union-attr]
-    del chat
-    gc.collect()
-    thread.join(timeout=5)
-    assert not thread.is_alive()
+    chat.close()  # idempotent
+    assert workers() == []
 
 
-def test_fit_upper_bound_never_undercounts(server: FakeOpenAIServer) -> None:
+def test_fit_upper_bound_never_undercounts() -> None:
     texts = ["word " * 50, "Grüße, ça va? 日本語のテキスト " * 20, "", "a" * 1000, "🙂" * 30 + " mixed 123 ,.;"]
-    with make_backend(server) as chat:
-        counter = get_token_counter(MODEL)
-        for text in texts:
-            messages = [
-                {"role": "system", "content": "Be brief."},
-                {"role": "user", "name": "alice", "content": text},
-                {"role": "user", "content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": "x"}}]},
-            ]
-            assert chat._token_upper_bound(messages) >= counter.count_messages(messages)
+    counter = get_token_counter(MODEL)
+    for text in texts:
+        messages = [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "name": "alice", "content": text},
+            {"role": "user", "content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": "x"}}]},
+        ]
+        assert token_upper_bound(messages, counter) >= counter.count_messages(messages)
 
 
 def test_fake_server_serves_many_slow_requests_at_once() -> None:

@@ -158,3 +158,31 @@ def test_openai_embedder_without_key_names_the_fix(monkeypatch):
     emb = OpenAIEmbedder(model="text-embedding-3-small")
     with pytest.raises(RuntimeError, match="OPENAI_API_KEY"):
         emb.embed(["x"])
+
+
+def test_openai_embedder_retries_with_the_shared_policy_not_the_sdks():
+    import httpx
+    import openai
+
+    def status_error(status: int) -> openai.APIStatusError:
+        response = httpx.Response(status, request=httpx.Request("POST", "http://127.0.0.1/v1/embeddings"))
+        return openai.APIStatusError("failed", response=response, body=None)
+
+    with FakeOpenAIServer(embed_dim=8) as server:
+        emb = OpenAIEmbedder(model="m", base_url=server.base_url, max_retries=2)
+        assert emb.client.max_retries == 0 and emb.retry.max_retries == 2
+        emb.retry = type(emb.retry)(max_retries=2, backoff_base_s=0.0, backoff_max_s=0.0)
+        real = emb.client.embeddings.create
+        failures = [status_error(503), status_error(429)]
+
+        def flaky(**kwargs):
+            if failures:
+                raise failures.pop(0)
+            return real(**kwargs)
+
+        emb.client.embeddings.create = flaky
+        assert emb.embed(["alpha"]).shape == (1, 8) and len(server.embedding_requests) == 1
+        failures[:] = [status_error(400)]
+        with pytest.raises(openai.APIStatusError):  # a bad request is not retried
+            emb.embed(["beta"])
+        assert failures == [] and len(server.embedding_requests) == 1

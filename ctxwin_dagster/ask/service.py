@@ -137,7 +137,7 @@ class Asker:
             embedder = LocalEmbedder(cache=emb_cache)
         closers: list[Callable[[], None]] = []
         if model:
-            from ctxwin_dagster.models.chat import OpenAIChatBackend
+            from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
 
             chat = OpenAIChatBackend(
                 model=model,

@@ -108,7 +108,7 @@ class ChatModelResource(dg.ConfigurableResource):
             self._backend = None
 
     def _new_backend(self):
-        from ctxwin_dagster.models.chat import OpenAIChatBackend
+        from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
 
         return OpenAIChatBackend(
             model=self.model,

@@ -263,25 +263,6 @@ class ResponseCache:
         """Store a JSON value under ``key`` (replacing any previous one) in one transaction."""
         self._write(self._conn(), _json_insert(key, _dumps_value(value)))
 
-    def try_put(self, key: str, value: Any) -> bool:
-        """:meth:`put` without waiting: False (nothing stored) when another writer holds the file.
-
-        For callers that must not block, such as an event loop; on False, call :meth:`put`
-        from a thread that may wait.
-        """
-        write = _json_insert(key, _dumps_value(value))
-        conn = self._conn()
-        conn.execute("PRAGMA busy_timeout = 0")
-        try:
-            self._write(conn, write)
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                return False
-            raise
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
-        return True
-
     def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
         """The JSON values found for ``keys``, as ``{key: value}`` (missing keys are left out)."""
         wanted = list(dict.fromkeys(keys))
@@ -382,10 +363,6 @@ class NullCache:
 
     def put(self, key: str, value: Any) -> None:
         _dumps_value(value)  # same validation as the real cache
-
-    def try_put(self, key: str, value: Any) -> bool:
-        self.put(key, value)
-        return True
 
     def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
         self._miss(len(set(keys)))

@@ -48,6 +48,8 @@ from ctxwin_dagster.core.embedding_window import (
 )
 
 from .cache import NullCache, ResponseCache
+from .endpoint import resolve_api_key
+from .retry import RetryPolicy
 
 __all__ = [
     "EmbeddingStats",
@@ -518,13 +520,15 @@ class OpenAIEmbedder(_CachedEmbedder):
         model: the embedding model name the server knows.
         base_url: the server (``http://localhost:11434/v1`` for Ollama …); None = OpenAI.
         api_key: the key; None reads ``OPENAI_API_KEY`` when called, and a local server
-            (``base_url`` given) gets a placeholder when that is unset.
+            (``base_url`` given) gets a placeholder when that is unset
+            (:func:`~ctxwin_dagster.models.endpoint.resolve_api_key`).
         batch_size: texts per request.
         dim: the vector size. For ``text-embedding-3-*`` it is sent as ``dimensions``; for other
             models it is checked against the server's answer. None: known for OpenAI's models,
             else found from the first answer.
         cache: where vectors are kept between runs.
-        max_retries: retries with backoff on 429/5xx/timeouts (the ``openai`` client's own).
+        max_retries: retries with backoff on 429/5xx/timeouts: the shared
+            :class:`~ctxwin_dagster.models.retry.RetryPolicy` (the SDK's own retries are off).
         timeout_s: per-request timeout.
         max_concurrency: requests in flight at once.
         oversize: ``"pool"`` (texts over the window are embedded in pieces and pooled) or
@@ -561,8 +565,6 @@ class OpenAIEmbedder(_CachedEmbedder):
             raise ValueError(f"batch_size must be >= 1; got {batch_size}")
         if dim is not None and dim < 1:
             raise ValueError(f"dim must be >= 1 or None; got {dim}")
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0; got {max_retries}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0; got {timeout_s}")
         if max_concurrency < 1:
@@ -574,7 +576,7 @@ class OpenAIEmbedder(_CachedEmbedder):
         self.model = model
         self.base_url = base_url
         self.batch_size = batch_size
-        self.max_retries = max_retries
+        self.retry = RetryPolicy(max_retries=max_retries)
         self.timeout_s = timeout_s
         self.max_concurrency = max_concurrency
         self._api_key = api_key
@@ -619,24 +621,16 @@ class OpenAIEmbedder(_CachedEmbedder):
             if self._client is None:
                 from openai import OpenAI
 
-                key = self._api_key or os.environ.get("OPENAI_API_KEY")
-                if not key:
-                    if self.base_url is None:
-                        raise RuntimeError(
-                            "no API key for OpenAI embeddings; set OPENAI_API_KEY (or pass api_key=), "
-                            "or pass base_url= for a local server that needs none"
-                        )
-                    key = "not-needed"
-                self._client = OpenAI(
-                    base_url=self.base_url, api_key=key, max_retries=self.max_retries, timeout=self.timeout_s
-                )
+                key = resolve_api_key(self._api_key, self.base_url, what=f"the embedding model {self.model!r}")
+                # Retries are self.retry's: the SDK's are off so that they are not doubled.
+                self._client = OpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=self.timeout_s)
             return self._client
 
     def _request(self, texts: list[str]) -> np.ndarray:
         kwargs: dict[str, Any] = {"model": self.model, "input": texts, "encoding_format": "float"}
         if self._send_dimensions:
             kwargs["dimensions"] = self._dim
-        response = self.client.embeddings.create(**kwargs)
+        response = self.retry.call(self.client.embeddings.create, **kwargs)
         data = sorted(response.data, key=lambda d: d.index)
         if len(data) != len(texts):
             raise RuntimeError(f"{self.model} at {self.base_url or 'OpenAI'} returned {len(data)} vectors for {len(texts)} texts")
