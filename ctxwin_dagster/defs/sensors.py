@@ -38,7 +38,9 @@ def remove_results(evaluation: EvaluationSettings, doc_ids: list[str]) -> int:
     return deleted
 
 
-@dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
+# Every two minutes: the daemon logs two lines per tick, and documents arrive rarely (``ctxwin
+# run`` syncs the partitions itself before it runs).
+@dg.sensor(minimum_interval_seconds=120, default_status=dg.DefaultSensorStatus.RUNNING)
 def documents_sensor(
     context: dg.SensorEvaluationContext, settings: ProjectSettings, lancedb: LanceDBResource, evaluation: EvaluationSettings
 ) -> dg.SensorResult:
@@ -56,5 +58,7 @@ def documents_sensor(
         requests.append(documents_partitions.build_add_request(added))
     if removed:
         requests.append(documents_partitions.build_delete_request(removed))
-    context.update_cursor(f"{len(existing) + len(added) - len(removed)} documents")
-    return dg.SensorResult(dynamic_partitions_requests=requests)
+    count = f"{len(existing) + len(added) - len(removed)} documents"
+    if not requests:
+        return dg.SensorResult(skip_reason=f"{count}, none added or removed", cursor=count)
+    return dg.SensorResult(dynamic_partitions_requests=requests, cursor=count)
