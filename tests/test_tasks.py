@@ -11,14 +11,13 @@ import pytest
 
 from ctxwin_dagster.core.fit import ContextOverflowError
 from ctxwin_dagster.core.limits import ModelLimits
-from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS, get_template
+from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS, SWB_RETRY_NOTE, get_template
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.core.tokens import get_token_counter
 from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat import OpenAIChatBackend
 from ctxwin_dagster.models.embeddings import LocalEmbedder
 from ctxwin_dagster.models.tasks import (
-    SWB_RETRY_NOTE,
     Answerer,
     Contextualizer,
     ExtractiveTasks,

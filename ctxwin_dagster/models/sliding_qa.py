@@ -35,6 +35,8 @@ import numpy as np
 from ..core.limits import ModelLimits, get_model_limits
 from ..core.prompts import (
     NO_ANSWER,
+    SYNTHESIZE_TEMPLATES,
+    WINDOW_RETRY_NOTE,
     PromptOutputError,
     detect_language,
     get_template,
@@ -42,7 +44,6 @@ from ..core.prompts import (
     summary_block,
 )
 from ..core.sliding_qa import (
-    SYNTHESIZE_TEMPLATES,
     Synthesis,
     WindowFinding,
     best_supported,
@@ -56,15 +57,9 @@ from ..core.windows import Window
 from .base import CallRecord, CallTags, ChatBackend, ChatRequest, Embedder, Ledger
 from .tasks import DEFAULT_ANSWER_THRESHOLD, PromptMeter, split_sentences
 
-__all__ = ["ExtractiveWindowReader", "LLMWindowReader", "WINDOW_RETRY_NOTE"]
+__all__ = ["ExtractiveWindowReader", "LLMWindowReader"]
 
 _STAGE = "sliding_qa"
-
-#: Appended to a window prompt whose first reply was not usable JSON.
-WINDOW_RETRY_NOTE = {
-    "en": "\n\nYour previous reply could not be used. Reply only with the JSON object described above.",
-    "de": "\n\nDeine vorige Antwort war nicht verwendbar. Antworte nur mit dem oben beschriebenen JSON-Objekt.",
-}
 
 
 def _synth_template(language: str):

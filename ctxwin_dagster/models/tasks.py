@@ -53,6 +53,7 @@ from ..core.fit import ContextOverflowError, ensure_fit, truncate_text
 from ..core.limits import ModelLimits, get_model_limits
 from ..core.prompts import (
     NOT_IN_DOCUMENTS,
+    SWB_RETRY_NOTE,
     PromptOutputError,
     PromptTemplate,
     detect_language,
@@ -75,7 +76,6 @@ __all__ = [
     "ExtractiveTasks",
     "LLMTasks",
     "PromptMeter",
-    "SWB_RETRY_NOTE",
     "SummaryResult",
     "Summarizer",
     "split_segments",
@@ -95,18 +95,6 @@ log = logging.getLogger(__name__)
 #: questions, written to resemble their paragraph, are rejected only 5.3 % of the time:
 #: similarity cannot tell those apart; that needs a reader model (the LLM engine).
 DEFAULT_ANSWER_THRESHOLD = 0.40
-
-#: Appended to the SWB prompt when a batch is retried after an unusable reply.
-SWB_RETRY_NOTE = {
-    "en": (
-        "\n\nYour previous reply to this request could not be used. Reply only with the JSON "
-        "object described above, with exactly one non-empty context for each of the {n} chunk_ids."
-    ),
-    "de": (
-        "\n\nDeine vorige Antwort auf diese Anfrage war nicht verwendbar. Antworte nur mit dem oben "
-        "beschriebenen JSON-Objekt, mit genau einem nicht leeren Kontext für jede der {n} chunk_ids."
-    ),
-}
 
 _STAGE_SUMMARY = "summary"
 _STAGE_CONTEXT = "contextualize"
