@@ -567,7 +567,7 @@ class Asker:
         doc_ids = list(dict.fromkeys(c.doc_id for c, _ in hits))
         chunks, texts = self._chunks(normalize_variant(variant), doc_ids)
         if mode == "focus":
-            from ctxwin_dagster.models.tasks import split_sentences
+            from ctxwin_dagster.core.sentences import split_sentences
 
             embedder = self.embedder
 

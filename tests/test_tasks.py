@@ -12,8 +12,9 @@ import pytest
 from ctxwin_dagster.core.fit import ContextOverflowError
 from ctxwin_dagster.core.limits import ModelLimits
 from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS, SWB_RETRY_NOTE, get_template
+from ctxwin_dagster.core.sentences import split_sentences
 from ctxwin_dagster.core.splitting import RecursiveSplitter
-from ctxwin_dagster.core.tokens import get_token_counter
+from ctxwin_dagster.core.tokens import PromptMeter, get_token_counter
 from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat import OpenAIChatBackend
 from ctxwin_dagster.models.embeddings import LocalEmbedder
@@ -22,10 +23,8 @@ from ctxwin_dagster.models.tasks import (
     Contextualizer,
     ExtractiveTasks,
     LLMTasks,
-    PromptMeter,
     Summarizer,
     split_segments,
-    split_sentences,
     swb_batches,
 )
 from ctxwin_dagster.models.testserver import FakeOpenAIServer

@@ -24,11 +24,11 @@ from ctxwin_dagster.core.defaults import PAPER
 from ctxwin_dagster.core.fit import ContextOverflowError
 from ctxwin_dagster.core.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.splitting import RecursiveSplitter
-from ctxwin_dagster.core.tokens import get_token_counter
+from ctxwin_dagster.core.tokens import PromptMeter, get_token_counter
 
 from .base import CallRecord, ChatRequest, ChatResult, Ledger
 from .pricing import estimate_cost
-from .tasks import LLMTasks, PromptMeter
+from .tasks import LLMTasks
 
 __all__ = ["DryRunChatBackend", "plan_document"]
 

@@ -43,6 +43,7 @@ from ..core.prompts import (
     parse_window_answer,
     summary_block,
 )
+from ..core.sentences import split_sentences
 from ..core.sliding_qa import (
     Synthesis,
     WindowFinding,
@@ -52,10 +53,10 @@ from ..core.sliding_qa import (
     no_answer_finding,
     parse_synthesis,
 )
-from ..core.tokens import TokenCounter, get_token_counter
+from ..core.tokens import PromptMeter, TokenCounter, get_token_counter
 from ..core.windows import Window
 from .base import CallRecord, CallTags, ChatBackend, ChatRequest, Embedder, Ledger
-from .tasks import DEFAULT_ANSWER_THRESHOLD, PromptMeter, split_sentences
+from .tasks import DEFAULT_ANSWER_THRESHOLD
 
 __all__ = ["ExtractiveWindowReader", "LLMWindowReader"]
 
