@@ -191,11 +191,11 @@ def build_tasks(chat: ChatModelResource, embeddings: EmbeddingsResource, pipelin
     engine); the chat backend is closed when the block ends."""
     backend = chat.backend()
     if backend is None:
-        from ctxwin_dagster.models.tasks import ExtractiveTasks
+        from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
 
         yield ExtractiveTasks(embeddings.embedder())
         return
-    from ctxwin_dagster.models.tasks import LLMTasks
+    from ctxwin_dagster.models.tasks.llm import LLMTasks
 
     try:
         yield LLMTasks(backend, temperature=pipeline.temperature, top_p=pipeline.top_p, max_tokens=pipeline.max_output_tokens)

@@ -56,7 +56,7 @@ from ..core.sliding_qa import (
 from ..core.tokens import PromptMeter, TokenCounter, get_token_counter
 from ..core.windows import Window
 from .base import CallRecord, CallTags, ChatBackend, ChatRequest, Embedder, Ledger
-from .tasks import DEFAULT_ANSWER_THRESHOLD
+from .tasks.extractive import DEFAULT_ANSWER_THRESHOLD
 
 __all__ = ["ExtractiveWindowReader", "LLMWindowReader"]
 
@@ -211,7 +211,7 @@ class ExtractiveWindowReader:
     Args:
         embedder: an :class:`~ctxwin_dagster.models.base.Embedder` (e.g. ``LocalEmbedder``).
         threshold: the cosine similarity below which a window says ``NO_ANSWER`` (default
-            :data:`~ctxwin_dagster.models.tasks.DEFAULT_ANSWER_THRESHOLD`, calibrated on SQuAD).
+            :data:`~ctxwin_dagster.models.tasks.extractive.DEFAULT_ANSWER_THRESHOLD`, calibrated on SQuAD).
         answer_sentences: the answer is the best sentence plus up to this many − 1 more of the
             window's sentences within ``0.05`` of it, in document order.
         counter: counts the prompts the LLM reader would send (default ``cl100k_base``).
