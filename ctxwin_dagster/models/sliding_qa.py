@@ -56,7 +56,8 @@ from ..core.sliding_qa import (
 from ..core.tokens import PromptMeter, TokenCounter, get_token_counter
 from ..core.windows import Window
 from .base import CallRecord, CallTags, ChatBackend, ChatRequest, Embedder, Ledger
-from .tasks.extractive import DEFAULT_ANSWER_THRESHOLD
+from .tasks.extractive import DEFAULT_ANSWER_THRESHOLD, extractive_record
+from .tasks.llm import check_sampling
 
 __all__ = ["ExtractiveWindowReader", "LLMWindowReader"]
 
@@ -99,10 +100,7 @@ class LLMWindowReader:
         doc_id: str = "",
         variant: str = "",
     ) -> None:
-        if not 0 <= temperature <= 2:
-            raise ValueError(f"temperature must be between 0 and 2; got {temperature}")
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1]; got {top_p}")
+        check_sampling(temperature, top_p)
         if max_tokens < 16:
             raise ValueError(f"max_tokens must be >= 16 (a JSON answer needs room); got {max_tokens}")
         self.chat = chat
@@ -268,19 +266,7 @@ class ExtractiveWindowReader:
             return np.stack([self._vectors[t] for t in texts]) if texts else np.zeros((0, self.embedder.dim), np.float32)
 
     def _record(self, messages: list[dict[str, str]], version: str, output: str, latency: float) -> CallRecord:
-        rec = CallRecord(
-            backend="extractive",
-            model=self.model,
-            tags=self.tags,
-            prompt_version=version,
-            input_tokens=self.meter.count_messages(messages),
-            output_tokens=self.counter.count(output),
-            input_chars=sum(len(m.get("content") or "") for m in messages),
-            output_chars=len(output),
-            latency_s=latency,
-            cost_usd=0.0,
-            usage_counted=True,
-        )
+        rec = extractive_record(self.meter, self.model, self.tags, version, messages, output, latency)
         self.ledger.add(rec)
         return rec
 

@@ -49,7 +49,7 @@ from .results import (
 )
 from .selection import MIN_USABLE_WORDS, SentenceIndex, central_rows, mmr, top_rows
 
-__all__ = ["DEFAULT_ANSWER_THRESHOLD", "ExtractiveTasks"]
+__all__ = ["DEFAULT_ANSWER_THRESHOLD", "ExtractiveTasks", "extractive_record"]
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +68,24 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _chars(messages: Sequence[Mapping[str, Any]]) -> int:
-    return sum(len(m.get("content") or "") for m in messages)
+def extractive_record(
+    meter: PromptMeter, model: str, tags: CallTags, version: str, messages: Sequence[Mapping[str, Any]], output: str, latency: float
+) -> CallRecord:
+    """The record of work done in place of a model call: the prompt an LLM would have been sent,
+    metered with ``meter``, and the extractive ``output`` (``backend="extractive"``, cost 0)."""
+    return CallRecord(
+        backend="extractive",
+        model=model,
+        tags=tags,
+        prompt_version=version,
+        input_tokens=meter.count_messages(messages),
+        output_tokens=meter.counter.count(output),
+        input_chars=sum(len(m.get("content") or "") for m in messages),
+        output_chars=len(output),
+        latency_s=latency,
+        cost_usd=0.0,
+        usage_counted=True,
+    )
 
 
 _LABELS = {
@@ -208,20 +224,8 @@ class ExtractiveTasks:
                 self._docs.popitem(last=False)
         return idx
 
-    def _record(self, stage: str, doc_id: str, variant: str, tpl_id: str, messages: Sequence[Mapping[str, Any]], output: str, latency: float, input_tokens: int | None = None) -> CallRecord:
-        rec = CallRecord(
-            backend="extractive",
-            model=self.model,
-            tags=CallTags(stage, doc_id, variant),
-            prompt_version=tpl_id,
-            input_tokens=self.meter.count_messages(messages) if input_tokens is None else input_tokens,
-            output_tokens=self.counter.count(output),
-            input_chars=_chars(messages),
-            output_chars=len(output),
-            latency_s=latency,
-            cost_usd=0.0,
-            usage_counted=True,
-        )
+    def _record(self, stage: str, doc_id: str, variant: str, tpl_id: str, messages: Sequence[Mapping[str, Any]], output: str, latency: float) -> CallRecord:
+        rec = extractive_record(self.meter, self.model, CallTags(stage, doc_id, variant), tpl_id, messages, output, latency)
         self.ledger.add(rec)
         return rec
 

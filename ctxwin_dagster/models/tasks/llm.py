@@ -57,9 +57,17 @@ from .results import (
     SummaryResult,
 )
 
-__all__ = ["LLMTasks"]
+__all__ = ["LLMTasks", "check_sampling"]
 
 log = logging.getLogger(__name__)
+
+
+def check_sampling(temperature: float, top_p: float) -> None:
+    """Raise ``ValueError`` unless ``temperature`` is in [0, 2] and ``top_p`` in (0, 1] (the API's ranges)."""
+    if not 0 <= temperature <= 2:
+        raise ValueError(f"temperature must be between 0 and 2; got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1]; got {top_p}")
 
 
 class LLMTasks:
@@ -96,10 +104,7 @@ class LLMTasks:
         limits: ModelLimits | None = None,
         wave_size: int | None = None,
     ) -> None:
-        if not 0 <= temperature <= 2:
-            raise ValueError(f"temperature must be between 0 and 2; got {temperature}")
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1]; got {top_p}")
+        check_sampling(temperature, top_p)
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1; got {max_tokens}")
         if wave_size is not None and wave_size < 1:
