@@ -23,7 +23,8 @@ from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
 from ctxwin_dagster.models.embeddings import LocalEmbedder
-from ctxwin_dagster.models.tasks import ExtractiveTasks, LLMTasks
+from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
+from ctxwin_dagster.models.tasks.llm import LLMTasks
 from ctxwin_dagster.testing import FakeOpenAIServer
 from ctxwin_dagster.models.vectorstore import ChunkIndex
 

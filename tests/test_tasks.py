@@ -11,24 +11,17 @@ import pytest
 
 from ctxwin_dagster.core.fit import ContextOverflowError
 from ctxwin_dagster.core.limits import ModelLimits
-from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS, get_template
+from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS, SWB_RETRY_NOTE, get_template
+from ctxwin_dagster.core.sentences import split_sentences
 from ctxwin_dagster.core.splitting import RecursiveSplitter
-from ctxwin_dagster.core.tokens import get_token_counter
+from ctxwin_dagster.core.swb import split_segments, swb_batches
+from ctxwin_dagster.core.tokens import PromptMeter, get_token_counter
 from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
 from ctxwin_dagster.models.embeddings import LocalEmbedder
-from ctxwin_dagster.models.tasks import (
-    SWB_RETRY_NOTE,
-    Answerer,
-    Contextualizer,
-    ExtractiveTasks,
-    LLMTasks,
-    PromptMeter,
-    Summarizer,
-    split_segments,
-    split_sentences,
-    swb_batches,
-)
+from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
+from ctxwin_dagster.models.tasks.llm import LLMTasks
+from ctxwin_dagster.models.tasks.results import Answerer, Contextualizer, Summarizer
 from ctxwin_dagster.testing import FakeOpenAIServer
 
 AI_ACT = Path("/work/shared/corpus/eu_ai_act/eu_ai_act_2024_1689_EN.txt")
@@ -363,6 +356,46 @@ def test_llm_swb_valid_json_is_parsed(small_doc, small_chunks):
     assert f"<text_after>\n{small_doc[b1[-1].end:b1[-1].end + 2000]}\n</text_after>" in first
     assert sum(r.input_tokens for r in res) == sum(rec.input_tokens for rec in chat.ledger.records)
     assert tasks.stats["swb_batches"] == n_batches and tasks.stats["swb_invalid"] == 0
+
+
+class _RecordingMeter(PromptMeter):
+    """A prompt meter that keeps every prompt it was asked to count."""
+
+    def __init__(self, counter):
+        super().__init__(counter)
+        self.prompts = []
+
+    def count_messages(self, messages):
+        self.prompts.append([dict(m) for m in messages])
+        return super().count_messages(messages)
+
+
+def test_extractive_meters_exactly_the_swb_prompts_the_llm_sends(embedder, small_doc, small_chunks):
+    counter = get_token_counter(MODEL)  # the fake server counts the prompt tokens it receives with it
+    extractive = ExtractiveTasks(embedder, counter=counter)
+    extractive.meter = _RecordingMeter(counter)
+    summary = extractive.summarize(small_doc, doc_id="d", max_tokens=120).text
+    extractive.meter.prompts.clear()
+    offline = extractive.contextualize_swb(small_doc, small_chunks, summary, doc_id="d", window_chars=3_000)
+    metered = extractive.meter.prompts
+    swb_records = [r for r in extractive.ledger.records if r.tags.variant == "swb"]
+
+    with FakeOpenAIServer(responder=_valid) as server, _backend(server) as chat:
+        online = LLMTasks(chat).contextualize_swb(small_doc, small_chunks, summary, doc_id="d", window_chars=3_000)
+        order = {c.chunk_id: i for i, c in enumerate(small_chunks)}
+        bodies = sorted(server.requests, key=lambda b: order[_ids(b)[0]])  # order of arrival varies
+        llm_records = sorted(chat.ledger.records, key=lambda r: r.input_chars)
+
+    n_batches = -(-len(small_chunks) // 5)
+    assert len(bodies) == len(metered) == len(swb_records) == n_batches and all(_kind(b) == "swb" for b in bodies)
+    # The same messages, to the character: what the extractive engine meters is what the LLM is sent.
+    assert [b["messages"] for b in bodies] == metered
+    assert [r.input_tokens for r in swb_records] == [counter.count_messages(b["messages"]) for b in bodies]
+    assert sorted(r.input_chars for r in swb_records) == [r.input_chars for r in llm_records]
+    # Hence the same input volumes per chunk, whichever engine made the contexts.
+    assert [(r.chunk_id, r.prompt_version, r.input_tokens, r.input_chars) for r in offline] == [
+        (r.chunk_id, r.prompt_version, r.input_tokens, r.input_chars) for r in online
+    ]
 
 
 def test_llm_swb_fenced_and_partial_json_is_repaired(small_doc, small_chunks):

@@ -16,9 +16,9 @@ of three modes:
     available prompt tokens (:func:`ctxwin_dagster.core.fit.check_fit`), answer directly, else
     run sliding-window QA over the assembled context.
 
-The answer model is a chat model (:class:`~ctxwin_dagster.models.tasks.LLMTasks`, any
+The answer model is a chat model (:class:`~ctxwin_dagster.models.tasks.llm.LLMTasks`, any
 OpenAI-compatible server, every call through the backend's response cache) or, offline, the
-extractive engine (:class:`~ctxwin_dagster.models.tasks.ExtractiveTasks`: sentence selection
+extractive engine (:class:`~ctxwin_dagster.models.tasks.extractive.ExtractiveTasks`: sentence selection
 with the embedding model, labelled ``extractive``). Chunk rows for neighbour expansion come from
 the variant's table; window text is cut from the document file in the documents folder when
 it is there (its SHA-256 must match the indexed one), else rebuilt from the chunk rows.

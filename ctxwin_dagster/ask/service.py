@@ -122,7 +122,8 @@ class Asker:
         """
         from ctxwin_dagster.models.cache import ResponseCache
         from ctxwin_dagster.models.embeddings import LocalEmbedder
-        from ctxwin_dagster.models.tasks import ExtractiveTasks, LLMTasks
+        from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
+        from ctxwin_dagster.models.tasks.llm import LLMTasks
         from ctxwin_dagster.models.vectorstore import ChunkIndex
 
         uri = str(lancedb)
@@ -279,7 +280,7 @@ class Asker:
         doc_ids = list(dict.fromkeys(c.doc_id for c, _ in hits))
         chunks, texts = self._chunks(normalize_variant(variant), doc_ids)
         if mode == "focus":
-            from ctxwin_dagster.models.tasks import split_sentences
+            from ctxwin_dagster.core.sentences import split_sentences
 
             embedder = self.embedder
 

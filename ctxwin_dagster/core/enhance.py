@@ -16,8 +16,9 @@ is given:
     sentence focus (:func:`focus_windows`): the sentences of the retrieved chunks are ranked
     by their similarity to the question (plus ``chunk_weight`` × their chunk's score), and the
     best ones grow into sentence-aligned windows of at most ``window_chars`` characters until
-    the context holds ``budget_chars`` characters. It needs a sentence splitter and a sentence
-    scorer (the embedding model), and gives the best hit rate per character measured
+    the context holds ``budget_chars`` characters. It needs a sentence scorer (the embedding
+    model) and splits sentences with :func:`~ctxwin_dagster.core.sentences.split_sentences`
+    unless given another splitter, and gives the best hit rate per character measured
     (evaluations/reports/retrieval_quality.md).
 
 Then, per document, windows that overlap or touch are merged (no character twice), a merged
@@ -56,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .metrics import union_length
+from .sentences import split_sentences as _split_sentences
 from .splitting import Chunk
 from .windows import Window, join_windows, merge_windows, neighbor_windows, span_text, stitch_windows
 
@@ -308,7 +310,7 @@ def focus_windows(
     hits: Iterable[Hit],
     chunks: Iterable[Chunk],
     *,
-    split_sentences: SentenceSplitter,
+    split_sentences: SentenceSplitter = _split_sentences,
     score_sentences: SentenceScorer,
     doc_texts: Mapping[str, str] | None = None,
     window_chars: int = DEFAULT_FOCUS_WINDOW_CHARS,
@@ -318,7 +320,8 @@ def focus_windows(
     """Sentence focus: windows around the retrieved chunks' sentences closest to the question.
 
     1. The sentences of each hit's document around the hits are found with
-       ``split_sentences(text) -> [(start, end), ...]`` (offsets into the text it is given),
+       ``split_sentences(text) -> [(start, end), ...]`` (offsets into the text it is given;
+       default :func:`~ctxwin_dagster.core.sentences.split_sentences`),
        applied to whole lines around each hit (± ``2 * window_chars``), so a splitter that
        works line by line gives the same sentences as on the whole document.
     2. Each sentence overlapping a hit chunk gets the score
@@ -444,8 +447,9 @@ def enhance(
         context_window_size: characters per window in ``"budget"`` mode (default
             :data:`DEFAULT_CONTEXT_WINDOW_SIZE`); only valid in that mode.
         doc_texts: ``doc_id -> text`` for exact window text; a given text must match the chunks.
-        split_sentences, score_sentences: the sentence splitter and the question's sentence
-            scorer, required in ``"focus"`` mode (see :func:`focus_windows`).
+        split_sentences, score_sentences: the sentence splitter (default
+            :func:`~ctxwin_dagster.core.sentences.split_sentences`) and the question's sentence
+            scorer (required) of ``"focus"`` mode (see :func:`focus_windows`).
         window_chars, budget_chars, chunk_weight: ``"focus"`` settings (defaults
             :data:`DEFAULT_FOCUS_WINDOW_CHARS`, :data:`DEFAULT_FOCUS_BUDGET_CHARS`,
             :data:`DEFAULT_FOCUS_CHUNK_WEIGHT`); only valid in that mode.
@@ -487,10 +491,11 @@ def enhance(
     chunks = list(chunks)
     exact = _check_texts(hits, doc_texts)
     if mode == "focus":
-        if split_sentences is None or score_sentences is None:
+        if score_sentences is None:
             raise ValueError(
-                "mode='focus' ranks sentences: pass split_sentences= (text -> [(start, end)]) and score_sentences= "
-                "(texts -> similarities to the question, e.g. lambda ts: embedder.embed(ts) @ question_vector)"
+                "mode='focus' ranks sentences: pass score_sentences= (texts -> similarities to the question, e.g. "
+                "lambda ts: embedder.embed(ts) @ question_vector); pass split_sentences= (text -> [(start, end)]) "
+                "only to replace the default splitter, ctxwin_dagster.core.sentences.split_sentences"
             )
         known = {c.chunk_id for c in chunks}
         for c, _ in hits:
@@ -503,7 +508,8 @@ def enhance(
             "budget_chars": DEFAULT_FOCUS_BUDGET_CHARS if budget_chars is None else budget_chars,
             "chunk_weight": DEFAULT_FOCUS_CHUNK_WEIGHT if chunk_weight is None else chunk_weight,
         }}
-        windows = focus_windows(hits, chunks, split_sentences=split_sentences, score_sentences=score_sentences, doc_texts=doc_texts, **settings["focus"])
+        windows = focus_windows(hits, chunks, split_sentences=split_sentences or _split_sentences, score_sentences=score_sentences,
+                                doc_texts=doc_texts, **settings["focus"])
     elif mode == "budget":
         size = _check_int("context_window_size", DEFAULT_CONTEXT_WINDOW_SIZE if context_window_size is None else context_window_size, 1)
         windows = stitch_windows(hits, chunks, context_window_size=size, doc_texts=doc_texts)

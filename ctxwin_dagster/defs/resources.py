@@ -225,11 +225,11 @@ def build_tasks(chat: ChatModelResource, embeddings: EmbeddingsResource, pipelin
     resource's, closed when the run ends), else the extractive engine."""
     backend = chat.backend()
     if backend is None:
-        from ctxwin_dagster.models.tasks import ExtractiveTasks
+        from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
 
         yield ExtractiveTasks(embeddings.embedder())
         return
-    from ctxwin_dagster.models.tasks import LLMTasks
+    from ctxwin_dagster.models.tasks.llm import LLMTasks
 
     yield LLMTasks(backend, temperature=pipeline.temperature, top_p=pipeline.top_p, max_tokens=pipeline.max_output_tokens)
 

@@ -1,6 +1,6 @@
 """Pre-flight plan: calls, tokens, characters and cost per variant, without calling any model.
 
-The plan runs the real LLM task code (:class:`~ctxwin_dagster.models.tasks.LLMTasks`) against
+The plan runs the real LLM task code (:class:`~ctxwin_dagster.models.tasks.llm.LLMTasks`) against
 a :class:`DryRunChatBackend`, which counts every request and answers with placeholder text of
 the expected length instead of calling a server. The prompts counted are therefore exactly the
 prompts a real run would send (same templates, batching, windows and fitting). Output sizes
@@ -24,11 +24,11 @@ from ctxwin_dagster.core.defaults import PAPER
 from ctxwin_dagster.core.fit import ContextOverflowError
 from ctxwin_dagster.core.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.splitting import RecursiveSplitter
-from ctxwin_dagster.core.tokens import get_token_counter
+from ctxwin_dagster.core.tokens import PromptMeter, get_token_counter
 
 from .base import CallRecord, ChatRequest, ChatResult, Ledger
 from .pricing import estimate_cost
-from .tasks import LLMTasks, PromptMeter
+from .tasks.llm import LLMTasks
 
 __all__ = ["DryRunChatBackend", "plan_document"]
 

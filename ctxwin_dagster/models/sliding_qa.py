@@ -35,14 +35,16 @@ import numpy as np
 from ..core.limits import ModelLimits, get_model_limits
 from ..core.prompts import (
     NO_ANSWER,
+    SYNTHESIZE_TEMPLATES,
+    WINDOW_RETRY_NOTE,
     PromptOutputError,
     detect_language,
     get_template,
     parse_window_answer,
     summary_block,
 )
+from ..core.sentences import split_sentences
 from ..core.sliding_qa import (
-    SYNTHESIZE_TEMPLATES,
     Synthesis,
     WindowFinding,
     best_supported,
@@ -51,20 +53,15 @@ from ..core.sliding_qa import (
     no_answer_finding,
     parse_synthesis,
 )
-from ..core.tokens import TokenCounter, get_token_counter
+from ..core.tokens import PromptMeter, TokenCounter, get_token_counter
 from ..core.windows import Window
 from .base import CallRecord, CallTags, ChatBackend, ChatRequest, Embedder, Ledger
-from .tasks import DEFAULT_ANSWER_THRESHOLD, PromptMeter, split_sentences
+from .tasks.extractive import DEFAULT_ANSWER_THRESHOLD, extractive_record
+from .tasks.llm import check_sampling
 
-__all__ = ["ExtractiveWindowReader", "LLMWindowReader", "WINDOW_RETRY_NOTE"]
+__all__ = ["ExtractiveWindowReader", "LLMWindowReader"]
 
 _STAGE = "sliding_qa"
-
-#: Appended to a window prompt whose first reply was not usable JSON.
-WINDOW_RETRY_NOTE = {
-    "en": "\n\nYour previous reply could not be used. Reply only with the JSON object described above.",
-    "de": "\n\nDeine vorige Antwort war nicht verwendbar. Antworte nur mit dem oben beschriebenen JSON-Objekt.",
-}
 
 
 def _synth_template(language: str):
@@ -103,10 +100,7 @@ class LLMWindowReader:
         doc_id: str = "",
         variant: str = "",
     ) -> None:
-        if not 0 <= temperature <= 2:
-            raise ValueError(f"temperature must be between 0 and 2; got {temperature}")
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1]; got {top_p}")
+        check_sampling(temperature, top_p)
         if max_tokens < 16:
             raise ValueError(f"max_tokens must be >= 16 (a JSON answer needs room); got {max_tokens}")
         self.chat = chat
@@ -215,7 +209,7 @@ class ExtractiveWindowReader:
     Args:
         embedder: an :class:`~ctxwin_dagster.models.base.Embedder` (e.g. ``LocalEmbedder``).
         threshold: the cosine similarity below which a window says ``NO_ANSWER`` (default
-            :data:`~ctxwin_dagster.models.tasks.DEFAULT_ANSWER_THRESHOLD`, calibrated on SQuAD).
+            :data:`~ctxwin_dagster.models.tasks.extractive.DEFAULT_ANSWER_THRESHOLD`, calibrated on SQuAD).
         answer_sentences: the answer is the best sentence plus up to this many − 1 more of the
             window's sentences within ``0.05`` of it, in document order.
         counter: counts the prompts the LLM reader would send (default ``cl100k_base``).
@@ -272,19 +266,7 @@ class ExtractiveWindowReader:
             return np.stack([self._vectors[t] for t in texts]) if texts else np.zeros((0, self.embedder.dim), np.float32)
 
     def _record(self, messages: list[dict[str, str]], version: str, output: str, latency: float) -> CallRecord:
-        rec = CallRecord(
-            backend="extractive",
-            model=self.model,
-            tags=self.tags,
-            prompt_version=version,
-            input_tokens=self.meter.count_messages(messages),
-            output_tokens=self.counter.count(output),
-            input_chars=sum(len(m.get("content") or "") for m in messages),
-            output_chars=len(output),
-            latency_s=latency,
-            cost_usd=0.0,
-            usage_counted=True,
-        )
+        rec = extractive_record(self.meter, self.model, self.tags, version, messages, output, latency)
         self.ledger.add(rec)
         return rec
 
