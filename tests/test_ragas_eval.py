@@ -17,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 
+from ctxwin_dagster.models.endpoint import PLACEHOLDER_KEY
 from ctxwin_dagster.models.ragas import (
     NON_LLM_METRICS,
     PAPER_METRICS,
@@ -264,9 +265,9 @@ def test_judge_config_validation_and_missing_embeddings():
         JudgeConfig(model="m", metrics=("faithfulness", "bleu"))
     with pytest.raises(ValueError, match="model is empty"):
         JudgeConfig(model=" ")
-    with pytest.raises(RuntimeError, match="set CTXWIN_TEST_NO_SUCH_KEY"):
+    with pytest.raises(RuntimeError, match="set the CTXWIN_TEST_NO_SUCH_KEY environment variable"):
         JudgeConfig(model="m", api_key_env="CTXWIN_TEST_NO_SUCH_KEY").api_key()
-    assert JudgeConfig(model="m", base_url="http://127.0.0.1:9/v1", api_key_env="CTXWIN_TEST_NO_SUCH_KEY").api_key() == "not-needed"
+    assert JudgeConfig(model="m", base_url="http://127.0.0.1:9/v1", api_key_env="CTXWIN_TEST_NO_SUCH_KEY").api_key() == PLACEHOLDER_KEY
     with pytest.raises(ValueError, match="need embeddings"):
         evaluate_records(judge_records()[:1], judge=JudgeConfig(model="m", base_url="http://127.0.0.1:9/v1"),
                          string_distance="difflib")

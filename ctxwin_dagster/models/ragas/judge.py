@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core import metrics as cm
+from ..endpoint import resolve_api_key
+from ..retry import RetryPolicy
 from .compat import import_ragas, ragas_embeddings
 
 __all__ = ["JUDGE_METRICS", "PAPER_METRICS", "JudgeConfig", "JudgeUsage", "run_judge"]
@@ -48,7 +50,8 @@ class JudgeConfig:
             passed to :func:`~.evaluate.evaluate_records`.
         embedding_base_url: where ``embedding_model`` is served (default ``base_url``).
         max_tokens, temperature: judge generation settings (ragas's defaults: 1024, 0.01).
-        timeout_s, max_retries: per HTTP request, with the ``openai`` client's backoff on 429/5xx.
+        timeout_s, max_retries: per HTTP request, retried with backoff on 429/5xx/timeouts by the
+            project's retry policy (:mod:`ctxwin_dagster.models.retry`).
         attempts: tries per judge call by instructor (ragas's structured-output layer), which
             re-asks on invalid JSON and also repeats a call that raised (instructor's default 3).
             One judge call makes at most ``attempts * (1 + max_retries)`` HTTP requests.
@@ -107,15 +110,8 @@ class JudgeConfig:
         return "answer_relevancy" in self.metrics or ("answer_correctness" in self.metrics and self.answer_correctness_weights[1] > 0)
 
     def api_key(self) -> str:
-        key = os.environ.get(self.api_key_env)
-        if key:
-            return key
-        if self.base_url:
-            return "not-needed"
-        raise RuntimeError(
-            f"no API key for the judge {self.model!r}: set {self.api_key_env} "
-            "(or give base_url= for a local server that needs none)"
-        )
+        """The key from ``api_key_env`` (a placeholder for a local server; an error for OpenAI)."""
+        return resolve_api_key(None, self.base_url, what=f"the judge {self.model!r}", env=self.api_key_env)
 
 
 class JudgeUsage:
@@ -185,8 +181,16 @@ async def run_judge(
     emb = ragas_embeddings(embedder) if judge.needs_embeddings() else None
 
     http_client = DefaultAsyncHttpxClient(event_hooks={"response": [usage.hook]})
-    client = AsyncOpenAI(base_url=judge.base_url, api_key=judge.api_key(), max_retries=judge.max_retries,
+    # Retries follow the project's one policy (models/retry.py), not the SDK's own.
+    client = AsyncOpenAI(base_url=judge.base_url, api_key=judge.api_key(), max_retries=0,
                          timeout=judge.timeout_s, http_client=http_client)
+    policy = RetryPolicy(max_retries=judge.max_retries)
+    create = client.chat.completions.create
+
+    async def create_with_retries(*args: Any, **kwargs: Any) -> Any:
+        return await policy.async_retrying()(create, *args, **kwargs)
+
+    client.chat.completions.create = create_with_retries  # type: ignore[method-assign]
     try:
         # Extra model args reach instructor's create(): max_retries there is its number of attempts.
         llm = r.llm_factory(judge.model, client=client, max_tokens=judge.max_tokens, temperature=judge.temperature,
