@@ -71,7 +71,7 @@ from ctxwin_dagster.core.qa import QAItem, cuad_to_qa, squad_to_qa  # noqa: E402
 from ctxwin_dagster.core.sentences import split_sentences  # noqa: E402
 from ctxwin_dagster.core.splitting import Chunk, RecursiveSplitter  # noqa: E402
 from ctxwin_dagster.models.cache import ResponseCache  # noqa: E402
-from ctxwin_dagster.models.embeddings import LocalEmbedder  # noqa: E402
+from ctxwin_dagster.models.embeddings.local import LocalEmbedder  # noqa: E402
 
 CORPUS = Path(os.environ.get("CTXWIN_CORPUS", ROOT.parent / "shared" / "corpus"))
 

@@ -22,7 +22,7 @@ from ctxwin_dagster.core.qa import load_qa_jsonl
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
-from ctxwin_dagster.models.embeddings import LocalEmbedder
+from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
 from ctxwin_dagster.models.tasks.llm import LLMTasks
 from ctxwin_dagster.testing import FakeOpenAIServer

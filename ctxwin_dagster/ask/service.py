@@ -121,7 +121,7 @@ class Asker:
             AskError: there is no index at ``lancedb``.
         """
         from ctxwin_dagster.models.cache import ResponseCache
-        from ctxwin_dagster.models.embeddings import LocalEmbedder
+        from ctxwin_dagster.models.embeddings.local import LocalEmbedder
         from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
         from ctxwin_dagster.models.tasks.llm import LLMTasks
         from ctxwin_dagster.models.vectorstore import ChunkIndex

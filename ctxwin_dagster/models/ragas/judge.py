@@ -176,7 +176,7 @@ async def run_judge(
                 "LocalEmbedder()) or set JudgeConfig.embedding_model, or leave those metrics out of "
                 "JudgeConfig.metrics"
             )
-        from ..embeddings import OpenAIEmbedder
+        from ..embeddings.openai import OpenAIEmbedder
 
         own_embedder = OpenAIEmbedder(model=judge.embedding_model, base_url=judge.embedding_base_url or judge.base_url,
                                       api_key=os.environ.get(judge.api_key_env) or None, max_retries=judge.max_retries,
