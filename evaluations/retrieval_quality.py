@@ -6,7 +6,7 @@ question (all-MiniLM-L6-v2, chunks 1,000/100 from the project's recursive splitt
 said otherwise), the hits are turned into context blocks by a technique, and we measure:
 
 * **span hit** — a reference span lies wholly inside one block of the context (as in
-  :func:`ctxwin_dagster.core.metrics.score_record`);
+  :func:`ctxwin_dagster.core.metrics.scoring.score_record`);
 * **span-character recall** — the share of the reference spans' characters inside the context;
 * **characters per question** — the document characters given to the model (blocks merged
   per document, so no character counts twice; the unmerged baselines count each chunk, as the
@@ -66,7 +66,7 @@ from ctxwin_dagster.core.enhance import (  # noqa: E402
     DEFAULT_FOCUS_WINDOW_CHARS,
     enhance,
 )
-from ctxwin_dagster.core.metrics import bootstrap_mean_ci  # noqa: E402
+from ctxwin_dagster.core.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
 from ctxwin_dagster.core.qa import QAItem, cuad_to_qa, squad_to_qa  # noqa: E402
 from ctxwin_dagster.core.sentences import split_sentences  # noqa: E402
 from ctxwin_dagster.core.splitting import Chunk, RecursiveSplitter  # noqa: E402

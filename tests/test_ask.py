@@ -112,7 +112,7 @@ def test_squad_answer_span_lies_within_the_cited_spans(asker, squad, question, d
     _windows_disjoint(result)
     assert result.records and result.cost_usd == 0.0 and result.input_tokens > 0 and result.latency_s > 0
     rec = result.to_record(question_id=item.question_id, reference_answer=item.reference_answer, reference_spans=item.reference_spans)
-    from ctxwin_dagster.core.metrics import score_record
+    from ctxwin_dagster.core.metrics.scoring import score_record
 
     assert score_record(rec)["span_hit"] == 1.0
 

@@ -166,7 +166,7 @@ class AskResult:
         }
 
     def to_record(self, *, question_id: str, reference_answer: str = "", reference_spans: Sequence[Sequence[int]] = (), is_impossible: bool | None = None) -> dict[str, Any]:
-        """An answer record in the format of :mod:`ctxwin_dagster.core.metrics`."""
+        """An answer record in the format of :mod:`ctxwin_dagster.core.metrics.scoring`."""
         totals = self.totals
         rec: dict[str, Any] = {
             "question_id": question_id,

@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .metrics import union_length
+from .metrics.scoring import union_length
 from .sentences import split_sentences as _split_sentences
 from .splitting import Chunk
 from .windows import Window, join_windows, merge_windows, neighbor_windows, span_text, stitch_windows

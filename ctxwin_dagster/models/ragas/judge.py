@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...core import metrics as cm
+from ...core.metrics.answers import reference_answers
 from .compat import import_ragas, ragas_embeddings
 
 __all__ = ["JUDGE_METRICS", "PAPER_METRICS", "JudgeConfig", "JudgeUsage", "run_judge"]
@@ -208,7 +208,7 @@ async def run_judge(
         def inputs(metric: str, rec: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
             question = str(rec.get("question") or "")
             answer = str(rec.get("answer") or "")
-            reference = next((x for x in cm._references(rec.get("reference_answer")) if x.strip()), "")
+            reference = next((x for x in reference_answers(rec.get("reference_answer")) if x.strip()), "")
             contexts = [str(c) for c in (rec.get("contexts") or []) if _has_text(c)]
             if not row["answerable"] and not include_unanswerable:
                 raise _Skip("unanswerable question")
