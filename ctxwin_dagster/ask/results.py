@@ -12,7 +12,7 @@ from ctxwin_dagster.core.enhance import EnhancedContext
 from ctxwin_dagster.core.fit import FitReport
 from ctxwin_dagster.core.sliding_qa import SlidingAnswer
 from ctxwin_dagster.core.splitting import Chunk
-from ctxwin_dagster.core.windows import Window
+from ctxwin_dagster.core.windows.window import Window
 from ctxwin_dagster.models.base import Ledger
 
 __all__ = ["AskError", "AskResult", "Citation", "StaleIndexError", "normalize_variant", "sliding_result"]
