@@ -27,8 +27,8 @@ sentences: roughly 15 minutes on two shared CPU cores).
 
 Data (``../shared/corpus``): SQuAD 2.0 dev half — all 16 articles, 2,910 answerable questions;
 CUAD v1 dev — the first 40 contracts in sorted file order, their 571 answerable questions
-(reference spans are the annotation pieces, as :func:`ctxwin_dagster.core.qa.cuad_to_qa` gives
-them).
+(reference spans are the annotation pieces, as
+:func:`ctxwin_dagster.core.qa.corpora.cuad_to_qa` gives them).
 
 Run::
 
@@ -67,7 +67,8 @@ from ctxwin_dagster.core.enhance import (  # noqa: E402
     enhance,
 )
 from ctxwin_dagster.core.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
-from ctxwin_dagster.core.qa import QAItem, cuad_to_qa, squad_to_qa  # noqa: E402
+from ctxwin_dagster.core.qa.corpora import cuad_to_qa, squad_to_qa  # noqa: E402
+from ctxwin_dagster.core.qa.items import QAItem  # noqa: E402
 from ctxwin_dagster.core.sentences import split_sentences  # noqa: E402
 from ctxwin_dagster.core.splitting import Chunk, RecursiveSplitter  # noqa: E402
 from ctxwin_dagster.models.cache import ResponseCache  # noqa: E402

@@ -18,7 +18,7 @@ from ctxwin_dagster.ask import AskError, Asker, StaleIndexError, normalize_varia
 from ctxwin_dagster.cli.ask import format_result, run_cli
 from ctxwin_dagster.core.limits import ModelLimits
 from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS
-from ctxwin_dagster.core.qa import load_qa_jsonl
+from ctxwin_dagster.core.qa.items import load_qa_jsonl
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
