@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from ctxwin_dagster.core.splitting import RecursiveSplitter  # noqa: E402
 from ctxwin_dagster.models.cache import ResponseCache  # noqa: E402
-from ctxwin_dagster.models.embeddings import LocalEmbedder  # noqa: E402
+from ctxwin_dagster.models.embeddings.local import LocalEmbedder  # noqa: E402
 
 CORPUS = Path(os.environ.get("CTXWIN_CORPUS", ROOT.parent / "shared" / "corpus"))
 if not CORPUS.exists():

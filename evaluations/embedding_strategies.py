@@ -56,9 +56,9 @@ from ctxwin_dagster.core.embedding_window import (  # noqa: E402
     plan_rows,
     window_report,
 )
-from ctxwin_dagster.core.metrics import bootstrap_mean_ci  # noqa: E402
+from ctxwin_dagster.core.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
 from ctxwin_dagster.models.cache import ResponseCache  # noqa: E402
-from ctxwin_dagster.models.embeddings import LocalEmbedder  # noqa: E402
+from ctxwin_dagster.models.embeddings.local import LocalEmbedder  # noqa: E402
 from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks  # noqa: E402
 from retrieval_quality import CORPUS, load  # noqa: E402
 

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 from ctxwin_dagster.core.documents import safe_doc_id
-from ctxwin_dagster.core.qa import cuad_to_qa, squad_to_qa, validate_spans, write_qa_jsonl
+from ctxwin_dagster.core.qa.corpora import cuad_to_qa, squad_to_qa
+from ctxwin_dagster.core.qa.items import validate_spans, write_qa_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ question (all-MiniLM-L6-v2, chunks 1,000/100 from the project's recursive splitt
 said otherwise), the hits are turned into context blocks by a technique, and we measure:
 
 * **span hit** — a reference span lies wholly inside one block of the context (as in
-  :func:`ctxwin_dagster.core.metrics.score_record`);
+  :func:`ctxwin_dagster.core.metrics.scoring.score_record`);
 * **span-character recall** — the share of the reference spans' characters inside the context;
 * **characters per question** — the document characters given to the model (blocks merged
   per document, so no character counts twice; the unmerged baselines count each chunk, as the
@@ -27,8 +27,8 @@ sentences: roughly 15 minutes on two shared CPU cores).
 
 Data (``../shared/corpus``): SQuAD 2.0 dev half — all 16 articles, 2,910 answerable questions;
 CUAD v1 dev — the first 40 contracts in sorted file order, their 571 answerable questions
-(reference spans are the annotation pieces, as :func:`ctxwin_dagster.core.qa.cuad_to_qa` gives
-them).
+(reference spans are the annotation pieces, as
+:func:`ctxwin_dagster.core.qa.corpora.cuad_to_qa` gives them).
 
 Run::
 
@@ -66,12 +66,13 @@ from ctxwin_dagster.core.enhance import (  # noqa: E402
     DEFAULT_FOCUS_WINDOW_CHARS,
     enhance,
 )
-from ctxwin_dagster.core.metrics import bootstrap_mean_ci  # noqa: E402
-from ctxwin_dagster.core.qa import QAItem, cuad_to_qa, squad_to_qa  # noqa: E402
+from ctxwin_dagster.core.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
+from ctxwin_dagster.core.qa.corpora import cuad_to_qa, squad_to_qa  # noqa: E402
+from ctxwin_dagster.core.qa.items import QAItem  # noqa: E402
 from ctxwin_dagster.core.sentences import split_sentences  # noqa: E402
 from ctxwin_dagster.core.splitting import Chunk, RecursiveSplitter  # noqa: E402
 from ctxwin_dagster.models.cache import ResponseCache  # noqa: E402
-from ctxwin_dagster.models.embeddings import LocalEmbedder  # noqa: E402
+from ctxwin_dagster.models.embeddings.local import LocalEmbedder  # noqa: E402
 
 CORPUS = Path(os.environ.get("CTXWIN_CORPUS", ROOT.parent / "shared" / "corpus"))
 

@@ -18,11 +18,11 @@ from ctxwin_dagster.ask import AskError, Asker, StaleIndexError, normalize_varia
 from ctxwin_dagster.cli.ask import format_result, run_cli
 from ctxwin_dagster.core.limits import ModelLimits
 from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS
-from ctxwin_dagster.core.qa import load_qa_jsonl
+from ctxwin_dagster.core.qa.items import load_qa_jsonl
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
-from ctxwin_dagster.models.embeddings import LocalEmbedder
+from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
 from ctxwin_dagster.models.tasks.llm import LLMTasks
 from ctxwin_dagster.testing import FakeOpenAIServer
@@ -112,7 +112,7 @@ def test_squad_answer_span_lies_within_the_cited_spans(asker, squad, question, d
     _windows_disjoint(result)
     assert result.records and result.cost_usd == 0.0 and result.input_tokens > 0 and result.latency_s > 0
     rec = result.to_record(question_id=item.question_id, reference_answer=item.reference_answer, reference_spans=item.reference_spans)
-    from ctxwin_dagster.core.metrics import score_record
+    from ctxwin_dagster.core.metrics.scoring import score_record
 
     assert score_record(rec)["span_hit"] == 1.0
 

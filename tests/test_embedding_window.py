@@ -25,7 +25,7 @@ from ctxwin_dagster.core.embedding_window import (
     window_pieces,
     window_report,
 )
-from ctxwin_dagster.models.embedding_tokenizers import HFTokenizer, TiktokenTokenizer
+from ctxwin_dagster.models.embeddings.tokenizers import HFTokenizer, TiktokenTokenizer
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "documents"
 MINILM = EmbeddingLimits("all-MiniLM-L6-v2", 256, 2)
@@ -121,7 +121,7 @@ def test_bad_settings_are_refused(tok):
 def test_local_embedder_pools_long_texts_instead_of_cutting_them(text):
     import numpy as np
 
-    from ctxwin_dagster.models.embeddings import LocalEmbedder
+    from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 
     pooled, cut = LocalEmbedder(), LocalEmbedder(oversize="truncate")
     long_text = text[:6_000]

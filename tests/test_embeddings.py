@@ -7,12 +7,9 @@ import pytest
 
 from ctxwin_dagster.models.base import Embedder
 from ctxwin_dagster.models.cache import ResponseCache
-from ctxwin_dagster.models.embeddings import (
-    EmbeddingStats,
-    LocalEmbedder,
-    OpenAIEmbedder,
-    embedding_cache_key,
-)
+from ctxwin_dagster.models.embeddings.cached import EmbeddingStats, embedding_cache_key
+from ctxwin_dagster.models.embeddings.local import LocalEmbedder
+from ctxwin_dagster.models.embeddings.openai import OpenAIEmbedder
 from ctxwin_dagster.testing import FakeOpenAIServer, fake_embedding
 
 TEXTS = [

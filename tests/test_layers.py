@@ -10,9 +10,7 @@ import ctxwin_dagster.core
 
 
 def test_core_imports_no_dagster_ragas_or_lancedb():
-    modules = sorted(
-        f"ctxwin_dagster.core.{m.name}" for m in pkgutil.iter_modules(ctxwin_dagster.core.__path__)
-    )
+    modules = sorted(m.name for m in pkgutil.walk_packages(ctxwin_dagster.core.__path__, "ctxwin_dagster.core."))
     assert "ctxwin_dagster.core.tokens" in modules and "ctxwin_dagster.core.fit" in modules
     code = (
         "import importlib, sys\n"

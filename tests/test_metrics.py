@@ -6,20 +6,9 @@ import math
 
 import pytest
 
-from ctxwin_dagster.core.metrics import (
-    RecordError,
-    aggregate,
-    aggregate_efficiency,
-    answer_f1,
-    bootstrap_mean_ci,
-    exact_match,
-    is_answerable,
-    normalize_answer,
-    reference_chunk_ids,
-    score_answers,
-    score_record,
-    scores_by_variant,
-)
+from ctxwin_dagster.core.metrics.aggregation import aggregate, aggregate_efficiency, bootstrap_mean_ci, scores_by_variant
+from ctxwin_dagster.core.metrics.answers import answer_f1, exact_match, normalize_answer
+from ctxwin_dagster.core.metrics.scoring import RecordError, is_answerable, reference_chunk_ids, score_answers, score_record
 
 CHUNKS = {
     "d": [

@@ -11,16 +11,8 @@ from pathlib import Path
 import pytest
 
 from ctxwin_dagster.core.documents import list_documents, read_text_document
-from ctxwin_dagster.core.qa import (
-    QAFormatError,
-    QAItem,
-    cuad_to_qa,
-    load_qa_folder,
-    load_qa_jsonl,
-    squad_to_qa,
-    validate_spans,
-    write_qa_jsonl,
-)
+from ctxwin_dagster.core.qa.corpora import cuad_to_qa, squad_to_qa
+from ctxwin_dagster.core.qa.items import QAFormatError, QAItem, load_qa_folder, load_qa_jsonl, validate_spans, write_qa_jsonl
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCS_DIR = REPO_ROOT / "data" / "documents"

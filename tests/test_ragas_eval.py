@@ -286,7 +286,7 @@ def test_evaluate_records_inside_a_running_loop():
 
 @pytest.mark.slow
 def test_ragas_embeddings_wraps_the_local_embedder():
-    from ctxwin_dagster.models.embeddings import LocalEmbedder
+    from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 
     emb = ragas_embeddings(LocalEmbedder())
     import_ragas()

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from ctxwin_dagster.core.metrics import aggregate, aggregate_efficiency, score_answers
+from ctxwin_dagster.core.metrics.aggregation import aggregate, aggregate_efficiency
+from ctxwin_dagster.core.metrics.scoring import score_answers
 from ctxwin_dagster.core.report import markdown_table, render_report
 from ctxwin_dagster.core.stats import compare_variants
 

@@ -23,10 +23,10 @@ from ctxwin_dagster.core.sliding_qa import (
     sliding_window_qa,
 )
 from ctxwin_dagster.core.tokens import get_token_counter
-from ctxwin_dagster.core.windows import Window
+from ctxwin_dagster.core.windows.window import Window
 from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
-from ctxwin_dagster.models.embeddings import LocalEmbedder
+from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 from ctxwin_dagster.models.sliding_qa import ExtractiveWindowReader, LLMWindowReader
 from ctxwin_dagster.testing import FakeOpenAIServer
 

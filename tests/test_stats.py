@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from ctxwin_dagster.core.metrics import score_answers
+from ctxwin_dagster.core.metrics.scoring import score_answers
 from ctxwin_dagster.core.stats import COLUMNS, bonferroni, compare_variants, paired_test, rank_biserial
 
 # Fixed samples: A/B with normal-looking differences, C with heavy-tailed differences.

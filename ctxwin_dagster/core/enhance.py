@@ -8,10 +8,10 @@ is given:
     each hit's own chunk;
 ``mode="neighbors"``
     each hit plus ``num_neighbors`` chunks on each side, bounded by its document's ends
-    (:func:`~ctxwin_dagster.core.windows.neighbor_windows`);
+    (:func:`~ctxwin_dagster.core.windows.around_hits.neighbor_windows`);
 ``mode="budget"``
     each hit grown by adjacent chunks while its span stays within ``context_window_size``
-    characters (:func:`~ctxwin_dagster.core.windows.stitch_windows`);
+    characters (:func:`~ctxwin_dagster.core.windows.around_hits.stitch_windows`);
 ``mode="focus"``
     sentence focus (:func:`focus_windows`): the sentences of the retrieved chunks are ranked
     by their similarity to the question (plus ``chunk_weight`` × their chunk's score), and the
@@ -23,12 +23,13 @@ is given:
 
 Then, per document, windows that overlap or touch are merged (no character twice), a merged
 window keeps the highest score of its parts, and the windows are ordered by score, best first
-(:func:`~ctxwin_dagster.core.windows.merge_windows`). Every window carries its document span
-(``doc_id``, ``start``, ``end``) and the ids of the chunks it was built from.
+(:func:`~ctxwin_dagster.core.windows.window.merge_windows`). Every window carries its document
+span (``doc_id``, ``start``, ``end``) and the ids of the chunks it was built from.
 
 Window text is exact document text when ``doc_texts`` holds the document; without it the
 text is rebuilt from the chunks, which is exact except inside the rare whitespace gaps the
-splitter dropped between two chunks (see :func:`~ctxwin_dagster.core.windows.span_text`).
+splitter dropped between two chunks (see
+:func:`~ctxwin_dagster.core.windows.around_hits.span_text`).
 
 Hits usually come from an index as rows (dicts with ``chunk_id``, ``doc_id``,
 ``chunk_index``, ``start``, ``end``, ``text``, ``score``): :func:`chunks_from_rows` and
@@ -56,10 +57,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .metrics import union_length
+from .metrics.scoring import union_length
 from .sentences import split_sentences as _split_sentences
 from .splitting import Chunk
-from .windows import Window, join_windows, merge_windows, neighbor_windows, span_text, stitch_windows
+from .windows.around_hits import neighbor_windows, span_text, stitch_windows
+from .windows.window import Window, join_windows, merge_windows
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW_SIZE",

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from .defaults import VARIANTS
-from .metrics import aggregate, aggregate_efficiency, scores_by_variant
+from .metrics.aggregation import aggregate, aggregate_efficiency, scores_by_variant
 from .report import render_report
 from .verdict import ExperimentSetup, verdict_markdown
 from .stats import compare_variants

@@ -13,11 +13,11 @@ Inputs are DataFrames or lists of dicts:
 
 * ``comparison_df``: :func:`ctxwin_dagster.core.stats.compare_variants` output;
 * ``quality_df``: long rows ``variant, metric, mean[, ci_low, ci_high, n, n_missing, n_nan]``
-  (:func:`ctxwin_dagster.core.metrics.aggregate` output), or a wide frame indexed by variant
+  (:func:`ctxwin_dagster.core.metrics.aggregation.aggregate` output), or a wide frame indexed by variant
   with one column per metric;
 * ``efficiency_df``: one row per variant (a ``variant`` column or the index) with numeric
   columns such as ``runtime_s, calls, input_tokens, input_chars, output_tokens, cost_usd,
-  cache_hits`` (:func:`ctxwin_dagster.core.metrics.aggregate_efficiency` output, or the
+  cache_hits`` (:func:`ctxwin_dagster.core.metrics.aggregation.aggregate_efficiency` output, or the
   indexing costs of each variant);
 * ``table4``: :func:`ctxwin_dagster.core.review.table4` output.
 

@@ -1,7 +1,7 @@
 """Sliding-window question answering over text longer than a model's context.
 
 The text (a whole document, or the blocks of an assembled context) is cut into overlapping
-token windows (:func:`~ctxwin_dagster.core.windows.sliding_windows` in token mode, stride =
+token windows (:func:`~ctxwin_dagster.core.windows.sliding.sliding_windows` in token mode, stride =
 size − overlap). Every window is asked the question with the ``window_answer`` template — JSON
 ``{"answer", "confidence", "evidence"}``, or ``NO_ANSWER`` when the window does not hold it —
 optionally with a global summary of the document in every prompt. Windows are read in waves
@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from .prompts import NO_ANSWER, NOT_IN_DOCUMENTS
-from .windows import Window, sliding_windows
+from .windows.sliding import sliding_windows
+from .windows.window import Window
 
 __all__ = [
     "DEFAULT_OVERLAP_TOKENS",

@@ -169,10 +169,10 @@ class EmbeddingsResource(dg.ConfigurableResource):
 
     def _new_embedder(self):
         if self.provider == "local":
-            from ctxwin_dagster.models.embeddings import LocalEmbedder
+            from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 
             return LocalEmbedder(batch_size=self.batch_size, cache=_cache(self.cache_dir, "embeddings.sqlite"), oversize=self.oversize)
-        from ctxwin_dagster.models.embeddings import OpenAIEmbedder
+        from ctxwin_dagster.models.embeddings.openai import OpenAIEmbedder
 
         return OpenAIEmbedder(
             model=self.model,

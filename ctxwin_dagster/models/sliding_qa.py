@@ -54,7 +54,7 @@ from ..core.sliding_qa import (
     parse_synthesis,
 )
 from ..core.tokens import PromptMeter, TokenCounter, get_token_counter
-from ..core.windows import Window
+from ..core.windows.window import Window
 from .base import CallRecord, CallTags, ChatBackend, ChatRequest, Embedder, Ledger
 from .tasks.extractive import DEFAULT_ANSWER_THRESHOLD, extractive_record
 from .tasks.llm import check_sampling

@@ -8,7 +8,7 @@ import dagster as dg
 
 from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.core.documents import Document
-from ctxwin_dagster.core.qa import load_qa_folder
+from ctxwin_dagster.core.qa.items import load_qa_folder
 from ctxwin_dagster.core.splitting import Chunk
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import (

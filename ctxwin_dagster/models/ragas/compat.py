@@ -122,8 +122,8 @@ _ADAPTER_CLASS: type | None = None
 def ragas_embeddings(embedder: Any) -> Any:
     """Wrap a ctxwin embedder (``embed(texts) -> (n, dim) array``) as a ragas ``BaseRagasEmbedding``.
 
-    Works with :class:`~ctxwin_dagster.models.embeddings.LocalEmbedder` (offline
-    all-MiniLM-L6-v2) and :class:`~ctxwin_dagster.models.embeddings.OpenAIEmbedder`; their
+    Works with :class:`~ctxwin_dagster.models.embeddings.local.LocalEmbedder` (offline
+    all-MiniLM-L6-v2) and :class:`~ctxwin_dagster.models.embeddings.openai.OpenAIEmbedder`; their
     caches and stats keep working. Async calls run the embedder in a worker thread.
     """
     global _ADAPTER_CLASS

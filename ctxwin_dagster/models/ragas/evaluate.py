@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from ...core import metrics as cm
+from ...core.metrics.aggregation import aggregate, bootstrap_mean_ci, metric_names
+from ...core.metrics.scoring import DEFAULT_KS, chunk_catalog, reference_chunk_ids, reference_spans, score_answers
 from .compat import import_ragas, string_measure
 from .judge import PAPER_METRICS, JudgeConfig, JudgeUsage, run_judge
 
@@ -64,7 +65,7 @@ class RagasEvaluation:
     """What :func:`evaluate_records` found.
 
     Attributes:
-        rows: one dict per record: ctxwin's metrics (``core.metrics.score_record``) plus the
+        rows: one dict per record: ctxwin's metrics (``core.metrics.scoring.score_record``) plus the
             ragas metrics (float; NaN when ragas gave NaN or the judge failed; None when skipped).
         summary: one dict per (variant, metric): ``source`` (``ctxwin``/``ragas``/``ragas-judge``),
             ``population``, ``n_population``, ``n``, ``n_nan``, ``n_failed``, ``n_skipped``,
@@ -114,7 +115,7 @@ async def aevaluate_records(
     embedder: Any = None,
     string_distance: str = "auto",
     threshold: float = 0.5,
-    ks: Sequence[int] = cm.DEFAULT_KS,
+    ks: Sequence[int] = DEFAULT_KS,
     include_unanswerable: bool = False,
     n_boot: int = 2_000,
     seed: int = 0,
@@ -124,8 +125,8 @@ async def aevaluate_records(
     if not 0 <= threshold <= 1:
         raise ValueError(f"threshold must be in [0, 1]; got {threshold}")
     r = import_ragas()
-    catalog = cm.chunk_catalog(chunks) if chunks is not None else None
-    base_rows = cm.score_answers(records, chunks=catalog, ks=ks)
+    catalog = chunk_catalog(chunks) if chunks is not None else None
+    base_rows = score_answers(records, chunks=catalog, ks=ks)
 
     measure, distance_name = string_measure(string_distance)
     m_prec = r.NonLLMContextPrecisionWithReference(distance_measure=measure, threshold=threshold)
@@ -152,10 +153,10 @@ async def aevaluate_records(
             for m in NON_LLM_METRICS:
                 put(i, m, "skipped", None, "no retrieved chunks")
             continue
-        spans = cm._reference_spans(rec, f"record {i}")
+        spans = reference_spans(rec, f"record {i}")
         ret_ids = [str(h["chunk_id"]) for h in retrieved]
         ret_texts = [str(h.get("text") or "") for h in retrieved]
-        ref_ids = cm.reference_chunk_ids(rec, catalog)
+        ref_ids = reference_chunk_ids(rec, catalog)
         samples: dict[str, Any] = {}
         if ref_ids is not None:
             samples["id_based_context_precision"] = r.SingleTurnSample(retrieved_context_ids=ret_ids, reference_context_ids=ref_ids)
@@ -202,7 +203,7 @@ async def aevaluate_records(
         await run_judge(judge, embedder, records, base_rows, include_unanswerable, put, failures, usage)
 
     # ---------------- rows and summary
-    metric_names = [m for m in cm._metric_names(base_rows)] + list(NON_LLM_METRICS) + list(judge_metrics)
+    names = [m for m in metric_names(base_rows)] + list(NON_LLM_METRICS) + list(judge_metrics)
     rows = []
     for i, base in enumerate(base_rows):
         row = dict(base)
@@ -213,8 +214,8 @@ async def aevaluate_records(
     populations = {m: "answerable" for m in NON_LLM_METRICS}
     populations.update({m: ("all" if include_unanswerable else "answerable") for m in judge_metrics})
     summary = []
-    own = [m for m in metric_names if m not in populations]
-    for s in cm.aggregate(base_rows, metrics=own, n_boot=n_boot, seed=seed):
+    own = [m for m in names if m not in populations]
+    for s in aggregate(base_rows, metrics=own, n_boot=n_boot, seed=seed):
         s.update(source="ctxwin", n_failed=0, n_skipped=0, skip_reasons={})
         summary.append(s)
     variants = list(dict.fromkeys(row["variant"] for row in base_rows))
@@ -228,7 +229,7 @@ async def aevaluate_records(
             reasons = Counter(d for st, d in states if st == "skipped")
             lo = hi = None
             if vals:
-                lo, hi = cm.bootstrap_mean_ci(vals, n_boot=n_boot, seed=seed)
+                lo, hi = bootstrap_mean_ci(vals, n_boot=n_boot, seed=seed)
             summary.append({
                 "variant": variant, "metric": m, "population": pop, "n_population": len(members),
                 "n": len(vals), "n_missing": 0,
@@ -243,7 +244,7 @@ async def aevaluate_records(
         rows=rows,
         summary=summary,
         failures=failures,
-        metric_names=metric_names,
+        metric_names=names,
         string_distance=distance_name,
         judge=None if judge is None else judge.model,
         judge_usage=usage.to_dict() if judge is not None else {},
@@ -259,7 +260,7 @@ def evaluate_records(
     embedder: Any = None,
     string_distance: str = "auto",
     threshold: float = 0.5,
-    ks: Sequence[int] = cm.DEFAULT_KS,
+    ks: Sequence[int] = DEFAULT_KS,
     include_unanswerable: bool = False,
     n_boot: int = 2_000,
     seed: int = 0,
@@ -267,7 +268,7 @@ def evaluate_records(
     """Evaluate answer records with ragas (and ctxwin's metrics); see the module docstring.
 
     Args:
-        records: answer records (see :mod:`ctxwin_dagster.core.metrics`).
+        records: answer records (see :mod:`ctxwin_dagster.core.metrics.scoring`).
         chunks: a chunk catalog (``{doc_id: [{"chunk_id", "start", "end", "text"}]}`` or chunk
             rows with ``doc_id``): needed for ID-based recall and the non-LLM text metrics.
         judge: a :class:`JudgeConfig` for the paper's metrics (None: non-LLM metrics only).

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...core import metrics as cm
+from ...core.metrics.answers import reference_answers
 from ..endpoint import resolve_api_key
 from ..retry import RetryPolicy
 from .compat import import_ragas, ragas_embeddings
@@ -172,7 +172,7 @@ async def run_judge(
                 "LocalEmbedder()) or set JudgeConfig.embedding_model, or leave those metrics out of "
                 "JudgeConfig.metrics"
             )
-        from ..embeddings import OpenAIEmbedder
+        from ..embeddings.openai import OpenAIEmbedder
 
         own_embedder = OpenAIEmbedder(model=judge.embedding_model, base_url=judge.embedding_base_url or judge.base_url,
                                       api_key=os.environ.get(judge.api_key_env) or None, max_retries=judge.max_retries,
@@ -212,7 +212,7 @@ async def run_judge(
         def inputs(metric: str, rec: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
             question = str(rec.get("question") or "")
             answer = str(rec.get("answer") or "")
-            reference = next((x for x in cm._references(rec.get("reference_answer")) if x.strip()), "")
+            reference = next((x for x in reference_answers(rec.get("reference_answer")) if x.strip()), "")
             contexts = [str(c) for c in (rec.get("contexts") or []) if _has_text(c)]
             if not row["answerable"] and not include_unanswerable:
                 raise _Skip("unanswerable question")

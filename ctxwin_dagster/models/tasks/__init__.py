@@ -31,7 +31,7 @@ so sums over chunks equal the totals of the calls.
 
 Example (offline)::
 
-    from ctxwin_dagster.models.embeddings import LocalEmbedder
+    from ctxwin_dagster.models.embeddings.local import LocalEmbedder
     from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
     tasks = ExtractiveTasks(LocalEmbedder())
     summary = tasks.summarize(text, doc_id="ai_act", max_tokens=500)

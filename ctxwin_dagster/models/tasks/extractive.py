@@ -8,7 +8,7 @@ input volumes (tokens, characters) are reported the same way offline.
 
 Example (offline)::
 
-    from ctxwin_dagster.models.embeddings import LocalEmbedder
+    from ctxwin_dagster.models.embeddings.local import LocalEmbedder
     tasks = ExtractiveTasks(LocalEmbedder())
     summary = tasks.summarize(text, doc_id="ai_act", max_tokens=500)
     ctx = tasks.contextualize_swb(text, chunks, summary.text, doc_id="ai_act")
