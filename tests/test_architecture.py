@@ -68,3 +68,17 @@ def test_the_pipeline_never_imports_the_testing_package():
         for line, name in _imports(path):
             assert not name.startswith("ctxwin_dagster.testing"), f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}"
 
+
+
+#: Modules allowed to be long: tables of prompt text.
+LONG_ALLOWED = {"core/prompts/tables.py"}
+
+
+def test_modules_have_one_job_and_stay_short():
+    """No module grows past about 500 lines (the prompt tables excepted): split it by job instead."""
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 560 and str(p.relative_to(PACKAGE)) not in LONG_ALLOWED
+    }
+    assert not long, f"modules over 560 lines: {long}"
