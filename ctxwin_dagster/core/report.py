@@ -270,7 +270,8 @@ def _quality_plot(q: pd.DataFrame, path: Path, title: str) -> bool:
     variants = _ordered_unique(list(q["variant"]))
     metrics = _ordered_unique(list(q["metric"]))
     width = 0.8 / max(1, len(variants))
-    fig = Figure(figsize=(max(6.0, 1.1 * len(metrics) * max(1, len(variants)) ** 0.5 + 2), 4.5), dpi=100)
+    # At most 10 inches wide: the Dagster UI shows the image at its natural size in a dialog.
+    fig = Figure(figsize=(min(10.0, max(6.0, 0.75 * len(metrics) * max(1, len(variants)) ** 0.5 + 2)), 4.8), dpi=100)
     ax = fig.add_subplot(1, 1, 1)
     x = np.arange(len(metrics))
     for i, v in enumerate(variants):
@@ -290,7 +291,7 @@ def _quality_plot(q: pd.DataFrame, path: Path, title: str) -> bool:
     ax.set_xticklabels([str(m) for m in metrics], rotation=30, ha="right")
     ax.set_ylabel("mean (95% CI)")
     ax.set_title(title)
-    ax.legend()
+    ax.legend(loc="lower left", ncols=max(1, len(variants)), fontsize=8, framealpha=0.9)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, format="png")
@@ -307,7 +308,7 @@ def _efficiency_plot(e: pd.DataFrame, path: Path, title: str) -> bool:
         return False
     ncols = min(3, len(cols))
     nrows = math.ceil(len(cols) / ncols)
-    fig = Figure(figsize=(4.2 * ncols, 3.3 * nrows), dpi=100)
+    fig = Figure(figsize=(3.3 * ncols, 2.8 * nrows), dpi=100)
     variants = [str(v) for v in e.index]
     for k, col in enumerate(cols):
         ax = fig.add_subplot(nrows, ncols, k + 1)
