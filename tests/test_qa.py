@@ -215,7 +215,8 @@ MALFORMED = [
     ("not_an_object", "[1, 2]", "must be a JSON object"),
     ("missing_question", _with(question=...), "'question'"),
     ("missing_answer", _with(reference_answer=...), "'reference_answer'"),
-    ("unknown_field", _with(reference_span=[[0, 5]]), "'reference_span'"),
+    ("near_miss_field", _with(reference_span=[[0, 5]]), "'reference_span' (did you mean 'reference_spans'?)"),
+    ("near_miss_id", _with(questionid="x"), "'questionid' (did you mean 'question_id'?)"),
     ("empty_question_id", _with(question_id=" "), "'question_id'"),
     ("bad_doc_id", _with(doc_id="my doc"), "'doc_id'"),
     ("doc_id_not_string", _with(doc_id=7), "'doc_id'"),
@@ -395,3 +396,22 @@ def test_cuad_to_qa_uses_pieces_and_filters_contracts():
             assert text[s:e].strip()
     with pytest.raises(ValueError, match="no_such_contract"):
         cuad_to_qa(CUAD_QUESTIONS, contracts=["no_such_contract.txt"])
+
+
+def test_extra_fields_are_kept_under_meta_with_one_warning_per_file(tmp_path):
+    """CUAD and FinanceBench exports carry fields such as ``category``: kept, not refused."""
+    from ctxwin_dagster.core.qa.items import QAExtraFieldsWarning
+
+    path = tmp_path / "export.jsonl"
+    lines = [dict(GOOD, question_id=f"q{i}", category="Governing Law", source_page=i) for i in range(3)]
+    lines[0]["meta"] = {"category": "from meta wins"}
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n", encoding="utf-8")
+    with pytest.warns(QAExtraFieldsWarning) as caught:
+        items = load_qa_jsonl(path)
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert str(path) in message and "'category' (3 lines)" in message and "'source_page' (3 lines)" in message
+    assert items[1].meta == {"category": "Governing Law", "source_page": 1}
+    assert items[0].meta["category"] == "from meta wins"  # an explicit meta value is not overwritten
+    assert items[0].to_dict()["meta"]["source_page"] == 0
+

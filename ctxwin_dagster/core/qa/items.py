@@ -25,8 +25,10 @@ Fields:
   ``reference_spans`` is ``[]``.
 * ``meta`` (object, optional): anything else (source, category, titles...).
 
-Any other key is rejected (so that a typo such as ``reference_span`` is not silently
-ignored); put extra data under ``meta``.
+Any other top-level key is kept under ``meta`` (as CUAD and FinanceBench exports carry a
+``category``), with one :class:`QAExtraFieldsWarning` per file naming the keys moved. A key that
+is a near miss of a known one (``reference_span``, ``questionid``) is still an error that names
+the field meant, so a typo is never silently ignored.
 
 Importers of the SQuAD and CUAD corpus files are in :mod:`ctxwin_dagster.core.qa.corpora`.
 
@@ -48,6 +50,7 @@ from ctxwin_dagster.core.documents import DOC_ID_PATTERN
 __all__ = [
     "QAItem",
     "QAFormatError",
+    "QAExtraFieldsWarning",
     "REQUIRED_FIELDS",
     "OPTIONAL_FIELDS",
     "Span",
@@ -56,6 +59,22 @@ __all__ = [
     "write_qa_jsonl",
     "validate_spans",
 ]
+
+class QAExtraFieldsWarning(UserWarning):
+    """A QA file has top-level fields the format does not define; they were kept under ``meta``."""
+
+
+def _near_miss(key: str) -> str | None:
+    """The known field ``key`` is most likely a typo of (case, separators or one letter off), or None."""
+    import difflib
+
+    squash = "".join(ch for ch in key.lower() if ch.isalnum())
+    for known in _ALL_FIELDS:
+        if squash == known.replace("_", ""):
+            return known
+    close = difflib.get_close_matches(key.lower(), _ALL_FIELDS, n=1, cutoff=0.85)
+    return close[0] if close else None
+
 
 REQUIRED_FIELDS: tuple[str, ...] = ("question_id", "doc_id", "question", "reference_answer")
 OPTIONAL_FIELDS: tuple[str, ...] = ("reference_spans", "is_impossible", "meta")
@@ -193,11 +212,16 @@ class QAItem:
                 f"each line must be a JSON object, got {type(data).__name__}"
             )
         unknown = [k for k in data if k not in _ALL_FIELDS]
-        if unknown:
+        typos = {k: near for k in unknown if (near := _near_miss(str(k)))}
+        if typos:
             raise QAFormatError(
-                f"unknown field(s) {', '.join(repr(k) for k in unknown)}; allowed fields are "
-                f"{', '.join(_ALL_FIELDS)} (put anything else under 'meta')"
+                "unknown field(s) "
+                + ", ".join(f"{k!r} (did you mean {v!r}?)" for k, v in typos.items())
+                + f"; the fields are {', '.join(_ALL_FIELDS)} (anything else is kept under 'meta')"
             )
+        meta = data.get("meta", {})
+        if unknown and isinstance(meta, Mapping):
+            meta = {**{str(k): data[k] for k in unknown}, **meta}
         missing = [k for k in REQUIRED_FIELDS if k not in data]
         if missing:
             raise QAFormatError(
@@ -211,7 +235,7 @@ class QAItem:
             reference_answer=data["reference_answer"],
             reference_spans=data.get("reference_spans", []),
             is_impossible=data.get("is_impossible"),
-            meta=data.get("meta", {}),
+            meta=meta,
         )
 
 
@@ -234,6 +258,7 @@ def load_qa_jsonl(path: str | Path) -> list[QAItem]:
         ) from None
     items: list[QAItem] = []
     seen: dict[str, int] = {}
+    extra: dict[str, int] = {}
     for lineno, line in enumerate(content.splitlines(), start=1):
         if not line.strip():
             continue
@@ -249,6 +274,9 @@ def load_qa_jsonl(path: str | Path) -> list[QAItem]:
             item = QAItem.from_dict(obj)
         except QAFormatError as exc:
             raise QAFormatError(f"{where}: {exc}") from None
+        for key in obj:
+            if key not in _ALL_FIELDS:
+                extra[str(key)] = extra.get(str(key), 0) + 1
         if item.question_id in seen:
             raise QAFormatError(
                 f"{where}: field 'question_id' = {item.question_id!r} is already used on "
@@ -259,6 +287,15 @@ def load_qa_jsonl(path: str | Path) -> list[QAItem]:
     if not items:
         raise QAFormatError(
             f"{p}: holds no questions; add one JSON object per line or remove the file"
+        )
+    if extra:
+        import warnings
+
+        fields = ", ".join(f"{k!r} ({n} line{'s' if n != 1 else ''})" for k, n in sorted(extra.items()))
+        warnings.warn(
+            f"{p}: fields the QA format does not define were kept under 'meta': {fields}",
+            QAExtraFieldsWarning,
+            stacklevel=2,
         )
     return items
 
