@@ -39,7 +39,7 @@ from ctxwin_dagster.models.embeddings.local import LocalEmbedder  # noqa: E402
 
 CORPUS = Path(os.environ.get("CTXWIN_CORPUS", ROOT.parent / "shared" / "corpus"))
 if not CORPUS.exists():
-    CORPUS = Path("/work/shared/corpus")
+    CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"  # ../shared beside the clone
 
 
 def real_chunks(n: int) -> list[str]:

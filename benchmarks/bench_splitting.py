@@ -24,7 +24,7 @@ from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 
-CORPUS = Path("/work/shared/corpus/eu_ai_act")
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "eu_ai_act"  # ../shared beside the clone
 FILES = {
     "DE": CORPUS / "eu_ai_act_2024_1689_DE.txt",
     "EN": CORPUS / "eu_ai_act_2024_1689_EN.txt",

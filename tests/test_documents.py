@@ -21,7 +21,6 @@ from ctxwin_dagster.core.documents import (
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCS_DIR = REPO_ROOT / "data" / "documents"
-CORPUS = REPO_ROOT.parent / "shared" / "corpus"  # present in CI (never skipped)
 
 SAMPLE_DOCS = {
     # doc_id: (n_chars, n_bytes)
@@ -64,8 +63,7 @@ def test_sample_sha256_is_stable():
     assert first == second
     # Pinned: the sample copy must stay byte-identical to the corpus file.
     assert first.sha256 == "21a2aeebb2bf7624ad2b8780806b05542b12409c5b8b3c0b671678c6fb73b739"
-    corpus_copy = CORPUS / "eu_ai_act" / "eu_ai_act_2024_1689_EN.txt"
-    assert first.sha256 == hashlib.sha256(corpus_copy.read_bytes()).hexdigest()
+    assert first.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def test_sha256_changes_with_content(tmp_path):
@@ -233,7 +231,7 @@ def test_core_modules_import_neither_dagster_ragas_nor_lancedb():
 def test_read_document_html_and_pdf_of_the_ai_act():
     from ctxwin_dagster.core.documents import read_document
 
-    folder = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "eu_ai_act"
+    folder = Path(__file__).resolve().parent / "fixtures" / "eu_ai_act"
     html = read_document(folder / "L_202401689EN.000101.fmx.xml.html")
     assert html.n_chars > 500_000 and "Article 5" in html.text and "<div" not in html.text
     pdf = read_document(folder / "OJ_L_202401689_EN_TXT.pdf")

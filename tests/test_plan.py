@@ -12,7 +12,7 @@ from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.models.planning import plan_document
 
 ROOT = Path(__file__).resolve().parents[1]
-DE = ROOT.parent / "shared" / "corpus" / "eu_ai_act" / "eu_ai_act_2024_1689_DE.txt"
+DE = ROOT / "tests" / "fixtures" / "eu_ai_act" / "eu_ai_act_2024_1689_DE.txt"
 
 
 def test_plan_of_the_german_ai_act_with_the_papers_settings():

@@ -27,7 +27,8 @@ from ctxwin_dagster.core.prompts import (
     summary_block,
 )
 
-CORPUS = Path("/work/shared/corpus/eu_ai_act")
+CORPUS = Path(__file__).resolve().parent / "fixtures" / "eu_ai_act"  # DE text; EN is the sample document
+EN_TEXT = Path(__file__).resolve().parents[1] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"
 NAMES = ("summarize_segment", "summarize_overview", "cc_context", "swb_batch", "answer", "window_answer")
 
 SAMPLE_VARS = {
@@ -134,7 +135,7 @@ def test_window_answer_optional_summary_block():
 
 
 def test_detect_language_on_the_real_ai_act_texts():
-    en = (CORPUS / "eu_ai_act_2024_1689_EN.txt").read_text(encoding="utf-8")
+    en = EN_TEXT.read_text(encoding="utf-8")
     de = (CORPUS / "eu_ai_act_2024_1689_DE.txt").read_text(encoding="utf-8")
     assert detect_language(en) == "en"
     assert detect_language(de) == "de"

@@ -32,15 +32,13 @@ from ctxwin_dagster.testing import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[1]
 AI_ACT = ROOT / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"
-SECTIONS = Path("/work/shared/corpus/eu_ai_act/eu_ai_act_sections_EN.jsonl")
+SECTIONS = ROOT / "tests" / "fixtures" / "eu_ai_act" / "eu_ai_act_sections_EN.jsonl"
 ENC = get_token_counter("gpt-4o").encoding
 
 
 def _sections() -> dict[str, tuple[int, int]]:
-    if SECTIONS.is_file():
-        rows = [json.loads(line) for line in SECTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
-        return {r["id"]: (r["start"], r["end"]) for r in rows}
-    return {"article_5": (251_760, 262_992), "article_99": (497_192, 502_615)}  # the same offsets, without ../shared
+    rows = [json.loads(line) for line in SECTIONS.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return {r["id"]: (r["start"], r["end"]) for r in rows}
 
 
 ARTICLE_5 = _sections()["article_5"]

