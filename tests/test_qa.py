@@ -17,7 +17,29 @@ from ctxwin_dagster.core.qa.items import QAFormatError, QAItem, load_qa_folder, 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCS_DIR = REPO_ROOT / "data" / "documents"
 QA_DIR = REPO_ROOT / "data" / "qa"
-CORPUS = REPO_ROOT.parent / "shared" / "corpus"  # present in CI: these tests never skip
+def _unpack_corpus() -> Path:
+    """The corpus layout the importers and evaluations/make_sample_data.py read, built from the
+    repository alone: tests/fixtures/corpus_qa.tgz (SQuAD dev half, CUAD dev), the AI Act fixtures
+    and the sample document. Never skipped."""
+    import atexit
+    import shutil
+    import tarfile
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="ctxwin-corpus-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    fixtures = REPO_ROOT / "tests" / "fixtures"
+    with tarfile.open(fixtures / "corpus_qa.tgz") as tar:
+        tar.extractall(root, filter="data")
+    shutil.copy(fixtures / "README.md", root / "README.md")
+    (root / "eu_ai_act").mkdir()
+    shutil.copy(REPO_ROOT / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt", root / "eu_ai_act")
+    shutil.copy(fixtures / "eu_ai_act" / "eu_ai_act_sections_EN.jsonl", root / "eu_ai_act")
+    return root
+
+
+CORPUS = _unpack_corpus()
+
 SQUAD_QUESTIONS = CORPUS / "squad_v2_dev_half" / "squad_v2_dev_half_questions.jsonl"
 SQUAD_DOCS = CORPUS / "squad_v2_dev_half" / "squad_v2_dev_half_docs.jsonl"
 CUAD_QUESTIONS = CORPUS / "cuad_dev" / "questions.jsonl"
