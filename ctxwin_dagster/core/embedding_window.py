@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 __all__ = [
@@ -62,7 +62,6 @@ __all__ = [
     "TextFit",
     "WhitespaceTokenizer",
     "fit_text",
-    "pool",
     "get_embedding_limits",
     "plan_row",
     "plan_rows",
@@ -128,10 +127,6 @@ class EmbeddingLimits:
         extra = f", {self.special_tokens} special" if self.special_tokens else ""
         guess = "; not in the registry, a default" if not self.known else ""
         return f"{self.max_tokens:,} tokens ({how}{extra}{guess})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 #: Known windows. ``all-MiniLM-L6-v2``: 256 word pieces (its ``max_seq_length``); OpenAI's
 #: embedding models: 8,191 tokens of ``cl100k_base``; common models served by Ollama, vLLM or
@@ -333,7 +328,6 @@ class RowPlan:
     context_tokens_cut: int
     chunk_tokens_cut: int
     over_window: bool
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def embed_pieces(self) -> int:
@@ -401,7 +395,6 @@ def plan_row(
     budget = limits.content_tokens
     sep = _count(tokenizer, SEPARATOR) if context else 0
     over = n_chunk + n_ctx + sep > budget
-    notes: list[str] = []
 
     if not context:
         fit = fit_text(chunk_text, tokenizer, limits, oversize=oversize, offsets=c_offs)
@@ -440,9 +433,7 @@ def plan_row(
     if n_chunk + sep >= budget:
         # No room for any context: the chunk alone, pooled from pieces if it is over the window.
         fit = fit_text(chunk_text, tokenizer, limits, oversize="pool", offsets=c_offs)
-        if n_ctx:
-            notes.append("no room for the context beside the chunk")
-        return RowPlan(strategy, (_from_fit(fit, 1.0),), chunk_text, n_chunk, n_ctx, n_ctx, 0, over, tuple(notes))
+        return RowPlan(strategy, (_from_fit(fit, 1.0),), chunk_text, n_chunk, n_ctx, n_ctx, 0, over)
 
     keep = min(n_ctx, budget - n_chunk - sep)
     while True:
@@ -504,16 +495,3 @@ def _split_cut(cut: int, n_chunk: int, n_front: int) -> tuple[int, int]:
     chunk_cut = min(cut, n_chunk)
     front_cut = max(0, cut - n_chunk)
     return min(front_cut, n_front), chunk_cut
-
-
-def pool(vectors: Sequence[Sequence[float]], weights: Sequence[float]) -> list[float]:
-    """The weighted mean of ``vectors`` (not normalized). Kept dependency-free for the core."""
-    if len(vectors) != len(weights) or not vectors:
-        raise ValueError(f"pool needs one weight per vector and at least one vector; got {len(vectors)} and {len(weights)}")
-    dim = len(vectors[0])
-    out = [0.0] * dim
-    for vec, w in zip(vectors, weights, strict=True):
-        for i in range(dim):
-            out[i] += w * float(vec[i])
-    return out
-

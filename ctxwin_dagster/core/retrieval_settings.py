@@ -19,7 +19,7 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .enhance import (
@@ -128,9 +128,6 @@ class RetrievalSettings:
         elif self.name.endswith("+"):
             text += f" (changed from {self.name[:-1]!r})"
         return text
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 #: The named settings.

@@ -27,7 +27,7 @@ from .defaults import VARIANT_LABELS
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,8 +190,3 @@ def verdict_markdown(comparison: pd.DataFrame | None, efficiency: pd.DataFrame |
             "contextual retrieval as the paper ran it. Configure a contextualizer model for the methods themselves.",
         ]
     return "\n".join(out).rstrip() + "\n"
-
-
-def pairs_of(variants: Sequence[str]) -> list[tuple[str, str]]:
-    """Every pair of ``variants`` in order (a, b) with a before b."""
-    return [(a, b) for i, a in enumerate(variants) for b in variants[i + 1 :]]
