@@ -84,11 +84,9 @@ def test_a_removed_document_leaves_the_next_comparison(tmp_path):
     evaluation = EvaluationSettings(
         experiment="removal", results_dir=str(tmp_path / "results"), reports_dir=str(tmp_path / "reports"), max_questions_per_document=6
     )
-    resources = {
+    resources = {  # the embedded offline defaults, pointed at this test's folders
+        **definitions.default_resources(),
         "settings": ProjectSettings(documents_dir=str(docs), qa_dir=str(ROOT / "data" / "qa")),
-        "pipeline": PipelineSettings(),
-        "contextualizer": ChatModelResource(),
-        "answerer": ChatModelResource(),
         "evaluation": evaluation,
         "embeddings": EmbeddingsResource(cache_dir=str(tmp_path / "cache")),
         "lancedb": LanceDBResource(uri=str(tmp_path / "lancedb")),

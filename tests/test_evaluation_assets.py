@@ -10,11 +10,9 @@ import dagster as dg
 
 import ctxwin_dagster.definitions as definitions
 from ctxwin_dagster.defs.resources import (
-    ChatModelResource,
     EmbeddingsResource,
     EvaluationSettings,
     LanceDBResource,
-    PipelineSettings,
     ProjectSettings,
 )
 
@@ -28,11 +26,9 @@ def test_evaluation_graph_writes_a_comparison_report(tmp_path):
     evaluation = EvaluationSettings(
         experiment="unit", results_dir=str(tmp_path / "results"), reports_dir=str(tmp_path / "reports"), max_questions_per_document=25
     )
-    resources = {
+    resources = {  # the embedded offline defaults, pointed at this test's folders
+        **definitions.default_resources(),
         "settings": ProjectSettings(documents_dir=str(docs), qa_dir=str(ROOT / "data" / "qa")),
-        "pipeline": PipelineSettings(),
-        "contextualizer": ChatModelResource(),
-        "answerer": ChatModelResource(),
         "evaluation": evaluation,
         "embeddings": EmbeddingsResource(cache_dir=str(tmp_path / "cache")),
         "lancedb": LanceDBResource(uri=str(tmp_path / "lancedb")),
