@@ -40,10 +40,14 @@ def test_materialize_ingest_in_process(tmp_path):
     for name in ("squad_Normans.txt", "cuad_todos_medical_reseller.txt"):
         (docs / name).write_bytes((SAMPLE / name).read_bytes())
     (docs / "empty.txt").write_text("", encoding="utf-8")
+    (docs / "binary.txt").write_bytes(b"text\x00with\x00nul")
     settings = ProjectSettings(documents_dir=str(docs))
     with dg.instance_for_test() as instance:
         added, removed = partition_changes(settings, [])
-        assert added == ["cuad_todos_medical_reseller", "empty", "squad_Normans"] and removed == []
+        # An empty file is not taken (and is named with its reason); a binary one gets a
+        # partition that fails with the reason.
+        assert added == ["binary", "cuad_todos_medical_reseller", "squad_Normans"] and removed == []
+        assert [(s.path.name, s.reason.split(";")[0]) for s in settings.document_folder().skipped] == [("empty.txt", "empty (0 bytes)")]
         instance.add_dynamic_partitions(documents_partitions.name, added)
         for key in ("squad_Normans", "cuad_todos_medical_reseller"):
             res = dg.materialize([raw_documents, chunks], resources={"settings": settings}, partition_key=key, instance=instance)
@@ -54,15 +58,15 @@ def test_materialize_ingest_in_process(tmp_path):
             checks = res.get_asset_check_evaluations()
             assert [c.passed for c in checks] == [True]
         # a bad file fails its own partition with a message naming the file
-        bad = dg.materialize([raw_documents, chunks], resources={"settings": settings}, partition_key="empty", instance=instance, raise_on_error=False)
+        bad = dg.materialize([raw_documents, chunks], resources={"settings": settings}, partition_key="binary", instance=instance, raise_on_error=False)
         assert not bad.success
         failure = next(e for e in bad.all_events if e.is_step_failure)
         error = failure.event_specific_data.error
-        assert "empty.txt" in error.cause.message and "remove it" in error.cause.message
+        assert "binary.txt" in error.cause.message and "NUL bytes" in error.cause.message
         # removing a file removes its partition
-        (docs / "empty.txt").unlink()
+        (docs / "binary.txt").unlink()
         added, removed = partition_changes(settings, list(instance.get_dynamic_partitions("documents")))
-        assert (added, removed) == ([], ["empty"])
+        assert (added, removed) == ([], ["binary"])
 
 
 def test_missing_document_file_error_names_the_fix(tmp_path):

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from ctxwin_dagster.core.document_folder import scan_documents
 from ctxwin_dagster.core.documents import (
     SUPPORTED_SUFFIXES,
     Document,
     DocumentError,
     doc_id_from_path,
-    list_documents,
     read_text_document,
     safe_doc_id,
 )
@@ -38,7 +38,7 @@ SAMPLE_DOCS = {
 
 
 def test_sample_documents_are_listed_in_sorted_order():
-    paths = list_documents(DOCS_DIR)
+    paths = [f.path for f in scan_documents(DOCS_DIR).files]
     assert set(SAMPLE_DOCS) <= {p.stem for p in paths}
     assert [p.name for p in paths] == sorted(p.name for p in paths)
 
@@ -128,10 +128,8 @@ BAD_INPUTS = [
     ("nul.txt", b"text\x00with\x00nul", "NUL bytes"),
     ("controls.txt", bytes(range(1, 9)) * 20, "binary"),
     ("noise.txt", bytes(range(128, 256)) * 4, "binary"),
-    ("latin1.txt", "café au lait, naïve\n".encode("latin-1"), "not valid UTF-8 at byte 3"),
-    ("utf16.txt", "hello".encode("utf-16"), "UTF-16"),
-    ("has space.txt", b"fine text", "Rename"),
-    ("comma,name.txt", b"fine text", "comma_name.txt"),
+    ("utf16_no_bom.txt", "hello".encode("utf-16-le"), "UTF-16 without a byte-order mark"),
+    ("bad_utf16.txt", b"\xff\xfe" + "hi".encode("utf-16-le") + b"\x00\xd8", "not valid utf-16-le"),
     ("report.pdf", b"%PDF-1.4 fine", "supported document types are .md, .txt"),
     ("page.html", b"<html>x</html>", "supported document types"),
     ("no_suffix", b"fine text", "no suffix"),
@@ -150,11 +148,43 @@ def test_bad_input_raises_document_error_naming_the_file(tmp_path, name, data, p
     assert isinstance(info.value, ValueError)
 
 
-def test_latin1_message_says_how_to_fix(tmp_path):
-    path = tmp_path / "latin.txt"
-    path.write_bytes(b"ok line\nna\xefve\n")
-    with pytest.raises(DocumentError, match=r"at byte 10 \(byte 0xef\); re-save it as UTF-8"):
+# ------------------------------------------------------------------ encodings
+
+
+ENCODED = [
+    # (text, how the file was saved, what it is recorded as)
+    ("Die Müller GmbH und die Söhne AG vereinbaren Änderungen schriftlich. Gerichtsstand ist München.\n", "latin-1", "windows-1252"),
+    ("The Supplier’s obligations – “as is” – survive termination… The fee is €500.\n", "cp1252", "windows-1252"),
+    ("Le présent contrat est conclu entre la société Bérénice et le fournisseur; les frais sont à sa charge.\n", "cp1252", "windows-1252"),
+    ("Настоящий договор заключен между сторонами о поставке товаров и оказании услуг.\n", "cp1251", "cp1251"),
+    ("Umowa zawarta pomiędzy stronami dotyczy dostawy towarów. Zażółć gęślą jaźń.\n", "cp1250", "cp1250"),
+    ("Η παρούσα σύμβαση συνάπτεται μεταξύ των μερών για την προμήθεια αγαθών.\n", "cp1253", "cp1253"),
+    ("本契約は、当事者間の物品供給に関するものである。\n", "shift_jis", "cp932"),
+    ("Contract between Müller & Co. — “terms”.\n", "utf-16", "UTF-16 LE with BOM"),
+    ("Contract between Müller & Co.\n", "utf-8-sig", "utf-8"),
+]
+
+
+@pytest.mark.parametrize(("text", "saved_as", "recorded"), ENCODED, ids=[e[1] + "-" + e[0][:8] for e in ENCODED])
+def test_text_in_other_encodings_is_read_exactly_and_the_encoding_recorded(tmp_path, text, saved_as, recorded):
+    path = tmp_path / "contract.txt"
+    path.write_bytes(text.encode(saved_as))
+    doc = read_text_document(path)
+    assert doc.text == text
+    assert doc.encoding == recorded
+    assert doc.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_bytes_no_encoding_explains_are_rejected_with_the_fix(tmp_path):
+    path = tmp_path / "mixed.txt"
+    # Valid-looking text with bytes that are undefined in Windows-1252 and read as nothing sensible.
+    path.write_bytes(b"Clause 1. The parties \x81\x8d\x8f\x90\x9d agree. " * 3)
+    with pytest.raises(DocumentError, match=r"mixed\.txt.*could not be told.*0x81 at byte 22.*re-save it as UTF-8"):
         read_text_document(path)
+    other = tmp_path / "stray.txt"
+    other.write_bytes(b"Clause \xff\xfe\xfd\xfc\xfb\xfa\xf9 agree to the terms of this contract. " * 3)
+    with pytest.raises(DocumentError, match=r"stray\.txt.*could not be told"):
+        read_text_document(other)
 
 
 def test_missing_file_raises_file_not_found(tmp_path):
@@ -178,18 +208,31 @@ def test_doc_id_from_path(path, expected):
     assert doc_id_from_path(path) == expected
 
 
-@pytest.mark.parametrize("name", ["my file.txt", "Vertrag-Müller.txt", "a/b:c.txt", "x;y.md"])
-def test_doc_id_from_path_rejects_unsafe_names(name):
-    with pytest.raises(ValueError) as info:
-        doc_id_from_path(Path("/docs") / name)
-    message = str(info.value)
-    assert Path(name).name in message
-    assert "Rename the file" in message
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("my file.txt", "my_file"),
+        ("Vertrag-Müller.txt", "Vertrag-Muller"),
+        ("x;y.md", "x_y"),
+        ("Straße [Entwurf], 2. Fassung.txt", "Strasse_Entwurf_2._Fassung"),
+        ("PAPERWEIGHT DEVELOPMENT CORP. - Co-Branding Agreement_ Agency Agreement.txt", "PAPERWEIGHT_DEVELOPMENT_CORP._-_Co-Branding_Agreement_Agency_Agreement"),
+        ("...hidden-ish.txt", "hidden-ish"),
+    ],
+)
+def test_doc_id_from_path_derives_a_readable_id(name, expected):
+    assert doc_id_from_path(Path("/docs") / name) == expected
+
+
+def test_long_and_letterless_names_get_distinct_ids():
+    long_a, long_b = "A" * 150 + " one", "A" * 150 + " two"
+    ida, idb = doc_id_from_path(long_a + ".txt"), doc_id_from_path(long_b + ".txt")
+    assert ida != idb and len(ida) == len(idb) == 120
+    assert doc_id_from_path("合同.txt").startswith("doc_") and doc_id_from_path("合同.txt") != doc_id_from_path("契約.txt")
 
 
 def test_safe_doc_id():
     assert safe_doc_id("GWG HOLDINGS, INC. - ORDERLY") == "GWG_HOLDINGS_INC._-_ORDERLY"
-    assert doc_id_from_path(safe_doc_id("Vertrag Müller (2)") + ".txt") == "Vertrag_M_ller_2"
+    assert safe_doc_id("Vertrag Müller (2)") == "Vertrag_M_ller_2"
     with pytest.raises(ValueError):
         safe_doc_id(" ,; ")
 
@@ -197,22 +240,31 @@ def test_safe_doc_id():
 # --------------------------------------------------------------------------- listing
 
 
-def test_list_documents_skips_hidden_unsupported_and_folders(tmp_path):
-    for name in ("b.txt", "a.md", ".hidden.txt", "c.pdf", "d.json", "E.TXT", "f.docx"):
+def test_scan_takes_documents_and_names_every_file_it_does_not_take(tmp_path):
+    for name in ("b.txt", "a.md", ".hidden.txt", "c.pdf", "d.json", "E.TXT"):
         (tmp_path / name).write_text("text", encoding="utf-8")
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "blank.md").write_text(" \n\t\n", encoding="utf-8")
     (tmp_path / "sub.txt").mkdir()
     (tmp_path / "sub.txt" / "inner.txt").write_text("text", encoding="utf-8")
-    assert [p.name for p in list_documents(tmp_path)] == ["E.TXT", "a.md", "b.txt", "c.pdf"]
-    assert list_documents(tmp_path)[0].parent == tmp_path
+    folder = scan_documents(tmp_path)
+    assert [f.path.name for f in folder.files] == ["E.TXT", "a.md", "b.txt", "c.pdf"]
+    reasons = {s.path.name: s.reason for s in folder.skipped}
+    assert set(reasons) == {"d.json", "empty.txt", "blank.md", "sub.txt"}
+    assert reasons["d.json"].startswith("unsupported type '.json'")
+    assert reasons["empty.txt"].startswith("empty (0 bytes)")
+    assert reasons["blank.md"].startswith("empty (only white space")
+    assert reasons["sub.txt"].startswith("a folder")
+    assert folder.files[0].path.parent == tmp_path
 
 
-def test_list_documents_missing_folder(tmp_path):
+def test_scan_missing_folder(tmp_path):
     with pytest.raises(DocumentError, match="nowhere"):
-        list_documents(tmp_path / "nowhere")
+        scan_documents(tmp_path / "nowhere")
 
 
 def test_supported_suffixes():
-    assert SUPPORTED_SUFFIXES == (".md", ".txt", ".html", ".htm", ".pdf")
+    assert SUPPORTED_SUFFIXES == (".md", ".txt", ".docx", ".html", ".htm", ".pdf")
 
 
 def test_core_modules_import_neither_dagster_ragas_nor_lancedb():
@@ -237,6 +289,17 @@ def test_read_document_html_and_pdf_of_the_ai_act():
     pdf = read_document(folder / "OJ_L_202401689_EN_TXT.pdf")
     assert pdf.n_chars > 500_000 and "Prohibited AI practices" in pdf.text
     assert len(pdf.sha256) == 64
+    # Pages are kept: the Official Journal prints Article 5 on page 51 (its footer says 51/144).
+    assert len(pdf.pages) == 144 and pdf.encoding == "pdf"
+    article5 = pdf.text.index("Article 5\nProhibited AI practices")
+    assert pdf.page_at(article5) == 51
+    start51, start52 = dict(pdf.pages)[51], dict(pdf.pages)[52]
+    assert "51/144" in pdf.text[start51:start52]
+    from ctxwin_dagster.core.splitting import RecursiveSplitter, with_pages
+
+    chunks = with_pages(RecursiveSplitter(1000, 100).split(pdf.text, doc_id="act", doc_sha256=pdf.sha256), pdf)
+    hit = next(c for c in chunks if c.start <= article5 < c.end)
+    assert hit.section is not None and hit.section.startswith("page 51")
 
 
 def test_image_only_pdf_fails_with_the_fix(tmp_path):

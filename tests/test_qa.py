@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxwin_dagster.core.documents import list_documents, read_text_document
+from ctxwin_dagster.core.document_folder import scan_documents
+from ctxwin_dagster.core.documents import read_text_document
 from ctxwin_dagster.core.qa.corpora import cuad_to_qa, squad_to_qa
 from ctxwin_dagster.core.qa.items import QAFormatError, QAItem, load_qa_folder, load_qa_jsonl, validate_spans, write_qa_jsonl
 
@@ -55,7 +56,7 @@ SAMPLE_FILES = {
 
 @pytest.fixture(scope="module")
 def doc_texts() -> dict[str, str]:
-    return {p.stem: read_text_document(p).text for p in list_documents(DOCS_DIR)}
+    return {f.doc_id: read_text_document(f.path).text for f in scan_documents(DOCS_DIR).files}
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +241,7 @@ MALFORMED = [
     ("near_miss_field", _with(reference_span=[[0, 5]]), "'reference_span' (did you mean 'reference_spans'?)"),
     ("near_miss_id", _with(questionid="x"), "'questionid' (did you mean 'question_id'?)"),
     ("empty_question_id", _with(question_id=" "), "'question_id'"),
-    ("bad_doc_id", _with(doc_id="my doc"), "'doc_id'"),
+    ("bad_doc_id", _with(doc_id="two\nlines"), "'doc_id'"),
     ("doc_id_not_string", _with(doc_id=7), "'doc_id'"),
     ("answer_not_string", _with(reference_answer=None), "'reference_answer'"),
     ("spans_not_list", _with(reference_spans="0-5"), "'reference_spans'"),

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ctxwin_dagster.core.documents import DocumentError, list_documents, read_document
+from ctxwin_dagster.core.document_folder import scan_documents
+from ctxwin_dagster.core.documents import DocumentError, read_document
 from ctxwin_dagster.core.enhance import chunks_from_rows
 from ctxwin_dagster.core.splitting import Chunk
 
@@ -27,15 +28,18 @@ class IndexedDocuments:
         self.index = index
         self.documents_dir = None if documents_dir is None else Path(documents_dir).expanduser()
         self._cache: dict[str, tuple[float, str, str]] = {}
+        self._folder: tuple[int, Any] | None = None
 
     def file(self, doc_id: str) -> Path | None:
         """The file of ``doc_id`` in the documents folder, or None."""
         if self.documents_dir is None or not self.documents_dir.is_dir():
             return None
-        for p in list_documents(self.documents_dir):
-            if p.stem == doc_id:
-                return p
-        return None
+        # The scan is kept while the folder's entries are the same (its mtime changes when a
+        # file is added, removed or renamed), so asking many questions reads the folder once.
+        stamp = self.documents_dir.stat().st_mtime_ns
+        if self._folder is None or self._folder[0] != stamp:
+            self._folder = (stamp, scan_documents(self.documents_dir))
+        return self._folder[1].path_of(doc_id)
 
     def text(self, doc_id: str, *, expected_sha256: str | None = None) -> str | None:
         """The text of ``doc_id`` from the documents folder (None when there is no file).
@@ -50,7 +54,7 @@ class IndexedDocuments:
         cached = self._cache.get(doc_id)
         if cached is None or cached[0] != mtime:
             try:
-                doc = read_document(path)
+                doc = read_document(path, doc_id=doc_id)
             except DocumentError as exc:
                 raise AskError(str(exc)) from None
             cached = (mtime, doc.sha256, doc.text)

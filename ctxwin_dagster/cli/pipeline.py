@@ -35,6 +35,37 @@ def _materialization_metadata(instance: Any, run_id: str) -> dict[str, dict[str,
     return out
 
 
+def document_listing(settings: Any, *, quiet: bool = False):
+    """Scan the documents folder; print the ids that differ from the file names and the files
+    not taken; stop with the reason when the folder holds no usable document."""
+    from ctxwin_dagster.core.documents import DocumentError
+
+    try:
+        folder = settings.document_folder()
+        for line in [] if quiet else folder.report_lines():
+            print(line)
+        folder.require_documents()
+    except DocumentError as exc:
+        raise SystemExit(f"ctxwin: {exc}") from None
+    return folder
+
+
+def question_listing(qa_dir: str, folder: Any) -> None:
+    """Load the questions once before any run (a bad QA file stops here, naming the line) and
+    print the questions whose document name matches no document, or several."""
+    from ctxwin_dagster.core.qa.items import QAFormatError, load_qa_folder
+    from ctxwin_dagster.core.qa.resolve import resolve_questions
+
+    try:
+        resolved = resolve_questions(load_qa_folder(qa_dir), folder)
+    except QAFormatError as exc:
+        raise SystemExit(f"ctxwin: {exc}") from None
+    n = sum(len(v) for v in resolved.by_doc.values())
+    print(f"questions: {n} for {len(resolved.by_doc)} of {len(folder.files)} documents")
+    for line in resolved.report_lines():
+        print(line)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     resources: dict[str, Any] = {}
     if args.model:
@@ -63,6 +94,7 @@ def run_pipeline(
     log_level: str = "WARNING",
     resources: dict[str, Any] | None = None,
     doc_filter: list[str] | None = None,
+    print_listing: bool = True,
 ) -> int:
     """Sync the document partitions, run ``job_name`` for each, then the comparison; print a summary."""
     from ctxwin_dagster.defs.partitions import documents_partitions
@@ -74,8 +106,9 @@ def run_pipeline(
 
     resources = dict(resources or {})
     settings = ProjectSettings(**resources.get("settings", {}).get("config", {}))
+    folder = document_listing(settings, quiet=not print_listing)
     existing = list(instance.get_dynamic_partitions(documents_partitions.name))
-    added, removed = partition_changes(settings, existing)
+    added, removed = partition_changes(settings, existing, folder)
     if added:
         instance.add_dynamic_partitions(documents_partitions.name, added)
     if removed:
@@ -83,9 +116,10 @@ def run_pipeline(
         remove_results(EvaluationSettings(**resources.get("evaluation", {}).get("config", {})), removed)
     for key in removed:
         instance.delete_dynamic_partition(documents_partitions.name, key)
-    keys = settings.document_ids()
+    keys = folder.ids()
     if doc_filter:
-        keys = [k for k in keys if k in set(doc_filter)]
+        wanted = {folder.resolve(ref) or ref for ref in doc_filter}
+        keys = [k for k in keys if k in wanted]
     print(f"ctxwin: {len(keys)} documents in {settings.documents_path()} (+{len(added)} -{len(removed)} partitions); Dagster home {home}")
     job = defs.resolve_job_def(job_name)
     run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": log_level}}}}
@@ -184,11 +218,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     resources["evaluation"]["config"]["experiment"] = name
     resources = {k: v for k, v in resources.items() if v["config"]}
     print(f"experiment {name}: documents {documents}, questions {qa}")
+    from ctxwin_dagster.defs.resources import ProjectSettings
+
+    question_listing(qa, document_listing(ProjectSettings(documents_dir=documents, qa_dir=qa)))
     return run_pipeline(
         documents=documents,
         dagster_home=args.dagster_home or str(work / "dagster_home"),
         log_level=args.log_level,
         resources=resources,
+        print_listing=False,
     )
 
 

@@ -12,17 +12,24 @@ from ctxwin_dagster.core.defaults import VARIANTS
 def cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from ctxwin_dagster.core.documents import DocumentError, list_documents, read_document
+    from ctxwin_dagster.core.document_folder import scan_documents
+    from ctxwin_dagster.core.documents import DocumentError, doc_id_from_path, read_document
     from ctxwin_dagster.models.planning import plan_document
 
-    paths: list[Path] = []
+    paths: list[tuple[Path, str]] = []
     for item in args.paths or ["data/documents"]:
         p = Path(item)
-        paths.extend(list_documents(p) if p.is_dir() else [p])
+        if p.is_dir():
+            folder = scan_documents(p)
+            for line in folder.report_lines():
+                print(line, file=sys.stderr)
+            paths.extend((f.path, f.doc_id) for f in folder.files)
+        else:
+            paths.append((p, doc_id_from_path(p)))
     plans, failed = [], []
-    for path in paths:
+    for path, doc_id in paths:
         try:
-            doc = read_document(path)
+            doc = read_document(path, doc_id=doc_id)
         except (DocumentError, FileNotFoundError) as exc:
             print(f"skipped {path}: {exc}", file=sys.stderr)
             failed.append(str(path))

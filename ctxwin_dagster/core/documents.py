@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,20 +30,25 @@ __all__ = [
     "Document",
     "DocumentError",
     "doc_id_from_path",
+    "derive_doc_id",
+    "MAX_DOC_ID_CHARS",
     "safe_doc_id",
     "read_text_document",
     "read_document",
     "TEXT_SUFFIXES",
-    "list_documents",
 ]
 
 #: File suffixes :func:`read_text_document` accepts (compared case-insensitively).
 TEXT_SUFFIXES: tuple[str, ...] = (".md", ".txt")
-#: File suffixes :func:`read_document` accepts: text, HTML (BeautifulSoup) and PDF (pypdf).
-SUPPORTED_SUFFIXES: tuple[str, ...] = TEXT_SUFFIXES + (".html", ".htm", ".pdf")
+#: File suffixes :func:`read_document` accepts: text, Word (python-docx), HTML (BeautifulSoup), PDF (pypdf).
+SUPPORTED_SUFFIXES: tuple[str, ...] = TEXT_SUFFIXES + (".docx", ".html", ".htm", ".pdf")
 
-#: What a ``doc_id`` (a file stem) may contain.
+#: What a ``doc_id`` may contain (a file stem with other characters gets a derived id).
 DOC_ID_PATTERN = re.compile(r"[A-Za-z0-9_.\-]+")
+#: Longest ``doc_id`` derived from a file name (longer names are cut and end in a hash).
+MAX_DOC_ID_CHARS = 120
+# Letters NFKD does not decompose into ASCII, written the way a reader would.
+_SPECIAL_LETTERS = str.maketrans({"ß": "ss", "æ": "ae", "Æ": "AE", "œ": "oe", "Œ": "OE", "ø": "o", "Ø": "O", "ł": "l", "Ł": "L", "đ": "d", "Đ": "D", "þ": "th", "Þ": "Th", "ð": "d", "Ð": "D", "ı": "i"})
 
 _TITLE_MAX_CHARS = 200
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -71,6 +77,10 @@ class Document:
         source_path: Path of the file as given.
         n_chars: ``len(text)``.
         n_tokens: Token count from the injected counter, or ``None`` if none was given.
+        encoding: What the file's bytes were read as: ``utf-8``, a BOM's UTF-16/32, or an
+            encoding told from the bytes (``windows-1252``, ``cp1251``…; see
+            :mod:`ctxwin_dagster.core.encodings`); ``docx``/``pdf``/``html`` for extracted text.
+        pages: For PDFs, ``(page number, start offset)`` of every page with text, in order.
     """
 
     doc_id: str
@@ -80,6 +90,21 @@ class Document:
     source_path: str
     n_chars: int
     n_tokens: int | None = None
+    encoding: str = "utf-8"
+    pages: tuple[tuple[int, int], ...] = ()
+
+    def page_at(self, offset: int) -> int | None:
+        """The page number holding character ``offset`` (PDFs), or None.
+
+        >>> Document("a", "00", "one\\n\\ntwo\\n", "one", "a.pdf", 9, pages=((1, 0), (3, 5))).page_at(6)
+        3
+        """
+        page = None
+        for number, start in self.pages:
+            if start > offset:
+                break
+            page = number
+        return page
 
     def to_dict(self, *, include_text: bool = True) -> dict[str, Any]:
         """Return the fields as a plain dict (JSON-serializable).
@@ -94,35 +119,53 @@ class Document:
 
 
 def doc_id_from_path(path: str | Path) -> str:
-    """Return the ``doc_id`` of a document file: its stem, validated.
+    """Return the ``doc_id`` a document file gets on its own: its stem when that is a valid id,
+    otherwise the readable id derived from it (:func:`derive_doc_id`). In a folder, two files
+    that would share an id are told apart by
+    :func:`ctxwin_dagster.core.document_folder.scan_documents`.
 
     >>> doc_id_from_path("data/documents/eu_ai_act_2024_1689_EN.txt")
     'eu_ai_act_2024_1689_EN'
-
-    Raises:
-        DocumentError (a ``ValueError``): the stem is empty or holds characters outside
-            ``[A-Za-z0-9_.-]`` (spaces, commas, accents...). The message names the file and
-            suggests a safe name.
+    >>> doc_id_from_path("contracts/Acme, Inc. [2019] - Supply Agreement.txt")
+    'Acme_Inc._2019_-_Supply_Agreement'
     """
-    p = Path(path)
-    stem = p.stem
-    if stem and DOC_ID_PATTERN.fullmatch(stem):
+    return derive_doc_id(Path(path).stem)
+
+
+def derive_doc_id(stem: str) -> str:
+    """The ``doc_id`` of a file stem: the stem itself when it is a valid id (letters, digits,
+    ``_ . -``, at most :data:`MAX_DOC_ID_CHARS` characters), otherwise a readable ASCII id.
+
+    Accents are dropped (``é`` -> ``e``, ``ß`` -> ``ss``), every run of other characters becomes
+    one ``_`` and ``_ . -`` are trimmed from the ends; a name with nothing left (all CJK, say)
+    becomes ``doc_`` + 8 hex digits of the name's SHA-1; an id over the limit is cut and ends in
+    6 hex digits of the name's SHA-1, so long names stay distinct.
+
+    >>> derive_doc_id("eu_ai_act_2024_1689_EN")
+    'eu_ai_act_2024_1689_EN'
+    >>> derive_doc_id("GWG HOLDINGS, INC. - ORDERLY MARKETING AGREEMENT")
+    'GWG_HOLDINGS_INC._-_ORDERLY_MARKETING_AGREEMENT'
+    >>> derive_doc_id("Müller & Söhne [Entwurf] – Vertrag")
+    'Muller_Sohne_Entwurf_Vertrag'
+    >>> derive_doc_id("合同")
+    'doc_59404d40'
+    """
+    if stem and len(stem) <= MAX_DOC_ID_CHARS and DOC_ID_PATTERN.fullmatch(stem) and not stem.startswith("."):
         return stem
-    bad = sorted({ch for ch in stem if not DOC_ID_PATTERN.fullmatch(ch)})
-    shown = ", ".join(repr(ch) for ch in bad) if bad else "an empty name"
-    suggestion = safe_doc_id(stem) if stem else "document"
-    raise DocumentError(
-        f"{p.name!r} ({p}) cannot be used as a document: its name (the doc_id) may only "
-        f"contain letters, digits, '_', '.' and '-', but it has {shown}. "
-        f"Rename the file, e.g. to {suggestion + p.suffix!r}."
-    )
+    ascii_text = "".join(ch for ch in unicodedata.normalize("NFKD", stem.translate(_SPECIAL_LETTERS)) if not unicodedata.combining(ch))
+    cleaned = re.sub(r"_{2,}", "_", re.sub(r"[^A-Za-z0-9_.\-]+", "_", ascii_text)).strip("_.-")
+    digest = hashlib.sha1(stem.encode("utf-8")).hexdigest()
+    if not cleaned:
+        return f"doc_{digest[:8]}"
+    if len(cleaned) > MAX_DOC_ID_CHARS:
+        cleaned = cleaned[: MAX_DOC_ID_CHARS - 7].rstrip("_.-") + "_" + digest[:6]
+    return cleaned
 
 
 def safe_doc_id(name: str) -> str:
-    """Turn an arbitrary name into a valid ``doc_id``.
-
-    Runs of characters outside ``[A-Za-z0-9_.-]`` become one ``_``; leading/trailing
-    ``_`` are dropped.
+    """Turn an arbitrary name into a valid ``doc_id`` the way the corpus importers always have:
+    runs of characters outside ``[A-Za-z0-9_.-]`` become one ``_``, leading/trailing ``_`` are
+    dropped, no length limit (the ids of existing experiments stay as they are).
 
     >>> safe_doc_id("GWG HOLDINGS, INC. - ORDERLY MARKETING AGREEMENT")
     'GWG_HOLDINGS_INC._-_ORDERLY_MARKETING_AGREEMENT'
@@ -143,40 +186,43 @@ def _check_suffix(p: Path, allowed: tuple[str, ...] = TEXT_SUFFIXES) -> None:
         )
 
 
-def _decode(p: Path, data: bytes) -> str:
-    """Decode document bytes, raising a :class:`DocumentError` that names the fix."""
+def _decode(p: Path, data: bytes) -> tuple[str, str]:
+    """Decode document bytes into (text, encoding), raising a :class:`DocumentError` that names the fix."""
+    from ctxwin_dagster.core.encodings import EncodingUnknown, decode_text
+
     name = f"{p.name!r} ({p})"
     if not data:
         raise DocumentError(
             f"{name} is empty (0 bytes); put the document's text in it or remove it."
         )
-    if data.startswith(_UTF16_BOMS):
-        raise DocumentError(
-            f"{name} looks like UTF-16 (it starts with a UTF-16 byte-order mark); "
-            "re-save it as UTF-8."
-        )
     nul = data.find(b"\x00")
-    if nul != -1:
+    if nul != -1 and not data.startswith(_UTF16_BOMS):
         raise DocumentError(
             f"{name} contains NUL bytes (first at byte {nul}), so it looks like a binary "
-            "file, not text; extract its text and save it as a UTF-8 .txt file."
+            "file, not text (UTF-16 without a byte-order mark looks the same); extract its "
+            "text and save it as a UTF-8 .txt file."
         )
-    body = data[len(_UTF8_BOM) :] if data.startswith(_UTF8_BOM) else data
     try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        offset = exc.start + (len(data) - len(body))
+        decoded = decode_text(data)
+    except EncodingUnknown as exc:
+        if data.startswith(_UTF16_BOMS) or data.startswith(b"\x00\x00\xfe\xff"):
+            raise DocumentError(f"{name}: {exc}; re-save it as UTF-8.") from None
+        body = data[len(_UTF8_BOM) :] if data.startswith(_UTF8_BOM) else data
         nontext = sum(1 for b in body if not (32 <= b < 127 or b in b"\t\n\r\f\v"))
         if body and nontext / len(body) > _MAX_NONTEXT_BYTE_SHARE:
             raise DocumentError(
                 f"{name} is mostly non-text bytes, so it looks like a binary file; extract "
                 "its text and save it as a UTF-8 .txt file."
             ) from None
+        try:
+            body.decode("utf-8")
+            offset_note = ""
+        except UnicodeDecodeError as err:
+            offset_note = f" (the first byte that is not UTF-8 is 0x{body[err.start]:02x} at byte {err.start + len(data) - len(body)})"
         raise DocumentError(
-            f"{name} is not valid UTF-8 at byte {offset} "
-            f"(byte 0x{body[exc.start]:02x}); re-save it as UTF-8 "
-            "(it may be Latin-1 / Windows-1252)."
+            f"{name}: {exc}{offset_note}; re-save it as UTF-8."
         ) from None
+    text = decoded.text
     if text:
         controls = sum(
             1 for ch in text if (ord(ch) < 32 and ch not in "\t\n\r\f\v") or ord(ch) == 127
@@ -191,7 +237,7 @@ def _decode(p: Path, data: bytes) -> str:
             f"{name} holds only white space ({len(data)} bytes); put the document's text "
             "in it or remove it."
         )
-    return text
+    return text, decoded.encoding
 
 
 def _title_of(text: str, fallback: str) -> str:
@@ -203,39 +249,53 @@ def _title_of(text: str, fallback: str) -> str:
 
 
 def read_text_document(
-    path: str | Path, *, count_tokens: Callable[[str], int] | None = None
+    path: str | Path, *, count_tokens: Callable[[str], int] | None = None, doc_id: str | None = None
 ) -> Document:
     """Read a ``.txt`` or ``.md`` file into a :class:`Document`.
 
-    The bytes are decoded as UTF-8 (a leading BOM is dropped; line endings are kept), the
-    SHA-256 is taken over the file's bytes, and the title is the first non-empty line
-    (trimmed to 200 characters) or the doc_id.
+    The bytes are decoded as UTF-8 (a leading BOM is dropped; line endings are kept); a file
+    that is not UTF-8 is read with the encoding told from its bytes (a UTF-16/32 BOM,
+    Windows-1252/Latin-1, or what charset-normalizer finds with confidence; see
+    :mod:`ctxwin_dagster.core.encodings`) and that encoding is recorded, or it is rejected
+    with the fix. The SHA-256 is taken over the file's bytes, and the title is the first
+    non-empty line (trimmed to 200 characters) or the doc_id.
 
     Args:
-        path: The file. Its stem becomes the ``doc_id`` (see :func:`doc_id_from_path`).
+        path: The file.
         count_tokens: Optional token counter (e.g. a tiktoken-based one); when given,
             ``n_tokens`` is ``count_tokens(text)``.
+        doc_id: The id to give it (a folder's scan tells colliding names apart); default
+            :func:`doc_id_from_path`.
 
     Raises:
-        DocumentError: unsupported suffix, bad file name, empty or whitespace-only file,
-            binary content, or bytes that are not UTF-8. The message names the file.
+        DocumentError: unsupported suffix, empty or whitespace-only file, binary content, or
+            bytes in no encoding that can be told. The message names the file and the fix.
         FileNotFoundError: the file does not exist.
 
     >>> import pathlib, tempfile
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "note.txt"
     >>> _ = p.write_text("Title line\\nBody.", encoding="utf-8")
     >>> d = read_text_document(p, count_tokens=lambda s: len(s.split()))
-    >>> (d.doc_id, d.title, d.n_chars, d.n_tokens)
-    ('note', 'Title line', 16, 3)
+    >>> (d.doc_id, d.title, d.n_chars, d.n_tokens, d.encoding)
+    ('note', 'Title line', 16, 3, 'utf-8')
     """
     p = Path(path)
     _check_suffix(p)
-    doc_id = doc_id_from_path(p)
     data = p.read_bytes()
-    return _document(p, doc_id, data, _decode(p, data), count_tokens)
+    text, encoding = _decode(p, data)
+    return _document(p, doc_id or doc_id_from_path(p), data, text, count_tokens, encoding=encoding)
 
 
-def _document(p: Path, doc_id: str, data: bytes, text: str, count_tokens: Callable[[str], int] | None) -> Document:
+def _document(
+    p: Path,
+    doc_id: str,
+    data: bytes,
+    text: str,
+    count_tokens: Callable[[str], int] | None,
+    *,
+    encoding: str,
+    pages: tuple[tuple[int, int], ...] = (),
+) -> Document:
     """The :class:`Document` of a file's bytes and its extracted text."""
     return Document(
         doc_id=doc_id,
@@ -245,33 +305,8 @@ def _document(p: Path, doc_id: str, data: bytes, text: str, count_tokens: Callab
         source_path=str(p),
         n_chars=len(text),
         n_tokens=None if count_tokens is None else int(count_tokens(text)),
-    )
-
-
-def list_documents(folder: str | Path) -> list[Path]:
-    """List the document files in ``folder`` (not recursive), sorted by name.
-
-    Only files with a supported suffix (:data:`SUPPORTED_SUFFIXES`) are listed; hidden
-    files (names starting with ``.``) and sub-folders are skipped.
-
-    Raises:
-        DocumentError: ``folder`` does not exist or is not a folder.
-    """
-    root = Path(folder)
-    if not root.is_dir():
-        raise DocumentError(
-            f"documents folder {str(root)!r} does not exist or is not a folder; create it "
-            f"and put the documents ({', '.join(SUPPORTED_SUFFIXES)} files) in it."
-        )
-    return sorted(
-        (
-            p
-            for p in root.iterdir()
-            if not p.name.startswith(".")
-            and p.suffix.lower() in SUPPORTED_SUFFIXES
-            and p.is_file()
-        ),
-        key=lambda p: p.name,
+        encoding=encoding,
+        pages=pages,
     )
 
 
@@ -293,8 +328,38 @@ def _html_text(p: Path, data: bytes) -> str:
     return "\n".join(out).strip() + "\n"
 
 
-def _pdf_text(p: Path) -> str:
-    """Text of a PDF, pages separated by a blank line."""
+def _docx_text(p: Path) -> str:
+    """Text of a Word .docx file (python-docx): paragraphs and table rows in document order,
+    separated by a blank line; a table row's cells joined by `` | ``."""
+    import zipfile
+
+    from docx import Document as DocxDocument
+    from docx.table import Table
+
+    try:
+        doc = DocxDocument(str(p))
+    except (zipfile.BadZipFile, KeyError, ValueError) as exc:
+        raise DocumentError(
+            f"{p.name!r} ({p}) is not a readable .docx file ({exc}); open it in Word or LibreOffice "
+            "and save it again as .docx, or save it as .txt."
+        ) from None
+    blocks: list[str] = []
+    for block in doc.iter_inner_content():
+        if isinstance(block, Table):
+            for row in block.rows:
+                cells = [" ".join(c.text.split()) for c in row.cells]
+                line = " | ".join(c for c in dict.fromkeys(cells) if c)
+                if line:
+                    blocks.append(line)
+        else:
+            text = block.text.strip()
+            if text:
+                blocks.append(text)
+    return "\n\n".join(blocks) + "\n"
+
+
+def _pdf_text(p: Path) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """Text of a PDF, pages separated by a blank line, and (page number, start offset) per page with text."""
     from pypdf import PdfReader
     from pypdf.errors import PdfReadError
 
@@ -310,37 +375,62 @@ def _pdf_text(p: Path) -> str:
         pages = [(page.extract_text() or "").strip() for page in reader.pages]
     except PdfReadError as exc:
         raise DocumentError(f"{p.name!r} ({p}) is not a readable PDF ({exc}); re-export it as PDF or as text.") from None
-    return "\n\n".join(t for t in pages if t) + "\n"
+    parts: list[str] = []
+    starts: list[tuple[int, int]] = []
+    offset = 0
+    for number, page_text in enumerate(pages, start=1):
+        if not page_text:
+            continue
+        if parts:
+            offset += 2
+        starts.append((number, offset))
+        parts.append(page_text)
+        offset += len(page_text)
+    return "\n\n".join(parts) + "\n", tuple(starts)
 
 
-def read_document(path: str | Path, *, count_tokens: Callable[[str], int] | None = None) -> Document:
-    """Read a ``.txt``, ``.md``, ``.html``/``.htm`` or ``.pdf`` file into a :class:`Document`.
+def read_document(
+    path: str | Path, *, count_tokens: Callable[[str], int] | None = None, doc_id: str | None = None
+) -> Document:
+    """Read a ``.txt``, ``.md``, ``.docx``, ``.html``/``.htm`` or ``.pdf`` file into a :class:`Document`.
 
-    Text files are read as by :func:`read_text_document`. HTML is reduced to its visible text
-    with BeautifulSoup; PDF text is extracted with pypdf, pages joined by a blank line. The
-    ``sha256`` is always over the file's bytes. A PDF with no extractable text (scanned pages)
-    raises :class:`DocumentError` telling to run OCR first.
+    Text files are read as by :func:`read_text_document`. Word files give their paragraphs and
+    table rows (python-docx); HTML is reduced to its visible text with BeautifulSoup; PDF text
+    is extracted with pypdf, pages joined by a blank line, and ``pages`` records where each
+    page starts so a citation can name its page. The ``sha256`` is always over the file's
+    bytes. A PDF with no extractable text (scanned pages) raises :class:`DocumentError` telling
+    to run OCR first.
     """
     p = Path(path)
     suffix = p.suffix.lower()
     if suffix in TEXT_SUFFIXES:
-        return read_text_document(p, count_tokens=count_tokens)
+        return read_text_document(p, count_tokens=count_tokens, doc_id=doc_id)
     _check_suffix(p, SUPPORTED_SUFFIXES)
-    doc_id = doc_id_from_path(p)
+    doc_id = doc_id or doc_id_from_path(p)
     data = p.read_bytes()
     if not data:
         raise DocumentError(f"{p.name!r} ({p}) is empty (0 bytes); put the document in it or remove it.")
+    pages: tuple[tuple[int, int], ...] = ()
     if suffix == ".pdf":
         if not data.startswith(b"%PDF"):
             raise DocumentError(f"{p.name!r} ({p}) does not start like a PDF file; check the file or its suffix.")
-        text = _pdf_text(p)
+        text, pages = _pdf_text(p)
         if not text.strip():
             raise DocumentError(
                 f"{p.name!r} ({p}) has no extractable text (image-only or scanned PDF); run OCR on it "
                 "(e.g. ocrmypdf) and use the result, or provide a .txt version."
             )
+    elif suffix == ".docx":
+        if not data.startswith(b"PK"):
+            raise DocumentError(
+                f"{p.name!r} ({p}) is not a .docx file (a .docx is a zip archive; an old binary .doc "
+                "renamed?); save it from Word or LibreOffice as .docx or .txt."
+            )
+        text = _docx_text(p)
+        if not text.strip():
+            raise DocumentError(f"{p.name!r} ({p}) has no text in its paragraphs or tables; check the file, or provide a .txt version.")
     else:
         text = _html_text(p, data)
         if not text.strip():
             raise DocumentError(f"{p.name!r} ({p}) has no visible text; check the file, or provide a .txt version.")
-    return _document(p, doc_id, data, text, count_tokens)
+    return _document(p, doc_id, data, text, count_tokens, encoding=suffix.lstrip("."), pages=pages)

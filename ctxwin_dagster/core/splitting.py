@@ -53,6 +53,7 @@ __all__ = [
     "detect_sections",
     "make_chunk_id",
     "section_at",
+    "with_pages",
 ]
 
 #: LangChain's default separators: paragraphs, lines, words, characters.
@@ -526,3 +527,26 @@ def _drop_contained(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
             continue  # this span is inside the previous one
         kept.append((s, e))
     return kept
+
+
+def with_pages(chunks: Sequence[Chunk], document: Any) -> list[Chunk]:
+    """Chunks whose ``section`` starts with the page they begin on (``"page 12"`` or
+    ``"page 12 > Article 5"``), for documents that have pages (PDFs; ``document.page_at``), so
+    a citation can name the page.
+
+    >>> from ctxwin_dagster.core.documents import Document
+    >>> doc = Document("d", "00", "one\\n\\ntwo\\n", "one", "d.pdf", 9, pages=((1, 0), (2, 5)))
+    >>> [c.section for c in with_pages([Chunk("a", "d", 0, 0, 3, "one"), Chunk("b", "d", 1, 5, 8, "two", "Art. 1")], doc)]
+    ['page 1', 'page 2 > Art. 1']
+    """
+    from dataclasses import replace
+
+    out = []
+    for c in chunks:
+        page = document.page_at(c.start)
+        if page is None:
+            out.append(c)
+            continue
+        label = f"page {page}"
+        out.append(replace(c, section=f"{label} > {c.section}" if c.section else label))
+    return out

@@ -17,7 +17,8 @@ from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
 from ctxwin_dagster.core.embedding_window import DEFAULT_CONTEXT_WEIGHT, DEFAULT_ROW_STRATEGY, OVERSIZE_MODES, ROW_STRATEGIES
 
 from ctxwin_dagster.core.defaults import PAPER
-from ctxwin_dagster.core.documents import DocumentError, doc_id_from_path, list_documents
+from ctxwin_dagster.core.document_folder import DocumentFolder, scan_documents
+from ctxwin_dagster.core.documents import DocumentError
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.core.tokens import TokenCounter, get_token_counter
 
@@ -39,26 +40,23 @@ class ProjectSettings(dg.ConfigurableResource):
     def documents_path(self) -> Path:
         return Path(self.documents_dir).expanduser()
 
+    def document_folder(self) -> DocumentFolder:
+        """The documents folder scanned: every file with its doc_id, and the files not taken."""
+        return scan_documents(self.documents_path())
+
     def document_ids(self) -> list[str]:
-        """doc_ids of the files in the documents folder (files with bad names are skipped here
-        and reported by their own partition when materialized)."""
-        ids = []
-        for path in list_documents(self.documents_path()):
-            try:
-                ids.append(doc_id_from_path(path))
-            except DocumentError:
-                continue
-        return ids
+        """doc_ids of the documents in the folder (one partition each; see ``document_folder``)."""
+        return self.document_folder().ids()
 
     def document_file(self, doc_id: str) -> Path:
         """The file behind ``doc_id``; a clear error if it is gone."""
-        for path in list_documents(self.documents_path()):
-            if path.stem == doc_id:
-                return path
-        raise DocumentError(
-            f"document {doc_id!r} has no file in {str(self.documents_path())!r} any more; "
-            "restore the file, or let the documents sensor remove its partition"
-        )
+        path = self.document_folder().path_of(doc_id)
+        if path is None:
+            raise DocumentError(
+                f"document {doc_id!r} has no file in {str(self.documents_path())!r} any more; "
+                "restore the file, or let the documents sensor remove its partition"
+            )
+        return path
 
     def splitter(self) -> RecursiveSplitter:
         return RecursiveSplitter(chunk_size=self.chunk_size, chunk_overlap=self.chunk_overlap)

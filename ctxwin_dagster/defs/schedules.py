@@ -27,10 +27,10 @@ def stale_partitions(
     raw_key = dg.AssetKey("raw_documents")
     others = [k for k in asset_keys if k != raw_key]
     stale: dict[str, str] = {}
+    folder = settings.document_folder()
     for doc_id in instance.get_dynamic_partitions(documents_partitions.name):
-        try:
-            path = settings.document_file(doc_id)
-        except ValueError:
+        path = folder.path_of(doc_id)
+        if path is None:
             continue  # the documents sensor removes partitions whose file is gone
         raw = _latest(instance, raw_key, doc_id)
         if raw is None:

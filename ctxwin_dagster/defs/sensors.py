@@ -1,16 +1,19 @@
 """Sensors: keep one dynamic partition per document file in the documents folder."""
 
+import hashlib
 
 import dagster as dg
 
+from ctxwin_dagster.core.document_folder import DocumentFolder
+from ctxwin_dagster.core.documents import DocumentError
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import EvaluationSettings, LanceDBResource, ProjectSettings
 from ctxwin_dagster.core.defaults import VARIANTS
 
 
-def partition_changes(settings: ProjectSettings, existing: list[str]) -> tuple[list[str], list[str]]:
+def partition_changes(settings: ProjectSettings, existing: list[str], folder: DocumentFolder | None = None) -> tuple[list[str], list[str]]:
     """(to add, to remove) so that the partitions match the files in the documents folder."""
-    on_disk = settings.document_ids()
+    on_disk = (folder or settings.document_folder()).ids()
     have = set(existing)
     want = set(on_disk)
     return [d for d in on_disk if d not in have], sorted(have - want)
@@ -47,8 +50,17 @@ def documents_sensor(
     """Adds a partition for every new document file; removes the partitions, index rows and
     evaluation result files of documents whose file is gone (so the next comparison leaves
     them out)."""
+    try:
+        folder = settings.document_folder()
+    except DocumentError as exc:
+        return dg.SensorResult(skip_reason=str(exc))
+    listing = folder.report_lines()
+    seen = hashlib.sha1("\n".join(listing).encode("utf-8")).hexdigest()[:12]
+    if listing and not (context.cursor or "").endswith(seen):
+        # Said once per change of the folder, not every tick.
+        context.log.warning("\n".join(listing))
     existing = list(context.instance.get_dynamic_partitions(documents_partitions.name))
-    added, removed = partition_changes(settings, existing)
+    added, removed = partition_changes(settings, existing, folder)
     if removed:
         deleted = remove_from_indexes(lancedb, removed)
         files = remove_results(evaluation, removed)
@@ -59,6 +71,9 @@ def documents_sensor(
     if removed:
         requests.append(documents_partitions.build_delete_request(removed))
     count = f"{len(existing) + len(added) - len(removed)} documents"
+    not_taken = f"; {len(folder.skipped)} file(s) not taken: " + ", ".join(f"{s.path.name} ({s.reason.split(';')[0]})" for s in folder.skipped[:5]) if folder.skipped else ""
+    cursor = f"{count} {seen}"
     if not requests:
-        return dg.SensorResult(skip_reason=f"{count}, none added or removed", cursor=count)
-    return dg.SensorResult(dynamic_partitions_requests=requests, cursor=count)
+        empty = " (no usable document in the folder)" if not folder.files else ""
+        return dg.SensorResult(skip_reason=f"{count}, none added or removed{empty}{not_taken}", cursor=cursor)
+    return dg.SensorResult(dynamic_partitions_requests=requests, cursor=cursor)

@@ -6,6 +6,8 @@ One job per module:
   validation, reading and writing QA JSONL files (:func:`~.items.load_qa_jsonl`,
   :func:`~.items.load_qa_folder`, :func:`~.items.write_qa_jsonl`), and checking the spans
   against the documents (:func:`~.items.validate_spans`);
+* :mod:`~ctxwin_dagster.core.qa.resolve` — which document each question names (doc_id, file
+  name or stem; :func:`~.resolve.resolve_questions`);
 * :mod:`~ctxwin_dagster.core.qa.corpora` — importers of the corpus files: SQuAD 2.0
   (:func:`~.corpora.squad_to_qa`) and CUAD (:func:`~.corpora.cuad_to_qa`).
 

@@ -11,8 +11,9 @@ One line per question, one JSON object per line (UTF-8)::
 Fields:
 
 * ``question_id`` (str, required, non-empty): unique within the set.
-* ``doc_id`` (str, required): the stem of the document file the question is about
-  (``[A-Za-z0-9_.-]+``).
+* ``doc_id`` (str, required): the document the question is about: its doc_id, its file name
+  (``Acme, Inc. - Supply Agreement.txt``) or the file's stem. The evaluation resolves it
+  against the documents folder (:meth:`~ctxwin_dagster.core.document_folder.DocumentFolder.resolve`).
 * ``question`` (str, required, non-empty).
 * ``reference_answer`` (str, required): the expected answer; ``""`` for an unanswerable
   question.
@@ -44,8 +45,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from ctxwin_dagster.core.documents import DOC_ID_PATTERN
 
 __all__ = [
     "QAItem",
@@ -155,10 +154,10 @@ class QAItem:
                 raise QAFormatError(
                     f"field {name!r} must be a non-empty string, got {value!r}"
                 )
-        if not DOC_ID_PATTERN.fullmatch(self.doc_id):
+        if any(ch in self.doc_id for ch in "\n\r\t\x00"):
             raise QAFormatError(
-                f"field 'doc_id' = {self.doc_id!r} is not a valid doc_id: use the stem of "
-                "the document's file name (letters, digits, '_', '.', '-')"
+                f"field 'doc_id' = {self.doc_id!r} holds a line break, tab or NUL; give the "
+                "document's file name, its stem or its doc_id"
             )
         if not isinstance(self.reference_answer, str):
             raise QAFormatError(

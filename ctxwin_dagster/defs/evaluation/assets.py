@@ -9,6 +9,7 @@ import dagster as dg
 from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.core.documents import Document
 from ctxwin_dagster.core.qa.items import load_qa_folder
+from ctxwin_dagster.core.qa.resolve import resolve_questions
 from ctxwin_dagster.core.splitting import Chunk
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import (
@@ -50,7 +51,10 @@ def read_jsonl_folder(folder: Path) -> list[dict]:
 )
 def qa_sets(context: dg.AssetExecutionContext, settings: ProjectSettings, raw_documents: Document, chunks: list[Chunk]):
     qa_dir = Path(settings.qa_dir)
-    items = [q for q in load_qa_folder(qa_dir) if q.doc_id == raw_documents.doc_id] if qa_dir.is_dir() else []
+    items: list = []
+    if qa_dir.is_dir():
+        resolved = resolve_questions(load_qa_folder(qa_dir), settings.document_folder())
+        items = resolved.by_doc.get(raw_documents.doc_id, [])
     n = len(raw_documents.text)
     bad = [q.question_id for q in items if any(not (0 <= s < e <= n) for s, e in q.reference_spans)]
     rows = []
@@ -62,6 +66,7 @@ def qa_sets(context: dg.AssetExecutionContext, settings: ProjectSettings, raw_do
         metadata={
             "n_questions": len(rows),
             "n_answerable": sum(1 for r in rows if not r["is_impossible"]),
+            "n_named_by_file": sum(1 for q in items if "doc_ref" in q.meta),
             "qa_dir": str(qa_dir),
         },
         check_results=[dg.AssetCheckResult(check_name="reference_spans_valid", passed=not bad, metadata={"invalid": len(bad), "first_invalid": str(bad[:5])})],

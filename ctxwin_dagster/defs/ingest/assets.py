@@ -6,7 +6,7 @@ import time
 import dagster as dg
 
 from ctxwin_dagster.core.documents import Document, read_document
-from ctxwin_dagster.core.splitting import Chunk
+from ctxwin_dagster.core.splitting import Chunk, with_pages
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import ProjectSettings
 
@@ -22,7 +22,9 @@ def raw_documents(context: dg.AssetExecutionContext, settings: ProjectSettings):
     started = time.perf_counter()
     path = settings.document_file(context.partition_key)
     counter = settings.token_counter()
-    doc = read_document(path, count_tokens=counter.count)
+    doc = read_document(path, count_tokens=counter.count, doc_id=context.partition_key)
+    if doc.encoding not in ("utf-8", "docx", "pdf", "html", "htm"):
+        context.log.warning(f"{path.name}: not UTF-8; read as {doc.encoding} (told from its bytes). Re-save it as UTF-8 to be sure.")
     return dg.MaterializeResult(
         value=doc,
         data_version=dg.DataVersion(doc.sha256),
@@ -34,6 +36,8 @@ def raw_documents(context: dg.AssetExecutionContext, settings: ProjectSettings):
             "n_chars": doc.n_chars,
             "n_tokens": doc.n_tokens,
             "token_encoding": counter.info.name,
+            "file_encoding": doc.encoding,
+            "n_pages": len(doc.pages) if doc.pages else None,
             "runtime_s": round(time.perf_counter() - started, 3),
         },
     )
@@ -54,6 +58,8 @@ def chunks(context: dg.AssetExecutionContext, settings: ProjectSettings, raw_doc
     result: list[Chunk] = settings.splitter().split(
         raw_documents.text, doc_id=raw_documents.doc_id, doc_sha256=raw_documents.sha256
     )
+    if raw_documents.pages:
+        result = with_pages(result, raw_documents)
     sizes = [c.end - c.start for c in result]
     with_section = sum(1 for c in result if c.section)
     mismatched = [c.chunk_index for c in result if raw_documents.text[c.start : c.end] != c.text]
