@@ -233,10 +233,9 @@ def _assign_ids(paths: list[Path]) -> tuple[DocumentFile, ...]:
     for p in losers:
         owner_name = next(q.name for q in paths if ids.get(q) == base[p])
         candidates = [f"{base[p]}_{p.suffix.lower().lstrip('.')}", f"{base[p]}_{_sha1(p.name)[:6]}"]
-        doc_id = next((c for c in candidates if c not in used and c not in groups), None)
-        if doc_id is None:  # pragma: no cover - a SHA-1 prefix taken as well
-            doc_id = f"{base[p]}_{_sha1(p.name)[:12]}"
-        ids[p] = doc_id
-        used.add(doc_id)
+        # The last resort, a longer SHA-1 prefix, is taken only if the others are.
+        new_id = next((c for c in candidates if c not in used and c not in groups), f"{base[p]}_{_sha1(p.name)[:12]}")
+        ids[p] = new_id
+        used.add(new_id)
         notes[p] = f"{base[p]!r} is taken by {owner_name!r}"
     return tuple(DocumentFile(p, ids[p], notes.get(p, "")) for p in paths)
