@@ -79,3 +79,48 @@ def test_bad_experiment_file_names_the_fix(tmp_path):
     (tmp_path / "bad.json").write_text('{"name": "x", "documents": "oops"}', encoding="utf-8")
     out = _ctxwin(["evaluate", "bad.json"], tmp_path)
     assert out.returncode != 0 and "unknown keys ['documents']" in out.stderr
+
+
+def test_evaluate_contracts_with_real_file_names_and_questions_naming_them(tmp_path):
+    """Three sample contracts renamed as users name files (spaces, commas, brackets, accents),
+    an empty file beside them, and questions that name the documents by file name and carry an
+    extra field: every contract is indexed, answered and scored, and the empty file is named."""
+    docs, qa = tmp_path / "Verträge 2024", tmp_path / "qa"
+    docs.mkdir()
+    qa.mkdir()
+    renamed = {
+        "cuad_legacy_education_development": "Legacy Education Alliance, Inc. [2019] – Development Agreement.txt",
+        "cuad_paperexchange_cobranding": "PaperExchange, Co-Branding Agreement_ Agency Agreement (São Paulo).txt",
+        "cuad_todos_medical_reseller": "Todos Medical – Reseller Agreement, Überarbeitet.txt",
+    }
+    for doc_id, name in renamed.items():
+        shutil.copy(ROOT / "data" / "documents" / f"{doc_id}.txt", docs / name)
+    (docs / "Notizen (leer).txt").write_text("", encoding="utf-8")
+    lines = []
+    for line in (ROOT / "data" / "qa" / "cuad_sample.jsonl").read_text(encoding="utf-8").splitlines():
+        item = json.loads(line)
+        if item["doc_id"] in renamed and sum(1 for x in lines if x["doc_id"] == renamed[item["doc_id"]]) < 3:
+            item["doc_id"] = renamed[item["doc_id"]]
+            item["category"] = item.pop("meta", {}).get("category", "")
+            lines.append(item)
+    (qa / "contracts.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), encoding="utf-8")
+
+    out = _ctxwin(["evaluate", "--name", "renamed", "--documents", str(docs), "--qa", str(qa)], tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "Todos Medical – Reseller Agreement, Überarbeitet.txt -> Todos_Medical_Reseller_Agreement_Uberarbeitet" in out.stdout
+    assert "Notizen (leer).txt: empty (0 bytes)" in out.stdout
+    assert "questions: 9 for 3 of 3 documents" in out.stdout
+    assert "3 ok, 0 failed" in out.stdout
+    payload = json.loads((tmp_path / "evaluations" / "reports" / "renamed" / "comparison.json").read_text())
+    assert payload["n_questions"] == {"t_rag": 9, "cc_rag": 9, "swb_rag": 9}
+
+
+def test_a_folder_without_usable_documents_is_an_error(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "contract.docx").write_bytes(b"")
+    (docs / "scan.tiff").write_bytes(b"II*\x00")
+    out = _ctxwin(["run", "--documents", str(docs), "--dagster-home", str(tmp_path / "home")], tmp_path)
+    assert out.returncode != 0
+    assert "holds no usable document: contract.docx: empty (0 bytes)" in out.stderr
+    assert "scan.tiff: unsupported type '.tiff'" in out.stderr

@@ -15,6 +15,7 @@ from ctxwin_dagster.core.defaults import PAPER
 from .ask import add_ask_arguments, run_cli
 from .pipeline import cmd_compare, cmd_evaluate, cmd_run
 from .plan import cmd_plan
+from .qa import add_qa_arguments
 from .review import cmd_review
 
 __all__ = ["build_parser", "main"]
@@ -60,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--dagster-home", help="default data/experiments/<name>/dagster_home")
     ev.add_argument("--log-level", default="WARNING")
     ev.set_defaults(func=cmd_evaluate)
+
+    qa = sub.add_parser("qa", help="question sets: import SQuAD JSON, CUAD JSON or CSV/JSONL tables into the QA format")
+    add_qa_arguments(qa)
 
     cmp_ = sub.add_parser("compare", help="compare two experiments' reports side by side")
     cmp_.add_argument("a")
