@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: setup run test lint bench dev clean
+.PHONY: setup run test test-fast lint bench dev clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ run: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+# The quick tier: everything but the tests that run Dagster or the embedding model end to end.
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: setup
 	$(BIN)/ruff check ctxwin_dagster tests evaluations benchmarks

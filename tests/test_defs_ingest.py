@@ -34,6 +34,7 @@ def test_raw_documents_with_a_partition_context():
     assert result.data_version == dg.DataVersion(doc.sha256)
 
 
+@pytest.mark.slow
 def test_materialize_ingest_in_process(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -75,6 +76,7 @@ def test_missing_document_file_error_names_the_fix(tmp_path):
         settings.document_file("gone")
 
 
+@pytest.mark.slow
 def test_stale_partitions_follow_the_document_hash(tmp_path):
     from ctxwin_dagster.defs.schedules import stale_partitions
 

@@ -280,6 +280,7 @@ def test_core_modules_import_neither_dagster_ragas_nor_lancedb():
 # ---------------------------------------------------------------- HTML and PDF
 
 
+@pytest.mark.slow
 def test_read_document_html_and_pdf_of_the_ai_act():
     from ctxwin_dagster.core.documents import read_document
 
@@ -297,7 +298,7 @@ def test_read_document_html_and_pdf_of_the_ai_act():
     assert "51/144" in pdf.text[start51:start52]
     from ctxwin_dagster.core.splitting import RecursiveSplitter, with_pages
 
-    chunks = with_pages(RecursiveSplitter(1000, 100).split(pdf.text, doc_id="act", doc_sha256=pdf.sha256), pdf)
+    chunks = with_pages(RecursiveSplitter(chunk_size=1000, chunk_overlap=100).split(pdf.text, doc_id="act", doc_sha256=pdf.sha256), pdf)
     hit = next(c for c in chunks if c.start <= article5 < c.end)
     assert hit.section is not None and hit.section.startswith("page 51")
 

@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 import dagster as dg
 
 import ctxwin_dagster.definitions as definitions
@@ -15,6 +17,9 @@ from ctxwin_dagster.defs.resources import (
     LanceDBResource,
     ProjectSettings,
 )
+
+# Runs Dagster (in process or as a webserver) and the embedding model: the slow tier.
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -27,6 +27,9 @@ from ctxwin_dagster.defs.sensors import partition_changes, remove_from_indexes
 from ctxwin_dagster.testing import FakeOpenAIServer
 from ctxwin_dagster.core.defaults import VARIANTS
 
+# Runs Dagster (in process or as a webserver) and the embedding model: the slow tier.
+pytestmark = pytest.mark.slow
+
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "documents"
 DOCS = ("squad_Normans", "cuad_todos_medical_reseller")
 MODEL = "ctxwin-test-contextualizer"

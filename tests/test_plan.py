@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ctxwin_dagster.core.prompts import get_template
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.models.planning import plan_document
@@ -15,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DE = ROOT / "tests" / "fixtures" / "eu_ai_act" / "eu_ai_act_2024_1689_DE.txt"
 
 
+@pytest.mark.slow
 def test_plan_of_the_german_ai_act_with_the_papers_settings():
     text = DE.read_text(encoding="utf-8")
     plan = plan_document(text, doc_id="ai_act_de", model="gemini-1.5-flash")
@@ -33,6 +36,7 @@ def test_plan_of_the_german_ai_act_with_the_papers_settings():
     assert cc["cost_usd_est"] > 10 * swb["cost_usd_est"] > 0
 
 
+@pytest.mark.slow
 def test_plan_reports_a_document_too_long_for_cc():
     text = DE.read_text(encoding="utf-8")  # about 192 K tokens; gpt-4o takes 128 K
     plan = plan_document(text, doc_id="part", model="gpt-4o")

@@ -371,6 +371,7 @@ class _RecordingMeter(PromptMeter):
         return super().count_messages(messages)
 
 
+@pytest.mark.slow
 def test_extractive_meters_exactly_the_swb_prompts_the_llm_sends(embedder, small_doc, small_chunks):
     counter = get_token_counter(MODEL)  # the fake server counts the prompt tokens it receives with it
     extractive = ExtractiveTasks(embedder, counter=counter)

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# Runs Dagster (in process or as a webserver) and the embedding model: the slow tier.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 
 ASSETS_QUERY = """
