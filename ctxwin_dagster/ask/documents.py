@@ -41,6 +41,15 @@ class IndexedDocuments:
             self._folder = (stamp, scan_documents(self.documents_dir))
         return self._folder[1].path_of(doc_id)
 
+    def resolve(self, ref: str) -> str:
+        """The doc_id a user means by ``ref`` (a file name, its stem or the id); ``ref`` itself
+        when the folder does not tell (no folder, or no such file: the index may still know it)."""
+        if self.documents_dir is None or not self.documents_dir.is_dir():
+            return ref
+        self.file(ref)  # refreshes the folder scan
+        assert self._folder is not None
+        return self._folder[1].resolve(ref) or ref
+
     def text(self, doc_id: str, *, expected_sha256: str | None = None) -> str | None:
         """The text of ``doc_id`` from the documents folder (None when there is no file).
 

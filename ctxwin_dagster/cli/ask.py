@@ -14,7 +14,7 @@ def add_ask_arguments(parser: Any) -> None:
     """The options of ``ctxwin ask`` (an ``argparse`` parser)."""
     parser.add_argument("question", nargs="?", help="the question; without it, questions are read from standard input until EOF or 'quit'")
     parser.add_argument("--variant", default="swb", help="index to search: t, cc or swb (default swb)")
-    parser.add_argument("--doc", help="only this document (doc_id, the file stem); needed for --mode sliding")
+    parser.add_argument("--doc", help="only this document (its doc_id, file name or stem); needed for --mode sliding")
     parser.add_argument("--mode", default="retrieve", choices=ASK_MODES, help="retrieve (default), sliding (read the whole document) or auto")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--focus-chars", type=int, help="sentence focus (the default): windows around the best sentences of the hits, N characters in all (default 4000)")
@@ -119,6 +119,8 @@ def run_cli(args: Any, *, stdin: Any = None, stdout: Any = None, stderr: Any = N
     except (AskError, ValueError) as exc:
         print(f"ctxwin ask: {exc}", file=stderr)
         return 2
+    if kwargs["doc_id"]:
+        kwargs["doc_id"] = asker.documents.resolve(kwargs["doc_id"])
 
     def progress(done: int, total: int) -> None:
         print(f"\r  reading windows {done}/{total}…", end="" if done < total else "\n", file=stderr, flush=True)
