@@ -97,3 +97,33 @@ def test_stale_partitions_follow_the_document_hash(tmp_path):
         # a run that stopped after raw_documents leaves the partition stale until chunks catch up
         assert dg.materialize([raw_documents, chunks], resources={"settings": settings}, partition_key="a", instance=instance, selection=[raw_documents]).success
         assert stale_partitions(instance, settings, keys) == {"a": "chunks not materialized since the document was read"}
+
+
+def test_documents_sensor_adds_real_file_names_and_names_the_files_it_does_not_take(tmp_path):
+    from ctxwin_dagster.defs.resources import EvaluationSettings, LanceDBResource
+    from ctxwin_dagster.defs.sensors import documents_sensor
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "Acme, Inc. [2019] – Supply.txt").write_bytes((SAMPLE / "squad_Normans.txt").read_bytes())
+    (docs / "draft.txt").write_bytes(b"")
+    (docs / "slides.pptx").write_bytes(b"PK\x03\x04")
+    resources = {
+        "settings": ProjectSettings(documents_dir=str(docs)),
+        "lancedb": LanceDBResource(uri=str(tmp_path / "lancedb")),
+        "evaluation": EvaluationSettings(results_dir=str(tmp_path / "results")),
+    }
+    with dg.instance_for_test() as instance:
+        result = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+        adds = [r for r in result.dynamic_partitions_requests if isinstance(r, dg.AddDynamicPartitionsRequest)]
+        assert [list(r.partition_keys) for r in adds] == [["Acme_Inc._2019_Supply"]]
+        instance.add_dynamic_partitions("documents", ["Acme_Inc._2019_Supply"])
+        again = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=result.cursor))
+        assert "none added or removed; 2 file(s) not taken: draft.txt (empty (0 bytes)), slides.pptx (unsupported type '.pptx')" in again.skip_reason.skip_message
+        # Nothing usable: the sensor says so instead of counting 0 documents.
+        (docs / "Acme, Inc. [2019] – Supply.txt").unlink()
+        empty = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=again.cursor))
+        assert [list(r.partition_keys) for r in empty.dynamic_partitions_requests] == [["Acme_Inc._2019_Supply"]]
+        instance.delete_dynamic_partition("documents", "Acme_Inc._2019_Supply")
+        last = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=empty.cursor))
+        assert "(no usable document in the folder)" in last.skip_reason.skip_message
