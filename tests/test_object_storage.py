@@ -151,7 +151,7 @@ def test_index_asset_and_ctxwin_ask_on_s3(s3, tmp_path, capsys):
     mat = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("t_rag_index")][0]
     meta = {k: v.value for k, v in mat.materialization.metadata.items()}
     assert meta["uri"] == uri and meta["n_rows"] > 0 and meta["table_rows"] == meta["n_rows"]
-    assert meta["ann_index"].startswith("none") and meta["indexes_created_now"] == "doc_id BTREE, embedded_text FTS"
+    assert meta["ann_index"].startswith("none") and meta["indexes_created_now"] == "doc_id BTREE, chunk_id BTREE, embedded_text FTS"
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks["rows_match_chunks"]
     assert ChunkIndex(uri).count("t_rag", doc_id="squad_Normans") == meta["n_rows"]

@@ -3,8 +3,9 @@
 What writing one document costs must not grow with the table, so no index is rebuilt per
 document:
 
-* a **BTREE index on** ``doc_id`` (per-document search, counts, deletes, the duplicate check) and
-  the **full-text index** on ``embedded_text`` are made once, when missing;
+* **BTREE indexes on** ``doc_id`` (per-document search, counts, deletes, the duplicate check)
+  and ``chunk_id`` (the merge on it) and the **full-text index** on ``embedded_text`` are made
+  once, when missing;
 * new rows are **folded into the existing indexes** by LanceDB's ``optimize()`` (compaction and
   index append, no retraining), once ``append_rows`` rows are not yet indexed. Until then search
   still finds them: LanceDB scans unindexed rows exactly (flat) and merges them with the index's
@@ -174,6 +175,9 @@ def maintain(table: Any, policy: IndexPolicy, *, refresh: Callable[[], Any] | No
     if "doc_id" not in have:
         retry_on_conflict(lambda: table.create_index("doc_id", config=BTree(), replace=False), refresh=refresh)
         created.append("doc_id BTREE")
+    if "chunk_id" not in have:
+        retry_on_conflict(lambda: table.create_index("chunk_id", config=BTree(), replace=False), refresh=refresh)
+        created.append("chunk_id BTREE")
     if "embedded_text" not in have:
         retry_on_conflict(lambda: table.create_index("embedded_text", config=FTS(), replace=False), refresh=refresh)
         created.append("embedded_text FTS")

@@ -1,9 +1,12 @@
 """LanceDB indexes: one table per variant, rows keyed by ``chunk_id``.
 
-Rewriting a document replaces exactly its rows with one ``merge_insert`` on ``chunk_id``
-(update matches, insert new ones, delete that document's rows that are gone), so a re-run
-never duplicates rows and a failed write leaves the table as it was (LanceDB commits a new
-table version atomically). Concurrent writers (Dagster's multiprocess executor) are retried on
+Rewriting a document replaces exactly its rows: one ``merge_insert`` on ``chunk_id`` (update
+matches, insert new ones), then one delete of that document's rows that are no longer produced,
+so a re-run never duplicates rows. Each is one atomic LanceDB commit and neither reads more than
+the document's rows (through the ``chunk_id`` and ``doc_id`` indexes), so a write costs the same
+at any table size. A failure between the two leaves that document with extra rows (the old
+ones not produced any more), which the index asset's ``rows_match_chunks`` check reports and a
+re-run removes; other documents are never touched. Concurrent writers (Dagster's multiprocess executor) are retried on
 commit conflicts. The URI is a local folder by default; an ``s3://`` URI works the same
 (credentials and endpoint from the environment: ``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT``...).
 
@@ -158,7 +161,7 @@ class ChunkIndex:
             raise ValueError(f"rows for {doc_id!r} carry other doc_ids {sorted(bad_doc)}")
         vectors = np.asarray(vectors, dtype=np.float32)
         dim = int(vectors.shape[1])
-        data = {f: [None if r.get(f) is None else str(r.get(f)) for r in rows] for f in _STR_FIELDS}
+        data: dict[str, list[Any]] = {f: [None if r.get(f) is None else str(r.get(f)) for r in rows] for f in _STR_FIELDS}
         data["doc_sha256"] = [str(r.get("doc_sha256") or doc_sha256) for r in rows]
         for f in _INT_FIELDS:
             data[f] = [int(r[f]) for r in rows]
@@ -185,25 +188,24 @@ class ChunkIndex:
         _add_missing_fields(table, schema)
         holder = [table]
 
-        def merge() -> Any:
-            return (
-                holder[0]
-                .merge_insert("chunk_id")
-                .when_matched_update_all()
-                .when_not_matched_insert_all()
-                .when_not_matched_by_source_delete(f"doc_id = {_quote(doc_id)}")
-                .execute(batch)
-            )
+        def upsert() -> Any:
+            return holder[0].merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(batch)
 
         def reopen() -> None:
             holder[0] = self._table(variant, dim, create=True)
 
-        result = retry_on_conflict(merge, retries=retries, refresh=reopen)
+        result = retry_on_conflict(upsert, retries=retries, refresh=reopen)
+        # The document's rows that are no longer produced (found through the doc_id index). A
+        # merge that deletes "not matched by source" would read the whole table's keys instead.
+        stale = f"doc_id = {_quote(doc_id)} AND chunk_id NOT IN ({', '.join(_quote(i) for i in ids)})"
+        deleted = holder[0].count_rows(stale)
+        if deleted:
+            retry_on_conflict(lambda: holder[0].delete(stale), retries=retries, refresh=reopen)
         stats = {
             "rows": len(rows),
             "inserted": int(getattr(result, "num_inserted_rows", 0) or 0),
             "updated": int(getattr(result, "num_updated_rows", 0) or 0),
-            "deleted": int(getattr(result, "num_deleted_rows", 0) or 0),
+            "deleted": deleted,
         }
         return stats
 
