@@ -156,6 +156,7 @@ def run_size(size: int, args, policy: IndexPolicy) -> dict:
         stats = idx.index_stats("t_rag")
         out["index_parts"] = {c: st["parts"] for c, st in stats.items()}
         out["unindexed_rows"] = max(st["unindexed_rows"] for st in stats.values())
+        out["fragments"] = idx._table("t_rag").stats()["fragment_stats"]["num_fragments"]
         ids, docs, vecs = table_arrays(idx)
         q, q_docs = questions(vecs, docs, args.queries, args.split)
         idx.search("t_rag", q[0], k=10)  # warm the index cache

@@ -6,9 +6,10 @@ so a re-run never duplicates rows. Each is one atomic LanceDB commit and neither
 the document's rows (through the ``chunk_id`` and ``doc_id`` indexes), so a write costs the same
 at any table size. A failure between the two leaves that document with extra rows (the old
 ones not produced any more), which the index asset's ``rows_match_chunks`` check reports and a
-re-run removes; other documents are never touched. Concurrent writers (Dagster's multiprocess executor) are retried on
-commit conflicts. The URI is a local folder by default; an ``s3://`` URI works the same
-(credentials and endpoint from the environment: ``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT``...).
+re-run removes; other documents are never touched. Concurrent writers (Dagster's multiprocess
+executor) are retried on commit conflicts. The URI is a local folder by default; an ``s3://``
+URI works the same (endpoint and credentials from the environment: ``AWS_ENDPOINT``,
+``AWS_ACCESS_KEY_ID``...).
 
 Indexes are kept up to date by :meth:`ChunkIndex.maintain` at a cost that does not grow with
 the table (see :mod:`ctxwin_dagster.models.index_upkeep`). Search within one document is exact
