@@ -185,18 +185,26 @@ class EmbeddingsResource(dg.ConfigurableResource):
 class LanceDBResource(dg.ConfigurableResource):
     """Where the per-variant LanceDB tables live: a local folder (default) or ``s3://…``."""
 
-    uri: str = Field(default="data/lancedb", description="a local folder or an object-store URI (s3://bucket/prefix); credentials from the environment")
+    uri: str = Field(
+        default="data/lancedb",
+        description="a local folder or an object-store URI (s3://bucket/prefix); credentials and endpoint from the environment "
+        "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT for an S3-compatible server)",
+    )
+    ann_min_rows: int = Field(default=20_000, ge=256, description="train the ANN vector index once a table holds this many rows (below: exact flat search)")
+    ann_retrain_growth: float = Field(default=0.5, gt=0, description="retrain the ANN index when the table has grown by this fraction since its last training")
+    index_append_rows: int = Field(default=5_000, ge=1, description="append new rows to the indexes (LanceDB optimize) once this many are unindexed")
 
     _index: Any = PrivateAttr(default=None)
 
     def index(self):
         """The run's connection to the tables (one per run; made on first use)."""
         if self._index is None:
-            from ctxwin_dagster.models.vectorstore import ChunkIndex
+            from ctxwin_dagster.models.vectorstore import ChunkIndex, IndexPolicy
 
             if "://" not in self.uri:
                 Path(self.uri).expanduser().mkdir(parents=True, exist_ok=True)
-            self._index = ChunkIndex(self.uri)
+            policy = IndexPolicy(ann_min_rows=self.ann_min_rows, retrain_growth=self.ann_retrain_growth, append_rows=self.index_append_rows)
+            self._index = ChunkIndex(self.uri, policy=policy)
         return self._index
 
 

@@ -1,10 +1,20 @@
 """LanceDB indexes: one table per variant, rows keyed by ``chunk_id``.
 
-Rewriting a document replaces exactly its rows with one ``merge_insert`` on ``chunk_id``
-(update matches, insert new ones, delete that document's rows that are gone), so a re-run
-never duplicates rows and a failed write leaves the table as it was (LanceDB commits a new
-table version atomically). Concurrent writers (Dagster's multiprocess executor) are retried on
-commit conflicts. The URI is a local folder by default; an ``s3://`` URI works the same.
+Rewriting a document replaces exactly its rows: one ``merge_insert`` on ``chunk_id`` (update
+matches, insert new ones), then one delete of that document's rows that are no longer produced,
+so a re-run never duplicates rows. Each is one atomic LanceDB commit and neither reads more than
+the document's rows (through the ``chunk_id`` and ``doc_id`` indexes), so a write costs the same
+at any table size. A failure between the two leaves that document with extra rows (the old
+ones not produced any more), which the index asset's ``rows_match_chunks`` check reports and a
+re-run removes; other documents are never touched. Concurrent writers (Dagster's multiprocess
+executor) are retried on commit conflicts. The URI is a local folder by default; an ``s3://``
+URI works the same (endpoint and credentials from the environment: ``AWS_ENDPOINT``,
+``AWS_ACCESS_KEY_ID``...).
+
+Indexes are kept up to date by :meth:`ChunkIndex.maintain` at a cost that does not grow with
+the table (see :mod:`ctxwin_dagster.models.index_upkeep`). Search within one document is exact
+(a flat scan of that document's rows, found by the ``doc_id`` index); search over the whole
+table uses the ANN index once there is one, and still finds rows written since it was trained.
 
 Example::
 
@@ -20,23 +30,18 @@ Example::
 
 from __future__ import annotations
 
-import random
 import re
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ctxwin_dagster.core.defaults import VARIANTS
+from ctxwin_dagster.models.index_upkeep import IndexPolicy, UpkeepReport, ann_state, maintain, retry_on_conflict
 
-__all__ = ["ChunkIndex", "IndexError_"]
-
-
-# Build an ANN index only when a table is large enough for one to pay off (below this a flat
-# scan is fast and exact), and a full-text index whenever hybrid search is asked for.
-ANN_MIN_ROWS = 20_000
+__all__ = ["ChunkIndex", "IndexError_", "IndexPolicy"]
 
 _STR_FIELDS = ("chunk_id", "doc_id", "doc_sha256", "section", "text", "context", "embedded_text", "context_engine")
 _INT_FIELDS = ("chunk_index", "start", "end")
@@ -84,14 +89,24 @@ class ChunkIndex:
         storage_options: passed to LanceDB for object stores (credentials come from the
             environment, never from code).
         table_suffix: table name = ``{variant}{table_suffix}`` (default ``_chunks``).
+        policy: when indexes are made, appended to and retrained, and how the ANN index is
+            searched (:class:`~ctxwin_dagster.models.index_upkeep.IndexPolicy`).
     """
 
-    def __init__(self, uri: str, *, storage_options: Mapping[str, str] | None = None, table_suffix: str = "_chunks") -> None:
+    def __init__(
+        self,
+        uri: str,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        table_suffix: str = "_chunks",
+        policy: IndexPolicy | None = None,
+    ) -> None:
         import lancedb  # imported here: only the index layer needs it
 
         self.uri = str(uri)
         self._db = lancedb.connect(self.uri, storage_options=dict(storage_options or {}) or None)
         self.table_suffix = table_suffix
+        self.policy = policy or IndexPolicy()
 
     def table_name(self, variant: str) -> str:
         if not _SAFE_NAME.match(variant):
@@ -147,7 +162,7 @@ class ChunkIndex:
             raise ValueError(f"rows for {doc_id!r} carry other doc_ids {sorted(bad_doc)}")
         vectors = np.asarray(vectors, dtype=np.float32)
         dim = int(vectors.shape[1])
-        data = {f: [None if r.get(f) is None else str(r.get(f)) for r in rows] for f in _STR_FIELDS}
+        data: dict[str, list[Any]] = {f: [None if r.get(f) is None else str(r.get(f)) for r in rows] for f in _STR_FIELDS}
         data["doc_sha256"] = [str(r.get("doc_sha256") or doc_sha256) for r in rows]
         for f in _INT_FIELDS:
             data[f] = [int(r[f]) for r in rows]
@@ -172,26 +187,26 @@ class ChunkIndex:
                 f"gives {dim}; use the same embedding model, or drop the table (or use another uri) to re-index"
             )
         _add_missing_fields(table, schema)
-        for attempt in range(retries + 1):
-            try:
-                result = (
-                    table.merge_insert("chunk_id")
-                    .when_matched_update_all()
-                    .when_not_matched_insert_all()
-                    .when_not_matched_by_source_delete(f"doc_id = {_quote(doc_id)}")
-                    .execute(batch)
-                )
-                break
-            except Exception as exc:  # commit conflicts between concurrent writers
-                if attempt == retries or not _is_conflict(exc):
-                    raise
-                time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
-                table = self._table(variant, dim, create=True)
+        holder = [table]
+
+        def upsert() -> Any:
+            return holder[0].merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(batch)
+
+        def reopen() -> None:
+            holder[0] = self._table(variant, dim, create=True)
+
+        result = retry_on_conflict(upsert, retries=retries, refresh=reopen)
+        # The document's rows that are no longer produced (found through the doc_id index). A
+        # merge that deletes "not matched by source" would read the whole table's keys instead.
+        stale = f"doc_id = {_quote(doc_id)} AND chunk_id NOT IN ({', '.join(_quote(i) for i in ids)})"
+        deleted = holder[0].count_rows(stale)
+        if deleted:
+            retry_on_conflict(lambda: holder[0].delete(stale), retries=retries, refresh=reopen)
         stats = {
             "rows": len(rows),
             "inserted": int(getattr(result, "num_inserted_rows", 0) or 0),
             "updated": int(getattr(result, "num_updated_rows", 0) or 0),
-            "deleted": int(getattr(result, "num_deleted_rows", 0) or 0),
+            "deleted": deleted,
         }
         return stats
 
@@ -212,13 +227,22 @@ class ChunkIndex:
             return 0
         return table.count_rows(f"doc_id = {_quote(doc_id)}" if doc_id else None)
 
-    def duplicate_ids(self, variant: str) -> int:
-        """How many rows share a ``chunk_id`` with another row (0 in a healthy index)."""
+    def duplicate_ids(self, variant: str, *, doc_id: str | None = None) -> int:
+        """How many rows share a ``chunk_id`` with another row (0 in a healthy index).
+
+        With ``doc_id`` only that document's rows are read (through the ``doc_id`` index), so
+        the check after writing a document costs the same at any table size; without it the
+        whole table's ``chunk_id`` column is read (an audit).
+        """
         table = self._table(variant)
         if table is None:
             return 0
-        ids = table.to_arrow().column("chunk_id").to_pylist()
-        return len(ids) - len(set(ids))
+        if doc_id is None:
+            ids = table.to_arrow().column("chunk_id")
+        else:
+            where = f"doc_id = {_quote(doc_id)}"
+            ids = table.search().where(where, prefilter=True).select(["chunk_id"]).limit(10**9).to_arrow().column("chunk_id")
+        return len(ids) - pc.count_distinct(ids).as_py()
 
     def rows(self, variant: str, *, doc_id: str | None = None, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
         table = self._table(variant)
@@ -253,7 +277,10 @@ class ChunkIndex:
         depth = k * 4 if hybrid else k
         q = table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector").metric("cosine").limit(depth)
         if where:
-            q = q.where(where, prefilter=True)
+            # One document's rows (a few hundred, found by the doc_id index): exact search.
+            q = q.where(where, prefilter=True).bypass_vector_index()
+        else:
+            q = q.nprobes(self.policy.nprobes).refine_factor(self.policy.refine_factor)
         hits = q.to_list()
         for h in hits:
             h["score"] = 1.0 - float(h.pop("_distance"))
@@ -291,27 +318,40 @@ class ChunkIndex:
         table.create_index("embedded_text", config=_fts_config(), replace=True)
         return True
 
-    def ensure_indexes(self, variant: str, *, ann_min_rows: int = ANN_MIN_ROWS) -> dict[str, bool]:
-        """Refresh the full-text index, and build an ANN index once the table is large."""
+    def maintain(self, variant: str) -> UpkeepReport:
+        """Bring the table's indexes up to date after a write, at a cost that does not grow
+        with the table: scalar and full-text indexes made once, new rows appended to every index
+        by ``optimize()`` in batches, the ANN index (re)trained only when the table has grown
+        by the policy's fraction."""
         table = self._table(variant)
         if table is None:
-            return {"fts": False, "ann": False}
-        table.create_index("embedded_text", config=_fts_config(), replace=True)
-        ann = False
-        if table.count_rows() >= ann_min_rows:
-            from lancedb.index import IvfPq
+            return UpkeepReport(0, [], False, False, "none: no table yet", 0, "", 0, 0, 0, 0.0)
+        return maintain(table, self.policy)
 
-            table.create_index("vector", config=IvfPq(distance_type="cosine"), replace=True)
-            ann = True
-        return {"fts": True, "ann": ann}
+    def ann_state(self, variant: str) -> dict[str, Any]:
+        """When the ANN index was last trained, on how many rows, and how many trainings."""
+        table = self._table(variant)
+        return ann_state(table) if table is not None else {"trained_rows": 0, "trained_at": "", "trainings": 0, "config": ""}
+
+    def index_stats(self, variant: str) -> dict[str, dict[str, Any]]:
+        """LanceDB's statistics of each index of the table, by column."""
+        table = self._table(variant)
+        if table is None:
+            return {}
+        out = {}
+        for cfg in table.list_indices():
+            st = table.index_stats(cfg.name)
+            out[",".join(cfg.columns)] = {
+                "name": cfg.name,
+                "type": st.index_type,
+                "indexed_rows": st.num_indexed_rows,
+                "unindexed_rows": st.num_unindexed_rows,
+                "parts": st.num_indices,
+            }
+        return out
 
 
 def _fts_config():
     from lancedb.index import FTS
 
     return FTS()
-
-
-def _is_conflict(exc: Exception) -> bool:
-    text = str(exc).lower()
-    return any(w in text for w in ("conflict", "commit", "retryable", "concurrent", "version"))
