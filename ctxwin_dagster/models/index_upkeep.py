@@ -17,6 +17,10 @@ document:
   table has had are kept in the vector column's field metadata (``ctxwin:ann:*``), so every
   writer and reader sees them, on a local folder as on object storage.
 
+``optimize()`` also compacts the new small fragments, and LanceDB merges them into the large
+fragment next to them, rewriting it: that step (once per ``append_rows`` rows) grows with the
+table; LanceDB's Python API offers no index-only optimize (pylance's ``optimize_indices`` is one).
+
 Settings were chosen by measurement (``benchmarks/bench_index.py``: recall@10 against exact
 search and latency at 10 K-100 K rows of 384-d vectors).
 """
@@ -158,13 +162,25 @@ def train_vector_index(table: Any, rows: int, policy: IndexPolicy) -> str:
     return config
 
 
+def _create_once(table: Any, column: str, config: Any, refresh: Callable[[], Any] | None) -> bool:
+    """Create an index that is missing; False if another writer made it meanwhile."""
+    try:
+        retry_on_conflict(lambda: table.create_index(column, config=config, replace=False), refresh=refresh)
+    except Exception as exc:
+        if "already exists" not in str(exc):
+            raise
+        return False
+    return True
+
+
 def _stats(table: Any, index_name: str) -> Any:
     return table.index_stats(index_name)
 
 
 def maintain(table: Any, policy: IndexPolicy, *, refresh: Callable[[], Any] | None = None) -> UpkeepReport:
-    """Bring ``table``'s indexes up to date at a cost that does not grow with the table, except
-    for the rare retraining of the ANN index (see the module's docstring)."""
+    """Bring ``table``'s indexes up to date: cheap after most writes; ``optimize()`` once every
+    ``append_rows`` new rows and the rare retraining of the ANN index cost time that grows with
+    the table (see the module's docstring)."""
     from lancedb.index import FTS, BTree
 
     started = time.perf_counter()
@@ -172,15 +188,9 @@ def maintain(table: Any, policy: IndexPolicy, *, refresh: Callable[[], Any] | No
         refresh = table.checkout_latest  # after a conflict, retry on the latest version
     created: list[str] = []
     have = _indexes(table)
-    if "doc_id" not in have:
-        retry_on_conflict(lambda: table.create_index("doc_id", config=BTree(), replace=False), refresh=refresh)
-        created.append("doc_id BTREE")
-    if "chunk_id" not in have:
-        retry_on_conflict(lambda: table.create_index("chunk_id", config=BTree(), replace=False), refresh=refresh)
-        created.append("chunk_id BTREE")
-    if "embedded_text" not in have:
-        retry_on_conflict(lambda: table.create_index("embedded_text", config=FTS(), replace=False), refresh=refresh)
-        created.append("embedded_text FTS")
+    for column, config, label in (("doc_id", BTree(), "doc_id BTREE"), ("chunk_id", BTree(), "chunk_id BTREE"), ("embedded_text", FTS(), "embedded_text FTS")):
+        if column not in have and _create_once(table, column, config, refresh):
+            created.append(label)
     rows = table.count_rows()
     state = ann_state(table)
     vec = have.get(VECTOR)
