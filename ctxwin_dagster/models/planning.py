@@ -176,6 +176,7 @@ def plan_document(
         batch_input_chars=sum(r.input_chars for r in swb_records),
         fits=swb_error is None,
         error=swb_error,
+        windows_cut=int(tasks.stats["swb_windows_shrunk"]),
     )
     cc = _totals(cc_records)
     cc.update(fits=cc_error is None, error=cc_error)
@@ -185,6 +186,7 @@ def plan_document(
         "n_chars": len(text),
         "n_tokens": backend.counter.count(text),
         "encoding": backend.counter.info.name,
+        "tokens_exact": backend.counter.info.exact,
         "chunks": len(chunks),
         "batches": -(-len(chunks) // batch_size),
         "t_rag": {"calls": 0, "input_tokens": 0, "input_chars": 0, "output_tokens_est": 0, "cost_usd_est": 0.0, "fits": True, "error": None},
