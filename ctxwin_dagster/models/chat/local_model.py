@@ -22,7 +22,9 @@ transformers' GGUF loading was chosen over llama-cpp-python because it installs 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -206,6 +208,28 @@ def _plain(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     return out
 
 
+_LONG = 16_000  # characters from which a text is counted in remembered pieces
+_PIECE = 4_000
+_SAFE_CUT = re.compile(r"(?<=\S)\n(?=[^\W\d_])")
+
+
+def _special_pattern(tokenizer: Any) -> re.Pattern[str] | None:
+    """A regex of the tokenizer's special tokens when its pre-split is byte-level BPE's (GPT-2
+    pattern, no prefix space, no normalizer) and they strip nothing; else None (no piecewise counting)."""
+    try:
+        state = json.loads(tokenizer.backend_tokenizer.to_str())
+    except Exception:  # noqa: BLE001 - not a fast tokenizer: count whole texts
+        return None
+    pre = state.get("pre_tokenizer") or {}
+    if state.get("normalizer") or pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or not pre.get("use_regex", True):
+        return None
+    added = state.get("added_tokens") or []
+    if any(t.get("lstrip") or t.get("rstrip") or t.get("normalized") for t in added):
+        return None
+    contents = sorted((t["content"] for t in added), key=len, reverse=True)
+    return re.compile("|".join(re.escape(c) for c in contents)) if contents else None
+
+
 class ModelTokenCounter(TokenCounter):
     """Counts with a model's own tokenizer; chat prompts through its chat template.
 
@@ -222,6 +246,8 @@ class ModelTokenCounter(TokenCounter):
             name=f"{model} tokenizer", model=model, exact=True, reason="the model's own tokenizer and chat template (from its GGUF file)"
         )
         self.threads = 1
+        self._memo: dict[str, int] = {}
+        self._special = _special_pattern(tokenizer)
         # An upper bound of the template's tokens around messages, for byte-length bounds: the
         # wrapper of one message, and (once) the generation prompt plus a default system prompt.
         empty = self._templated([{"role": "user", "content": ""}])
@@ -240,7 +266,36 @@ class ModelTokenCounter(TokenCounter):
         return str(self.tokenizer.decode(list(tokens), skip_special_tokens=False))
 
     def count(self, text: str) -> int:
-        return len(self.encode(text))
+        """Exact tokens of ``text``. A long text is counted in pieces whose counts are remembered
+        (a CC prompt repeats the whole document for every chunk): it is split where the tokenizer
+        splits it anyway — at special tokens, and after a newline that follows a non-space and
+        precedes a letter (byte-level BPE's pre-split never joins across either)."""
+        if len(text) < _LONG or self._special is None:
+            return len(self.encode(text))
+        total, pos = 0, 0
+        for m in self._special.finditer(text):
+            total += self._segment(text[pos : m.start()]) + 1
+            pos = m.end()
+        return total + self._segment(text[pos:])
+
+    def _segment(self, text: str) -> int:
+        """Tokens of a text without special tokens, by memoized pieces."""
+        if len(text) < _LONG:
+            return len(self.encode(text))
+        total, start = 0, 0
+        while start < len(text):
+            m = _SAFE_CUT.search(text, start + _PIECE) if len(text) - start > 2 * _PIECE else None
+            end = m.end() if m else len(text)
+            piece = text[start:end]
+            n = self._memo.get(piece)
+            if n is None:
+                n = len(self.encode(piece))
+                if len(self._memo) > 50_000:
+                    self._memo.clear()
+                self._memo[piece] = n
+            total += n
+            start = end
+        return total
 
     def count_many(self, texts: Sequence[str]) -> list[int]:  # type: ignore[override]
         texts = list(texts)
@@ -253,7 +308,7 @@ class ModelTokenCounter(TokenCounter):
         return str(self.tokenizer.apply_chat_template(_plain(messages), tokenize=False, add_generation_prompt=True))
 
     def _templated(self, messages: Sequence[Mapping[str, Any]]) -> int:
-        return len(self.tokenizer.encode(self.render(messages), add_special_tokens=False))
+        return self.count(self.render(messages))
 
     def count_messages(self, messages: Sequence[Mapping[str, Any]]) -> int:
         """Exact tokens of the prompt the model reads (template, special tokens, generation prompt)."""
