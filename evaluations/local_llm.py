@@ -15,8 +15,8 @@ Steps (each prints what it did; ``--skip-evaluate`` reuses a finished run):
 3. measure: from the runs' metadata, time per model call, the share of SWB replies that were
    unusable, repaired, retried or replaced by a fallback, and the NOT_IN_DOCUMENTS rate of the answers;
 4. tokens: the model's own tokenizer against cl100k on the English AI Act;
-5. judge: ``context_recall`` and ``faithfulness`` judged by the same local model on ``--judge-n``
-   SWB-RAG answers, with ok / NaN / failed counts;
+5. judge: RAGAS ``context_recall`` (``--judge-metrics``) judged by the same local model on
+   ``--judge-n`` SWB-RAG answers, one attempt per judge call, with ok / NaN / failed counts;
 6. write ``evaluations/reports/local_smollm2/local_model.md`` and ``local_model.json``.
 
 Run it with ``nice``: on two shared cores one call takes tens of seconds.
@@ -161,7 +161,7 @@ def tokens() -> dict[str, Any]:
             "cl100k_chars_per_token": round(len(text) / n_cl, 2), "count_seconds": {"smollm2": round(t_own, 2), "cl100k": round(t_cl, 2)}}
 
 
-def judge(n: int) -> dict[str, Any]:
+def judge(n: int, metrics: tuple[str, ...], max_tokens: int) -> dict[str, Any]:
     from ctxwin_dagster.models.ragas.evaluate import evaluate_records
     from ctxwin_dagster.models.ragas.judge import JudgeConfig
 
@@ -169,14 +169,14 @@ def judge(n: int) -> dict[str, Any]:
     for path in sorted((RESULTS / "answers" / "swb_rag").glob("*.jsonl")):
         rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     rows = [r for r in rows if not r.get("is_impossible")][:n]
-    metrics = ("context_recall", "faithfulness")
     if not rows:
         return {"records": 0, "seconds": 0.0, "usage": {}, "metrics": {}, "failure_examples": ["no SWB-RAG answers to judge"]}
     started = time.perf_counter()
-    result = evaluate_records(rows, judge=JudgeConfig(model=MODEL, metrics=metrics, max_tokens=256, timeout_s=900, max_retries=0, attempts=2),
-                              n_boot=200)
+    config = JudgeConfig(model=MODEL, metrics=metrics, max_tokens=max_tokens, timeout_s=1800, max_retries=0, attempts=1)
+    result = evaluate_records(rows, judge=config, n_boot=200)
     took = time.perf_counter() - started
-    out: dict[str, Any] = {"records": len(rows), "seconds": round(took, 1), "usage": result.judge_usage, "metrics": {}}
+    out: dict[str, Any] = {"records": len(rows), "seconds": round(took, 1), "usage": result.judge_usage, "max_tokens": max_tokens,
+                           "attempts": config.attempts, "metrics": {}}
     for m in metrics:
         c = result.counts(m)
         vals = [r[m] for r in result.rows if isinstance(r.get(m), float) and not math.isnan(r[m])]
@@ -242,6 +242,7 @@ def write(note: dict[str, Any]) -> None:
     j = note.get("judge")
     if j:
         lines += [f"## RAGAS judged by the same model ({j['records']} SWB-RAG answers, {j['seconds']} s)", "",
+                  f"One attempt per judge call (no re-ask on invalid JSON), replies of at most {j.get('max_tokens')} tokens.", "",
                   "| metric | scored | NaN | failed | skipped | mean of scored |", "|---|---:|---:|---:|---:|---:|"]
         for metric, c in j["metrics"].items():
             lines.append(f"| {metric} | {c['n']} | {c['n_nan']} | {c['n_failed']} | {c['n_skipped']} | {c['mean_of_ok']} |")
@@ -259,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", type=int, default=3, help="answerable questions per document (default 3)")
     ap.add_argument("--judge-n", type=int, default=4, help="SWB-RAG answers the local model judges (default 4; 0: no judge)")
+    ap.add_argument("--judge-metrics", default="context_recall", help="comma-separated RAGAS LLM metrics (default context_recall)")
+    ap.add_argument("--judge-max-tokens", type=int, default=160, help="most tokens of one judge reply (default 160)")
     ap.add_argument("--prepare-only", action="store_true")
     ap.add_argument("--skip-evaluate", action="store_true", help="reuse the finished run's results")
     args = ap.parse_args(argv)
@@ -278,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: note[k] for k in ("measure", "answers", "tokens")}, indent=1), flush=True)
     write(note)
     if args.judge_n:
-        note["judge"] = judge(args.judge_n)
+        note["judge"] = judge(args.judge_n, tuple(m.strip() for m in args.judge_metrics.split(",") if m.strip()), args.judge_max_tokens)
         print(json.dumps(note["judge"], indent=1), flush=True)
         write(note)
     print(f"wrote {REPORTS / 'local_model.md'}")

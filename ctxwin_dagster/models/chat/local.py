@@ -14,8 +14,9 @@ What differs from a server:
   engine's parsing, repair, retry and fallback deal with it (and count it);
 * ``max_new_tokens`` caps every reply (default 512): a small model may repeat itself until the
   cap, and the cap is part of the cache key (a reply cut there has ``finish_reason="length"``);
-* sampling (``temperature > 0``) is seeded from the request's cache key, so a rerun without
-  the cache gives the same reply on the same machine; ``temperature == 0`` is greedy;
+* sampling (``temperature > 0``) is seeded from the cache key of the batch's first request, so
+  the same requests give the same replies on the same machine even without the cache;
+  ``temperature == 0`` is greedy;
 * calls cost nothing (``cost_usd=0.0``); token counts are the model's own, exact.
 
 Example::
