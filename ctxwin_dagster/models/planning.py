@@ -27,6 +27,7 @@ from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.core.tokens import PromptMeter, get_token_counter
 
 from .base import CallRecord, ChatRequest, ChatResult, Ledger
+from .chat.local_model import is_local_model
 from .pricing import estimate_cost
 from .tasks.llm import LLMTasks
 
@@ -103,7 +104,7 @@ class DryRunChatBackend:
             input_chars=sum(len(str(m.get("content", ""))) for m in messages),
             output_chars=len(text),
             latency_s=time.perf_counter() - started,
-            cost_usd=estimate_cost(self.price_model, input_tokens=n_in, output_tokens=n_out),
+            cost_usd=0.0 if is_local_model(self.price_model) else estimate_cost(self.price_model, input_tokens=n_in, output_tokens=n_out),
             usage_counted=True,
         )
         self.ledger.add(record)
