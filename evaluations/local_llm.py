@@ -137,9 +137,9 @@ def answers() -> dict[str, Any]:
         for path in sorted((RESULTS / "answers" / variant).glob("*.jsonl")):
             rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         nf = sum(1 for r in rows if r.get("not_found"))
-        cited = sum(1 for r in rows if r.get("cited_chunk_ids") or r.get("citations"))
         out[variant] = {"answers": len(rows), "not_in_documents": nf, "not_in_documents_rate": round(nf / len(rows), 3) if rows else None,
-                        "with_citations": cited, "unanswerable_questions": sum(1 for r in rows if r.get("is_impossible"))}
+                        "unanswerable_questions": sum(1 for r in rows if r.get("is_impossible")),
+                        "mean_output_tokens": round(statistics.fmean(r.get("output_tokens", 0) for r in rows), 1) if rows else None}
     return out
 
 
@@ -225,9 +225,9 @@ def write(note: dict[str, Any]) -> None:
             "",
         ]
     if note.get("answers"):
-        lines += ["## Answers", "", "| variant | answers | NOT_IN_DOCUMENTS | rate | with citations |", "|---|---:|---:|---:|---:|"]
+        lines += ["## Answers", "", "| variant | answers | of them unanswerable | NOT_IN_DOCUMENTS | rate | mean output tokens |", "|---|---:|---:|---:|---:|---:|"]
         for v, a in note["answers"].items():
-            lines.append(f"| {v} | {a['answers']} | {a['not_in_documents']} | {a['not_in_documents_rate']} | {a['with_citations']} |")
+            lines.append(f"| {v} | {a['answers']} | {a['unanswerable_questions']} | {a['not_in_documents']} | {a['not_in_documents_rate']} | {a['mean_output_tokens']} |")
         lines.append("")
     if t:
         lines += [
