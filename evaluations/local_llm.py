@@ -259,7 +259,7 @@ def write(note: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", type=int, default=3, help="answerable questions per document (default 3)")
-    ap.add_argument("--judge-n", type=int, default=4, help="SWB-RAG answers the local model judges (default 4; 0: no judge)")
+    ap.add_argument("--judge-n", type=int, default=4, help="SWB-RAG answers the local model judges (default 4; 0: keep the last judging, if any)")
     ap.add_argument("--judge-metrics", default="context_recall", help="comma-separated RAGAS LLM metrics (default context_recall)")
     ap.add_argument("--judge-max-tokens", type=int, default=160, help="most tokens of one judge reply (default 160)")
     ap.add_argument("--prepare-only", action="store_true")
@@ -280,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     note["tokens"] = tokens()
     print(json.dumps({k: note[k] for k in ("measure", "answers", "tokens")}, indent=1), flush=True)
     write(note)
+    previous = REPORTS / "local_model.json"
+    if not args.judge_n and previous.is_file() and "judge" in json.loads(previous.read_text(encoding="utf-8")):
+        note["judge"] = json.loads(previous.read_text(encoding="utf-8"))["judge"]  # --judge-n 0 keeps the last judging
+        write(note)
     if args.judge_n:
         note["judge"] = judge(args.judge_n, tuple(m.strip() for m in args.judge_metrics.split(",") if m.strip()), args.judge_max_tokens)
         print(json.dumps(note["judge"], indent=1), flush=True)
