@@ -101,6 +101,8 @@ def measure(meta: dict[str, Any]) -> dict[str, Any]:
     calls = latency = 0.0
     per_stage = {}
     for asset, docs in meta.items():
+        if asset.endswith("_answers"):
+            continue  # from the answer records below: their metadata has no model time
         c = sum(m.get("calls", 0) for m in docs.values())
         s = sum(m.get("model_latency_s", 0.0) for m in docs.values())
         per_stage[asset] = {"calls": int(c), "model_seconds": round(s, 1), "seconds_per_call": round(s / c, 1) if c else None,
@@ -108,6 +110,18 @@ def measure(meta: dict[str, Any]) -> dict[str, Any]:
                             "input_tokens": int(sum(m.get("input_tokens", 0) for m in docs.values()))}
         calls += c
         latency += s
+    for variant in ("t_rag", "cc_rag", "swb_rag"):
+        rows = []
+        for path in sorted((RESULTS / "answers" / variant).glob("*.jsonl")):
+            rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        made = [r for r in rows if r.get("calls")]  # the others were answered from the cache (same prompt as another variant's)
+        c = sum(int(r["calls"]) for r in made)
+        sec = sum(float(r.get("latency_s") or 0) for r in made)  # retrieval included
+        per_stage[f"{variant}_answers"] = {"calls": c, "model_seconds": round(sec, 1), "seconds_per_call": round(sec / c, 1) if c else None,
+                                           "output_tokens": int(sum(r.get("output_tokens") or 0 for r in made)),
+                                           "input_tokens": int(sum(r.get("input_tokens") or 0 for r in made))}
+        calls += c
+        latency += sec
     swb = meta.get("swb_rag_contexts", {})
     batches = sum(int(m.get("batches", 0)) for m in swb.values())
     n_chunks = sum(int(m.get("n_contexts", 0)) for m in swb.values())
@@ -205,7 +219,7 @@ def write(note: dict[str, Any]) -> None:
         lines.append(f"- `{doc}`: the first {c['chars']:,} of {c['of_chars']:,} characters of `{c['source']}`, "
                      f"{c['answerable']} answerable + {c['unanswerable']} unanswerable questions")
     lines += ["", "Settings: chunks 1,000/100, SWB batches of 5 with ±20,000 characters, summary ≤ 300 tokens, "
-              "contextualizer replies ≤ 256 new tokens, answers ≤ 128, temperature 0.2 / top-p 0.95 (sampling seeded per request).", ""]
+              "contextualizer replies ≤ 256 new tokens, answers ≤ 128, temperature 0.2 / top-p 0.95 (sampling seeded per batch).", ""]
     if m:
         lines += ["## Time per call", "", "| stage | calls | model seconds | seconds per call | input tokens | output tokens |", "|---|---:|---:|---:|---:|---:|"]
         for stage, s in m["per_stage"].items():
@@ -248,11 +262,14 @@ def write(note: dict[str, Any]) -> None:
             lines.append(f"| {metric} | {c['n']} | {c['n_nan']} | {c['n_failed']} | {c['n_skipped']} | {c['mean_of_ok']} |")
         lines += ["", f"Judge requests: {j['usage']}."]
         for e in j.get("failure_examples", []):
-            lines.append(f"- failure: `{e}`")
+            lines.append(f"- failure: `{' '.join(e.split())}`")
         lines.append("")
-    if note.get("evaluate"):
-        e = note["evaluate"]
-        lines += ["## Run", "", f"`ctxwin evaluate {EXP}` exited {e['exit_code']} after {e['seconds']:.0f} s (model load included)."]
+    if note.get("evaluate") or note.get("run_notes"):
+        lines += ["## Run", ""]
+        if note.get("evaluate"):
+            e = note["evaluate"]
+            lines.append(f"`ctxwin evaluate {EXP}` exited {e['exit_code']} after {e['seconds']:.0f} s (model load included).")
+        lines += [f"- {n}" for n in note.get("run_notes", [])]
     (REPORTS / "local_model.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -275,15 +292,17 @@ def main(argv: list[str] | None = None) -> int:
         code, took = evaluate()
         note["evaluate"] = {"exit_code": code, "seconds": round(took, 1)}
         print(f"evaluate: exit {code} in {took:.0f} s", flush=True)
+    previous = REPORTS / "local_model.json"
+    if previous.is_file():
+        old = json.loads(previous.read_text(encoding="utf-8"))
+        note["run_notes"] = old.get("run_notes", [])  # written by hand about how the run was made
+        if not args.judge_n and old.get("judge"):
+            note["judge"] = old["judge"]  # --judge-n 0 keeps the last judging
     note["measure"] = measure(collect())
     note["answers"] = answers()
     note["tokens"] = tokens()
     print(json.dumps({k: note[k] for k in ("measure", "answers", "tokens")}, indent=1), flush=True)
     write(note)
-    previous = REPORTS / "local_model.json"
-    if not args.judge_n and previous.is_file() and "judge" in json.loads(previous.read_text(encoding="utf-8")):
-        note["judge"] = json.loads(previous.read_text(encoding="utf-8"))["judge"]  # --judge-n 0 keeps the last judging
-        write(note)
     if args.judge_n:
         note["judge"] = judge(args.judge_n, tuple(m.strip() for m in args.judge_metrics.split(",") if m.strip()), args.judge_max_tokens)
         print(json.dumps(note["judge"], indent=1), flush=True)
