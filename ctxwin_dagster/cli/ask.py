@@ -30,7 +30,8 @@ def add_ask_arguments(parser: Any) -> None:
     parser.add_argument("--lancedb", default="data/lancedb", help="index folder (default data/lancedb)")
     parser.add_argument("--documents", default="data/documents", help="documents folder (default data/documents; '' to use the indexed text)")
     parser.add_argument("--cache-dir", default="data/cache", help="response and embedding caches (default data/cache)")
-    parser.add_argument("--model", help="answer chat model (default: none, the extractive engine, offline)")
+    parser.add_argument("--model", help="answer chat model (default: none, the extractive engine, offline; local:smollm2 runs a GGUF model in process)")
+    parser.add_argument("--max-tokens", type=int, help="most tokens of an answer from --model (default 2,048; a local model's replies at most 512)")
     parser.add_argument("--base-url", help="OpenAI-compatible server for --model (default OpenAI; key from OPENAI_API_KEY)")
 
 
@@ -115,6 +116,7 @@ def run_cli(args: Any, *, stdin: Any = None, stdout: Any = None, stderr: Any = N
             model=args.model,
             base_url=args.base_url,
             cache_dir=args.cache_dir or None,
+            max_tokens=getattr(args, "max_tokens", None),
         )
     except (AskError, ValueError) as exc:
         print(f"ctxwin ask: {exc}", file=stderr)

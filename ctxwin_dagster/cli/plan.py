@@ -14,7 +14,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from ctxwin_dagster.core.document_folder import scan_documents
     from ctxwin_dagster.core.documents import DocumentError, doc_id_from_path, read_document
+    from ctxwin_dagster.models.chat.local_model import is_local_model, register_local_model
     from ctxwin_dagster.models.planning import plan_document
+
+    if is_local_model(args.model):
+        register_local_model(args.model)  # its own tokenizer and window, without loading the weights
 
     paths: list[tuple[Path, str]] = []
     for item in args.paths or ["data/documents"]:
@@ -51,6 +55,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(plans, indent=2))
         return 1 if failed else 0
     print(f"Plan for {len(plans)} documents with contextualizer {args.model} (no model is called; outputs and cost are estimates)")
+    for enc, exact in sorted({(p["encoding"], p["tokens_exact"]) for p in plans}):
+        print(f"Input tokens counted with {enc}: {'exact for the model' if exact else 'an estimate (not the model’s own tokenizer)'}")
     header = f"{'document':<40} {'variant':<8} {'calls':>7} {'input tokens':>14} {'input chars':>14} {'out tokens':>11} {'cost USD':>10}  note"
     print(header)
     print("-" * len(header))

@@ -44,6 +44,7 @@ __all__ = [
     "TokenCounter",
     "count_tokens",
     "get_token_counter",
+    "register_token_counter",
     "resolve_encoding",
 ]
 
@@ -328,13 +329,42 @@ class PromptMeter:
         return total
 
     def count_messages(self, messages: Sequence[Mapping[str, Any]]) -> int:
-        """Tokens of a chat prompt, exactly as :meth:`TokenCounter.count_messages` counts them."""
+        """Tokens of a chat prompt, exactly as :meth:`TokenCounter.count_messages` counts them.
+
+        A counter with its own message accounting (a model's chat template) counts the prompt
+        itself: the template decides the tokens between messages.
+        """
+        if type(self.counter).count_messages is not TokenCounter.count_messages:
+            return self.counter.count_messages(messages)
         return _messages_tokens(messages, self.counter.overhead, self.count)
 
 
-@lru_cache(maxsize=32)
+_REGISTERED: dict[str, TokenCounter] = {}
+_REGISTERED_LOCK = threading.Lock()
+
+
+def register_token_counter(model: str, counter: TokenCounter) -> None:
+    """Make ``get_token_counter(model)`` return ``counter``: a model whose tokenizer is not
+    tiktoken's (a local model counted with its own tokenizer and chat template)."""
+    if not isinstance(counter, TokenCounter):
+        raise TypeError(f"counter must be a TokenCounter (or a subclass); got {type(counter).__name__}")
+    with _REGISTERED_LOCK:
+        _REGISTERED[model.strip().lower()] = counter
+
+
 def get_token_counter(model: str | None = None, *, encoding: str | None = None) -> TokenCounter:
-    """A shared :class:`TokenCounter` for ``model`` (cached; downloads off)."""
+    """A shared :class:`TokenCounter` for ``model``: a registered one (the model's own tokenizer),
+    else tiktoken's encoding for it (cached; downloads off)."""
+    if model and encoding is None:
+        with _REGISTERED_LOCK:
+            found = _REGISTERED.get(model.strip().lower())
+        if found is not None:
+            return found
+    return _tiktoken_counter(model, encoding=encoding)
+
+
+@lru_cache(maxsize=32)
+def _tiktoken_counter(model: str | None = None, *, encoding: str | None = None) -> TokenCounter:
     return TokenCounter(model, encoding=encoding)
 
 

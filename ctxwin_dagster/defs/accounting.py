@@ -26,4 +26,5 @@ def call_metadata(records: Iterable[CallRecord], runtime_s: float) -> dict[str, 
         "paid_usd": round(totals["paid_usd"], 6),
         "cost_known": totals["cost_known"],
         "runtime_s": round(runtime_s, 3),
+        "model_latency_s": round(totals["latency_s"], 3),  # time in model calls (cache hits: lookups)
     }

@@ -77,8 +77,9 @@ class ChatModelResource(dg.ConfigurableResource):
     """A chat model for one role (contextualizer/summarizer, answerer, judge).
 
     With ``model`` empty (the default) there is no chat endpoint and the role is played by the
-    offline extractive engine; otherwise by any OpenAI-compatible server, chosen by
-    ``base_url`` (empty = OpenAI). The key is never a plain setting: leave ``api_key`` unset to
+    offline extractive engine; ``local:smollm2`` (or ``local:/path/model.gguf``) runs a GGUF
+    model in process, offline; any other name is served by an OpenAI-compatible server, chosen
+    by ``base_url`` (empty = OpenAI). The key is never a plain setting: leave ``api_key`` unset to
     read ``OPENAI_API_KEY`` at run time, or bind it with ``dg.EnvVar("MY_KEY")``. One backend
     (connection pool, response cache, ledger) serves a whole run and is closed after it.
     """
@@ -90,6 +91,7 @@ class ChatModelResource(dg.ConfigurableResource):
     max_retries: int = Field(default=5, ge=0, le=20, description="retries with backoff on 429, 5xx, timeouts and dropped connections")
     timeout_s: float = Field(default=120.0, gt=0, description="seconds before a request times out")
     cache_dir: str = Field(default="data/cache", description="folder of the response cache (responses.sqlite)")
+    max_new_tokens: int = Field(default=0, ge=0, description="local models (local:NAME): cap of every reply's tokens (0: 512)")
 
     _backend: Any = PrivateAttr(default=None)
 
@@ -106,16 +108,17 @@ class ChatModelResource(dg.ConfigurableResource):
             self._backend = None
 
     def _new_backend(self):
-        from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
+        from ctxwin_dagster.models.chat.factory import make_chat_backend
 
-        return OpenAIChatBackend(
-            model=self.model,
+        return make_chat_backend(
+            self.model.strip(),
             base_url=self.base_url or None,
             api_key=self.api_key or None,
             cache=_cache(self.cache_dir, "responses.sqlite"),
             max_concurrency=self.max_concurrency,
             max_retries=self.max_retries,
             timeout_s=self.timeout_s,
+            max_new_tokens=self.max_new_tokens or None,
         )
 
     def backend(self):
@@ -128,7 +131,9 @@ class ChatModelResource(dg.ConfigurableResource):
         return self._backend
 
     def describe(self) -> str:
-        return f"{self.model} @ {self.base_url or 'OpenAI'}" if self.configured else "the extractive engine (sentence selection; no chat model configured)"
+        from ctxwin_dagster.models.chat.factory import describe_chat_model
+
+        return describe_chat_model(self.model, self.base_url or None) if self.configured else "the extractive engine (sentence selection; no chat model configured)"
 
 
 class EmbeddingsResource(dg.ConfigurableResource):

@@ -27,6 +27,7 @@ from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.core.tokens import PromptMeter, get_token_counter
 
 from .base import CallRecord, ChatRequest, ChatResult, Ledger
+from .chat.local_model import is_local_model
 from .pricing import estimate_cost
 from .tasks.llm import LLMTasks
 
@@ -103,7 +104,7 @@ class DryRunChatBackend:
             input_chars=sum(len(str(m.get("content", ""))) for m in messages),
             output_chars=len(text),
             latency_s=time.perf_counter() - started,
-            cost_usd=estimate_cost(self.price_model, input_tokens=n_in, output_tokens=n_out),
+            cost_usd=0.0 if is_local_model(self.price_model) else estimate_cost(self.price_model, input_tokens=n_in, output_tokens=n_out),
             usage_counted=True,
         )
         self.ledger.add(record)
@@ -176,6 +177,7 @@ def plan_document(
         batch_input_chars=sum(r.input_chars for r in swb_records),
         fits=swb_error is None,
         error=swb_error,
+        windows_cut=int(tasks.stats["swb_windows_shrunk"]),
     )
     cc = _totals(cc_records)
     cc.update(fits=cc_error is None, error=cc_error)
@@ -185,6 +187,7 @@ def plan_document(
         "n_chars": len(text),
         "n_tokens": backend.counter.count(text),
         "encoding": backend.counter.info.name,
+        "tokens_exact": backend.counter.info.exact,
         "chunks": len(chunks),
         "batches": -(-len(chunks) // batch_size),
         "t_rag": {"calls": 0, "input_tokens": 0, "input_chars": 0, "output_tokens_est": 0, "cost_usd_est": 0.0, "fits": True, "error": None},

@@ -168,6 +168,12 @@ def swb_rag_contexts(
     fallbacks = sum(1 for c in contexts if c.fallback)
     if fallbacks:
         context.log.warning(f"{fallbacks} chunks of {raw_documents.doc_id} fell back to single-chunk calls")
+    stats = getattr(tasks, "stats", None)
+    # How the model's replies fared (LLM engine): unusable first replies, repairs, retries, windows cut to fit.
+    replies = {f"replies_{k}": int(stats.get(k, 0)) for k in _SWB_STATS} if stats is not None else {}
     return _contexts_result(
-        contexts, chunks, records, tasks, contextualizer, pipeline, started, batches=-(-len(chunks) // pipeline.swb_batch_size)
+        contexts, chunks, records, tasks, contextualizer, pipeline, started, batches=-(-len(chunks) // pipeline.swb_batch_size), **replies
     )
+
+
+_SWB_STATS = ("swb_invalid", "swb_repaired", "swb_retried", "swb_retry_invalid", "swb_fallback_chunks", "swb_fallback_failed", "swb_windows_shrunk")

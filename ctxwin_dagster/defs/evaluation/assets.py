@@ -300,7 +300,9 @@ def experiment_setup(instance, doc_ids, evaluation, contextualizer, answerer, em
                     agg[f] += float(value)
         window[v] = agg
     engine = "extractive" if not contextualizer.configured else "llm"
-    judge = f"{evaluation.judge_model} @ {evaluation.judge_base_url or 'OpenAI'}" if evaluation.judge_model else ""
+    from ctxwin_dagster.models.chat.factory import describe_chat_model
+
+    judge = describe_chat_model(evaluation.judge_model, evaluation.judge_base_url or None) if evaluation.judge_model else ""
     return ExperimentSetup(
         contextualizer=contextualizer.describe(),
         contextualizer_engine=engine,

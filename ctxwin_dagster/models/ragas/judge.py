@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.metrics.answers import reference_answers
+from ..chat.local_model import is_local_model
 from ..endpoint import resolve_api_key
 from ..retry import RetryPolicy
 from .compat import import_ragas, ragas_embeddings
@@ -40,7 +41,8 @@ class JudgeConfig:
     """An OpenAI-compatible judge model for the paper's RAGAS metrics.
 
     Args:
-        model: the judge model name the server knows.
+        model: the judge model name the server knows, or ``local:smollm2`` (a GGUF model run in
+            process behind a loopback OpenAI-compatible endpoint; ``base_url`` is then unused).
         base_url: the server (``http://localhost:8000/v1`` for vLLM …); None = OpenAI.
         api_key_env: the environment variable holding the key, read when evaluating. For a
             local server (``base_url`` given) a missing key becomes a placeholder.
@@ -180,10 +182,19 @@ async def run_judge(
         embedder = own_embedder
     emb = ragas_embeddings(embedder) if judge.needs_embeddings() else None
 
+    local = None
+    base_url = judge.base_url
+    if is_local_model(judge.model):
+        # A local model judges through a loopback OpenAI-compatible endpoint (ragas speaks only that API).
+        from ..chat.local import LocalChatBackend
+        from ..chat.local_server import LocalChatServer
+
+        local = LocalChatServer(LocalChatBackend(model=judge.model.strip(), max_new_tokens=judge.max_tokens)).start()
+        base_url = local.base_url
     http_client = DefaultAsyncHttpxClient(event_hooks={"response": [usage.hook]})
     # Retries follow the project's one policy (models/retry.py), not the SDK's own.
-    client = AsyncOpenAI(base_url=judge.base_url, api_key=judge.api_key(), max_retries=0,
-                         timeout=judge.timeout_s, http_client=http_client)
+    client = AsyncOpenAI(base_url=base_url, api_key=resolve_api_key(None, base_url, what=f"the judge {judge.model!r}", env=judge.api_key_env),
+                         max_retries=0, timeout=judge.timeout_s, http_client=http_client)
     policy = RetryPolicy(max_retries=judge.max_retries)
     create = client.chat.completions.create
 
@@ -207,7 +218,7 @@ async def run_judge(
                 objs[m] = r.ContextPrecision(llm=llm)
             elif m == "answer_correctness":
                 objs[m] = r.AnswerCorrectness(llm=llm, embeddings=emb, weights=list(judge.answer_correctness_weights))
-        sem = asyncio.Semaphore(judge.max_concurrency)
+        sem = asyncio.Semaphore(1 if local is not None else judge.max_concurrency)  # a local model generates one reply at a time
 
         def inputs(metric: str, rec: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
             question = str(rec.get("question") or "")
@@ -262,3 +273,5 @@ async def run_judge(
         await asyncio.gather(*(one(i, m) for i in range(len(records)) for m in judge.metrics))
     finally:
         await client.close()
+        if local is not None:
+            local.stop()

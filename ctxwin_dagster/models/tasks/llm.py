@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -86,7 +87,8 @@ class LLMTasks:
 
     Attributes:
         stats: a :class:`collections.Counter` of events: ``swb_batches``, ``swb_invalid``
-            (first replies unusable), ``swb_retried``, ``swb_retry_invalid``,
+            (first replies unusable), ``swb_repaired`` (usable replies that needed repair: a code
+            fence, prose, another JSON shape, abbreviated ids), ``swb_retried``, ``swb_retry_invalid``,
             ``swb_fallback_chunks``, ``swb_fallback_failed``, ``swb_windows_shrunk``,
             ``summary_truncations``, ``answer_passages_dropped``, ``empty_contexts``.
     """
@@ -309,6 +311,7 @@ class LLMTasks:
             ids = [c.chunk_id for c in batch]
             try:
                 outcome[k] = parse_swb_contexts(res.text, ids)
+                self.stats["swb_repaired"] += _needed_repair(res.text, ids)
             except PromptOutputError as exc:
                 errors[k] = str(exc)
         if errors:
@@ -327,6 +330,7 @@ class LLMTasks:
                 ids = [c.chunk_id for c in batches[k]]
                 try:
                     outcome[k] = parse_swb_contexts(res.text, ids)
+                    self.stats["swb_repaired"] += _needed_repair(res.text, ids)
                     del errors[k]
                 except PromptOutputError as exc:
                     self.stats["swb_retry_invalid"] += 1
@@ -458,6 +462,19 @@ class LLMTasks:
                 )
             )
         return out
+
+
+def _needed_repair(text: str, ids: Sequence[str]) -> bool:
+    """True when a usable SWB reply was not the exact form asked for (plain JSON ``{"contexts": [...]}``
+    with every chunk's full id): a code fence, prose around it, another shape, abbreviated ids."""
+    try:
+        value = json.loads(text.strip())
+    except ValueError:
+        return True
+    entries = value.get("contexts") if isinstance(value, dict) else None
+    if not isinstance(entries, list):
+        return True
+    return sorted(str(e.get("chunk_id")) for e in entries if isinstance(e, dict)) != sorted(ids)
 
 
 def _lenient(text: str, ids: Sequence[str]) -> dict[str, str]:
