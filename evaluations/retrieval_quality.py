@@ -89,6 +89,8 @@ PEER_ROWS = [
     ("C", "top4", "LlamaIndex `SentenceWindowNodeParser(window_size=3)` + `MetadataReplacementPostProcessor`, top-4"),
 ]
 SENTENCE_WINDOW_PEER = PEER_ROWS[3][2]
+#: The targets of the default: span hit (%) at no more than this many characters per question.
+GOALS = {"squad": (95.6, 4200), "cuad": (62.0, 6000)}
 
 
 # --------------------------------------------------------------------------------------
@@ -428,6 +430,15 @@ def frontier_claims(results: list[dict], meta: dict, split: str = "report") -> l
                        "not above the peer at equal or fewer characters")
             head += f": the `ask` default {_pct(m)} at {m['chars_per_question']:,.0f} chars — {verdict}"
         lines.append(head + f"; {len(winners)} of the project's rows beat the peer at ≤ its characters.")
+    default = next((r for r in results if r.get("note") == "the default"), None)
+    if default is not None:
+        for dataset, label in (("squad", "SQuAD"), ("cuad", "CUAD")):
+            goal_hit, goal_chars = GOALS[dataset]
+            m = default[dataset].get(split)
+            if m is not None:
+                met = 100 * m["span_hit"] >= goal_hit and m["chars_per_question"] <= goal_chars
+                lines.append(f"- Goal {label} ≥ {goal_hit} % at ≤ {goal_chars:,} chars per question: {'met' if met else 'not met'} "
+                             f"({100 * m['span_hit']:.1f} % at {m['chars_per_question']:,.0f}).")
     return lines
 
 

@@ -40,10 +40,8 @@ AskMode = Literal["retrieve", "sliding", "auto"]
 ASK_MODES: tuple[str, ...] = ("retrieve", "sliding", "auto")
 
 #: Enhancement when none is chosen — the ``ask`` retrieval setting that the evaluation measures
-#: too (:mod:`ctxwin_dagster.core.retrieval_settings`): sentence focus over the top-16 chunks with
-#: a 4,000-character budget, the best hit rate per character measured
-#: (evaluations/reports/retrieval_quality.md: 95.6 % of SQuAD answer spans at 3.7 K characters
-#: per question, against 92.6 % at 6.7 K for ±1 neighbours).
+#: too (:mod:`ctxwin_dagster.core.retrieval_settings`): hybrid sentence focus over the top-24
+#: chunks with an adaptive budget of at most 8,000 characters (evaluations/reports/retrieval_quality.md).
 DEFAULT_ENHANCE: dict[str, Any] = {"mode": RETRIEVAL_PRESETS["ask"].enhance_mode}
 
 #: The model whose limits the auto mode checks against when the answer engine is the
