@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
+
 from ctxwin_dagster.ask import AskError, Asker, StaleIndexError, normalize_variant
 from ctxwin_dagster.cli.ask import format_result, run_cli
 from ctxwin_dagster.core.limits import ModelLimits
@@ -146,10 +148,17 @@ def test_retrieval_over_all_documents_and_enhancement_options(asker):
         _windows_disjoint(r)
         assert not r.not_found
     default = asker.ask("Who was the Norse leader?", variant="swb", doc_id="squad_Normans")
-    assert default.context.mode == "focus" and len(default.context.hits) == 16  # 16 candidates by default
-    assert default.context_chars <= 4000 and default.context.focus["budget_chars"] == 4000
+    assert default.context.mode == "focus" and len(default.context.hits) == 24  # 24 hybrid candidates by default
+    assert default.context_chars <= 8000 and default.context.focus["budget_chars"] == 8000 and default.context.focus["score_drop"] == 0.3
     small = asker.ask("Who was the Norse leader?", variant="swb", doc_id="squad_Normans", focus_chars=1500, k=8)
     assert small.context_chars <= 1500 and len(small.context.hits) == 8
+    dense = asker.ask("Who was the Norse leader?", variant="swb", doc_id="squad_Normans", retrieval=RetrievalSettings.named("focus-dense"))
+    assert len(dense.context.hits) == 16 and dense.context.focus["lexical_weight"] == 0.0 and dense.context_chars <= 4000
+    template = 'Highlight the parts (if any) of this text related to "Rollo" that should be reviewed. Details: Who was Rollo?'
+    parts = asker.ask(template, variant="swb", doc_id="squad_Normans")
+    assert any("Rollo" in w.text for w in parts.context.windows)
+    with pytest.raises(AskError, match="not both"):
+        asker.ask("q?", retrieval=RetrievalSettings.named("paper"), k=3)
     hybrid = asker.retrieve("Who was the Norse leader Rollo?", variant="t", doc_id="squad_Normans", k=4, hybrid=True)
     assert len(hybrid) == 4 and all("rrf_score" in r for r in hybrid)
     hyb = asker.ask("Who was the Norse leader Rollo?", variant="t", doc_id="squad_Normans", hybrid=True, enhance_mode="none", k=4)

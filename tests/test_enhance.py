@@ -215,7 +215,8 @@ def test_focus_on_a_real_article(normans):
     score = lambda ts: [1.0 if "Rollo" in t else 0.1 for t in ts]  # noqa: E731
     ctx = enhance(hits, chunks, mode="focus", split_sentences=_split, score_sentences=score, doc_texts={"squad_Normans": text},
                   window_chars=400, budget_chars=1200)
-    assert ctx.focus == {"window_chars": 400, "budget_chars": 1200, "chunk_weight": 0.5}
+    assert ctx.focus == {"window_chars": 400, "budget_chars": 1200, "chunk_weight": 0.5, "lexical_weight": 0.0, "structure": False,
+                         "score_drop": None}
     assert ctx.windows[0].start <= rollo < ctx.windows[0].end and ctx.windows[0].score == 1.0 + 0.5 * 0.6
     assert ctx.n_chars <= 1200
     for w in ctx.windows:

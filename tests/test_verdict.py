@@ -64,11 +64,14 @@ def test_evaluation_measures_what_ctxwin_ask_gives():
     settings = EvaluationSettings().retrieval_settings()
     assert settings.enhance_mode == DEFAULT_ENHANCE["mode"] == "focus"
     assert settings.ask_kwargs() == RetrievalSettings.named("ask").ask_kwargs()
+    assert settings.hybrid and settings.question_parts and settings.score_drop == 0.3 and settings.effective_k == 24
     paper = EvaluationSettings(retrieval="paper").retrieval_settings()
-    assert paper.ask_kwargs() == {"k": 4, "hybrid": False, "enhance_mode": "none"}
+    assert paper.ask_kwargs() == {"retrieval": paper}
+    assert (paper.effective_k, paper.hybrid, paper.enhance_mode) == (4, False, "none")
     assert "paper's protocol" in paper.describe()
-    custom = EvaluationSettings(focus_chars=6000, k=24, hybrid=True).retrieval_settings()
-    assert custom.ask_kwargs() == {"k": 24, "hybrid": True, "enhance_mode": "focus", "focus_chars": 6000}
-    assert EvaluationSettings(enhance_mode="budget", context_window_size=2000).retrieval_settings().ask_kwargs()["context_window_size"] == 2000
+    custom = EvaluationSettings(focus_chars=6000, k=16, hybrid=False).retrieval_settings()
+    assert (custom.effective_k, custom.hybrid, custom.focus_chars, custom.question_parts) == (16, False, 6000, True)
+    assert "changed from 'ask'" in custom.describe()
+    assert EvaluationSettings(enhance_mode="budget", context_window_size=2000).retrieval_settings().context_window_size == 2000
     with pytest.raises(ValueError, match="num_neighbors is an option of enhance_mode='neighbors'"):
         EvaluationSettings(num_neighbors=2).retrieval_settings()

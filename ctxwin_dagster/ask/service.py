@@ -5,19 +5,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from ctxwin_dagster.core.defaults import PAPER
 from ctxwin_dagster.core.enhance import (
-    DEFAULT_FOCUS_CANDIDATES,
     EnhancedContext,
+    EnhanceMode,
     enhance,
     hits_from_rows,
 )
 from ctxwin_dagster.core.fit import FitReport, check_fit
 from ctxwin_dagster.core.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS, detect_language, format_passages, get_template
-from ctxwin_dagster.core.retrieval_settings import DEFAULT_K, RETRIEVAL_PRESETS
+from ctxwin_dagster.core.retrieval_settings import DEFAULT_K, RETRIEVAL_PRESETS, RetrievalSettings
 from ctxwin_dagster.core.sliding_qa import (
     DEFAULT_OVERLAP_TOKENS,
     DEFAULT_WAVE_SIZE,
@@ -40,10 +40,8 @@ AskMode = Literal["retrieve", "sliding", "auto"]
 ASK_MODES: tuple[str, ...] = ("retrieve", "sliding", "auto")
 
 #: Enhancement when none is chosen — the ``ask`` retrieval setting that the evaluation measures
-#: too (:mod:`ctxwin_dagster.core.retrieval_settings`): sentence focus over the top-16 chunks with
-#: a 4,000-character budget, the best hit rate per character measured
-#: (evaluations/reports/retrieval_quality.md: 95.6 % of SQuAD answer spans at 3.7 K characters
-#: per question, against 92.6 % at 6.7 K for ±1 neighbours).
+#: too (:mod:`ctxwin_dagster.core.retrieval_settings`): hybrid sentence focus over the top-24
+#: chunks with an adaptive budget of at most 8,000 characters (evaluations/reports/retrieval_quality.md).
 DEFAULT_ENHANCE: dict[str, Any] = {"mode": RETRIEVAL_PRESETS["ask"].enhance_mode}
 
 #: The model whose limits the auto mode checks against when the answer engine is the
@@ -262,18 +260,24 @@ class Asker:
         variant: str = "swb_rag",
         doc_id: str | None = None,
         k: int | None = None,
-        hybrid: bool = False,
+        hybrid: bool | None = None,
         num_neighbors: int | None = None,
         context_window_size: int | None = None,
         focus_chars: int | None = None,
         enhance_mode: str | None = None,
+        retrieval: RetrievalSettings | None = None,
     ) -> EnhancedContext:
         """Retrieve and enhance: the merged context windows for ``question``, best first.
 
-        ``k`` defaults to 16 candidates in focus mode and 4 otherwise."""
-        mode, opts = _enhance_options(enhance_mode, num_neighbors, context_window_size, focus_chars)
-        if k is None:
-            k = DEFAULT_FOCUS_CANDIDATES if mode == "focus" else DEFAULT_K
+        ``retrieval`` gives every option at once; otherwise the ``ask`` retrieval setting
+        with the options given. ``k`` defaults to the setting's (24 candidates in focus mode,
+        else 4)."""
+        settings = _settings(retrieval, k, hybrid, num_neighbors, context_window_size, focus_chars, enhance_mode)
+        if settings.enhance_mode == "focus":
+            from ctxwin_dagster.ask.focus import assemble_focus
+
+            return assemble_focus(self, question, self._embed_question(question), settings, variant=normalize_variant(variant), doc_id=doc_id)
+        mode, k, hybrid = cast(EnhanceMode, settings.enhance_mode), settings.effective_k, settings.hybrid
         vector = self._embed_question(question)
         rows = self._search(question, vector, variant=variant, doc_id=doc_id, k=k, hybrid=hybrid)
         if not rows:
@@ -282,16 +286,8 @@ class Asker:
         hits = hits_from_rows(rows, score_key=score_key)
         doc_ids = list(dict.fromkeys(c.doc_id for c, _ in hits))
         chunks, texts = self._chunks(normalize_variant(variant), doc_ids)
-        if mode == "focus":
-            from ctxwin_dagster.core.sentences import split_sentences
-
-            embedder = self.embedder
-
-            def score_sentences(sentences: Sequence[str]) -> Any:
-                return embedder.embed(list(sentences)) @ vector
-
-            opts.update(split_sentences=split_sentences, score_sentences=score_sentences)
-        return enhance(hits, chunks, mode=mode, doc_texts=texts, **opts)
+        return enhance(hits, chunks, mode=mode, doc_texts=texts, num_neighbors=settings.num_neighbors if mode == "neighbors" else None,
+                       context_window_size=settings.context_window_size if mode == "budget" else None)
 
     # ----------------------------------------------------------------- asking
     def ask(
@@ -302,11 +298,12 @@ class Asker:
         doc_id: str | None = None,
         mode: AskMode = "retrieve",
         k: int | None = None,
-        hybrid: bool = False,
+        hybrid: bool | None = None,
         num_neighbors: int | None = None,
         context_window_size: int | None = None,
         focus_chars: int | None = None,
         enhance_mode: str | None = None,
+        retrieval: RetrievalSettings | None = None,
         window_tokens: int | None = None,
         overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
         summary: str | None = None,
@@ -326,7 +323,10 @@ class Asker:
             num_neighbors / context_window_size / focus_chars / enhance_mode: the enhancement
                 (``"neighbors"`` with ``num_neighbors``, ``"budget"`` with
                 ``context_window_size``, ``"focus"`` with a ``focus_chars`` budget, or
-                ``enhance_mode="none"``); default :data:`DEFAULT_ENHANCE` (focus, 4,000 chars).
+                ``enhance_mode="none"``); default: the ``ask`` retrieval setting.
+            retrieval: all retrieval options at once (a
+                :class:`~ctxwin_dagster.core.retrieval_settings.RetrievalSettings`), instead of
+                the options above.
             window_tokens, overlap_tokens: sliding windows (default: 4,000 tokens, capped by
                 what fits the answer model, and 200).
             summary: a global summary for every window prompt.
@@ -355,6 +355,7 @@ class Asker:
             ctx = self.assemble(
                 question, variant=v, doc_id=doc_id, k=k, hybrid=hybrid, num_neighbors=num_neighbors,
                 context_window_size=context_window_size, focus_chars=focus_chars, enhance_mode=enhance_mode,
+                retrieval=retrieval,
             )
             fit = self._fit(question, ctx) if mode == "auto" and ctx.windows else None
             if fit is not None and not fit.fits:
@@ -508,6 +509,23 @@ class Asker:
 def _dropped(tasks: Any) -> int:
     stats = getattr(tasks, "stats", None)
     return int(stats.get("answer_passages_dropped", 0)) if stats is not None else 0
+
+
+def _settings(retrieval: RetrievalSettings | None, k: int | None, hybrid: bool | None, num_neighbors: int | None,
+              context_window_size: int | None, focus_chars: int | None, enhance_mode: str | None) -> RetrievalSettings:
+    """The retrieval settings of a call: ``retrieval`` as given, else ``ask``'s with the options."""
+    if retrieval is not None:
+        given = [n for n, v in (("k", k), ("hybrid", hybrid), ("num_neighbors", num_neighbors), ("context_window_size", context_window_size),
+                                ("focus_chars", focus_chars), ("enhance_mode", enhance_mode)) if v is not None]
+        if given:
+            raise AskError(f"pass retrieval= or the single options {given}, not both")
+        return retrieval
+    mode, _ = _enhance_options(enhance_mode, num_neighbors, context_window_size, focus_chars)
+    try:
+        return RetrievalSettings.named("ask", enhance_mode=mode, k=k, hybrid=hybrid, num_neighbors=num_neighbors,
+                                       context_window_size=context_window_size, focus_chars=focus_chars)
+    except ValueError as exc:
+        raise AskError(str(exc)) from exc
 
 
 def _enhance_options(mode: str | None, num_neighbors: int | None, context_window_size: int | None, focus_chars: int | None = None) -> tuple[str, dict[str, Any]]:

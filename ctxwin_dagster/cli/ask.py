@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable
 from typing import Any
 
 from ctxwin_dagster.ask import ASK_MODES, AskError, Asker, AskResult, normalize_variant
 from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS
+from ctxwin_dagster.core.retrieval_settings import RETRIEVAL_PRESETS, RetrievalSettings
 from ctxwin_dagster.core.sliding_qa import DEFAULT_OVERLAP_TOKENS
 
 
@@ -17,12 +19,15 @@ def add_ask_arguments(parser: Any) -> None:
     parser.add_argument("--doc", help="only this document (its doc_id, file name or stem); needed for --mode sliding")
     parser.add_argument("--mode", default="retrieve", choices=ASK_MODES, help="retrieve (default), sliding (read the whole document) or auto")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--focus-chars", type=int, help="sentence focus (the default): windows around the best sentences of the hits, N characters in all (default 4000)")
+    group.add_argument("--focus-chars", type=int, help="sentence focus (the default): windows around the best sentences of the hits, at most N characters in all (default 8000)")
     group.add_argument("--neighbors", type=int, help="add N chunks on each side of every hit")
     group.add_argument("--window-chars", type=int, help="grow every hit with adjacent chunks up to N characters")
     group.add_argument("--no-enhance", action="store_true", help="give the retrieved chunks only")
-    parser.add_argument("--k", type=int, help="chunks to retrieve (default 16 for sentence focus, else 4)")
-    parser.add_argument("--hybrid", action="store_true", help="fuse vector search with full-text search")
+    parser.add_argument("--retrieval", choices=sorted(RETRIEVAL_PRESETS), help="named retrieval setting (default ask: hybrid sentence focus; "
+                        "focus-dense: the earlier vectors-only focus; paper: top-4 chunks as they are), changed by the options given")
+    parser.add_argument("--k", type=int, help="chunks to retrieve (default 24 for sentence focus, else 4)")
+    parser.add_argument("--hybrid", action=argparse.BooleanOptionalAction, default=None,
+                        help="fuse vector search with full-text search (default: on for sentence focus, off otherwise)")
     parser.add_argument("--window-tokens", type=int, help="sliding-window size in tokens (default 4000, capped by the model)")
     parser.add_argument("--overlap-tokens", type=int, default=DEFAULT_OVERLAP_TOKENS, help="sliding-window overlap in tokens (default 200)")
     parser.add_argument("--early-stop", type=float, help="stop sliding after a window answers with at least this confidence (0-1)")
@@ -96,6 +101,12 @@ def _ask_kwargs(args: Any) -> dict[str, Any]:
         kwargs["context_window_size"] = args.window_chars
     elif args.focus_chars is not None:
         kwargs["focus_chars"] = args.focus_chars
+    name = getattr(args, "retrieval", None)
+    if name:
+        changes = {key: kwargs.pop(key, None) for key in ("enhance_mode", "num_neighbors", "context_window_size", "focus_chars", "k", "hybrid")}
+        implied = {"num_neighbors": "neighbors", "context_window_size": "budget", "focus_chars": "focus"}
+        changes["enhance_mode"] = changes["enhance_mode"] or next((m for key, m in implied.items() if changes[key] is not None), None)
+        kwargs["retrieval"] = RetrievalSettings.named(name, **changes)
     return kwargs
 
 
@@ -107,8 +118,8 @@ def run_cli(args: Any, *, stdin: Any = None, stdout: Any = None, stderr: Any = N
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
-    kwargs = _ask_kwargs(args)
     try:
+        kwargs = _ask_kwargs(args)
         normalize_variant(kwargs["variant"])
         asker = Asker.open(
             lancedb=args.lancedb,

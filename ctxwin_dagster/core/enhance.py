@@ -52,15 +52,14 @@ Example::
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .metrics.scoring import union_length
 from .sentences import split_sentences as _split_sentences
 from .splitting import Chunk
-from .windows.around_hits import neighbor_windows, span_text, stitch_windows
+from .windows.around_hits import neighbor_windows, stitch_windows
+from .windows.focus import SentenceScorer, SentenceSplitter, focus_windows
 from .windows.window import Window, join_windows, merge_windows
 
 __all__ = [
@@ -68,6 +67,8 @@ __all__ = [
     "DEFAULT_FOCUS_BUDGET_CHARS",
     "DEFAULT_FOCUS_CANDIDATES",
     "DEFAULT_FOCUS_CHUNK_WEIGHT",
+    "DEFAULT_FOCUS_LEXICAL_WEIGHT",
+    "DEFAULT_FOCUS_STRUCTURE",
     "DEFAULT_FOCUS_WINDOW_CHARS",
     "DEFAULT_NUM_NEIGHBORS",
     "MODES",
@@ -99,10 +100,12 @@ DEFAULT_FOCUS_WINDOW_CHARS = 700
 DEFAULT_FOCUS_BUDGET_CHARS = 4000
 DEFAULT_FOCUS_CHUNK_WEIGHT = 0.5
 DEFAULT_FOCUS_CANDIDATES = 16
+#: The weight of a sentence's full-text (BM25) score, scaled to [0, 1], when full-text scores
+#: are given, and whether windows follow the document's structure (paragraphs, clauses).
+DEFAULT_FOCUS_LEXICAL_WEIGHT = 0.2
+DEFAULT_FOCUS_STRUCTURE = False
 
 Hit = tuple[Chunk, float]
-SentenceSplitter = Callable[[str], Sequence[tuple[int, int]]]
-SentenceScorer = Callable[[Sequence[str]], Sequence[float]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,161 +272,6 @@ def _check_texts(hits: Sequence[Hit], doc_texts: Mapping[str, str] | None) -> bo
     return exact
 
 
-def _grow(starts: Sequence[int], ends: Sequence[int], center: int, limit: int) -> tuple[int, int]:
-    """Sentences ``lo..hi`` around ``center``, adding one after then one before in turn while
-    the span stays within ``limit`` characters (a side stops at the first that does not fit)."""
-    lo = hi = center
-    start, end = starts[center], ends[center]
-    n = len(starts)
-    can_after = can_before = True
-    while can_after or can_before:
-        if can_after:
-            if hi + 1 < n and ends[hi + 1] - start <= limit:
-                hi += 1
-                end = max(end, ends[hi])
-            else:
-                can_after = False
-        if can_before:
-            if lo > 0 and end - starts[lo - 1] <= limit:
-                lo -= 1
-                start = min(start, starts[lo])
-            else:
-                can_before = False
-    return start, end
-
-
-def _line_region(text: str, a: int, b: int) -> tuple[int, int]:
-    """``[a, b)`` clipped to the text and widened to whole lines."""
-    a = max(0, min(a, len(text)))
-    b = max(0, min(b, len(text)))
-    a = text.rfind("\n", 0, a) + 1 if a > 0 else 0
-    nl = text.find("\n", b) if b > 0 else 0
-    return a, (len(text) if nl < 0 else nl)
-
-
-def _union_chars(spans: list[tuple[str, int, int]]) -> int:
-    by_doc: dict[str, list[tuple[int, int]]] = {}
-    for d, s, e in spans:
-        by_doc.setdefault(d, []).append((s, e))
-    return sum(union_length(lst) for lst in by_doc.values())
-
-
-def focus_windows(
-    hits: Iterable[Hit],
-    chunks: Iterable[Chunk],
-    *,
-    split_sentences: SentenceSplitter = _split_sentences,
-    score_sentences: SentenceScorer,
-    doc_texts: Mapping[str, str] | None = None,
-    window_chars: int = DEFAULT_FOCUS_WINDOW_CHARS,
-    budget_chars: int = DEFAULT_FOCUS_BUDGET_CHARS,
-    chunk_weight: float = DEFAULT_FOCUS_CHUNK_WEIGHT,
-) -> list[Window]:
-    """Sentence focus: windows around the retrieved chunks' sentences closest to the question.
-
-    1. The sentences of each hit's document around the hits are found with
-       ``split_sentences(text) -> [(start, end), ...]`` (offsets into the text it is given;
-       default :func:`~ctxwin_dagster.core.sentences.split_sentences`),
-       applied to whole lines around each hit (± ``2 * window_chars``), so a splitter that
-       works line by line gives the same sentences as on the whole document.
-    2. Each sentence overlapping a hit chunk gets the score
-       ``score_sentences([sentence])[0] + chunk_weight * hit_score`` (its best hit when several
-       chunks hold it). ``score_sentences`` is the question's similarity to each text, e.g.
-       ``lambda texts: embedder.embed(texts) @ question_vector``.
-    3. Best sentence first, each grows into a window of whole sentences of at most
-       ``window_chars`` characters (one sentence after, one before, in turn); a window is added
-       while the merged context stays within ``budget_chars`` characters (the first always is).
-
-    The windows are not merged yet (:func:`enhance` merges them); each carries the score of its
-    sentence and the ids of the chunks it overlaps. Window text is the document text (rebuilt
-    from the chunks when ``doc_texts`` lacks the document).
-
-    Example::
-
-        >>> from ctxwin_dagster.core.splitting import RecursiveSplitter
-        >>> text = "Cats purr. Dogs bark loudly. Birds sing. Fish swim. Cows moo."
-        >>> chunks = RecursiveSplitter(chunk_size=30, chunk_overlap=0).split(text, doc_id="d", doc_sha256="0")
-        >>> split = lambda t: [(m.start(), m.end()) for m in __import__("re").finditer(r"[^.]+\\.", t)]
-        >>> score = lambda sents: [1.0 if "Dogs" in s else 0.0 for s in sents]
-        >>> ws = focus_windows([(chunks[0], 0.5)], chunks, split_sentences=split, score_sentences=score,
-        ...                    doc_texts={"d": text}, window_chars=30, budget_chars=30)
-        >>> [(w.text, w.score) for w in ws]
-        [(' Dogs bark loudly. Birds sing.', 1.25)]
-    """
-    _check_int("window_chars", window_chars, 1)
-    _check_int("budget_chars", budget_chars, 1)
-    if not isinstance(chunk_weight, int | float) or isinstance(chunk_weight, bool):
-        raise TypeError(f"chunk_weight must be a number; got {chunk_weight!r}")
-    hits = [(c, float(sc)) for c, sc in hits]
-    if not hits:
-        return []
-    by_doc: dict[str, list[Chunk]] = {}
-    for c in chunks:
-        by_doc.setdefault(c.doc_id, []).append(c)
-    for lst in by_doc.values():
-        lst.sort(key=lambda c: c.chunk_index)
-    pad = 2 * window_chars
-    # Per document: the regions around the hits, their sentences (document offsets), sorted.
-    sentences: dict[str, tuple[list[int], list[int], str]] = {}
-    for doc_id in dict.fromkeys(c.doc_id for c, _ in hits):
-        doc_chunks = by_doc.get(doc_id)
-        if not doc_chunks:
-            raise ValueError(f"no chunks of document {doc_id!r}; pass the full chunk list of every hit's document")
-        text = doc_texts.get(doc_id) if doc_texts is not None else None
-        if text is None:
-            text = span_text(doc_chunks, 0, max(c.end for c in doc_chunks))
-        regions: list[list[int]] = []
-        for a, b in sorted(_line_region(text, c.start - pad, c.end + pad) for c, _ in hits if c.doc_id == doc_id):
-            if regions and a <= regions[-1][1]:
-                regions[-1][1] = max(regions[-1][1], b)
-            else:
-                regions.append([a, b])
-        starts: list[int] = []
-        ends: list[int] = []
-        for a, b in regions:
-            for s, e in split_sentences(text[a:b]):
-                if e > s:
-                    starts.append(a + s)
-                    ends.append(a + e)
-        sentences[doc_id] = (starts, ends, text)
-    # Candidate sentences: those overlapping a hit chunk, with their best hit score.
-    cand: dict[tuple[str, int], float] = {}
-    for c, hit_score in hits:
-        starts, ends, _ = sentences[c.doc_id]
-        lo = bisect_right(ends, c.start)  # ends are non-decreasing: sentences come in order
-        hi = bisect_left(starts, c.end)
-        for j in range(lo, hi):
-            if ends[j] > c.start and starts[j] < c.end:
-                key = (c.doc_id, j)
-                cand[key] = max(cand.get(key, float("-inf")), hit_score)
-    if not cand:  # no sentence found (empty text?): fall back to the hit chunks themselves
-        return neighbor_windows(hits, [c for lst in by_doc.values() for c in lst], num_neighbors=0, doc_texts=doc_texts)
-    keys = list(cand)
-    texts = [sentences[d][2][sentences[d][0][j] : sentences[d][1][j]] for d, j in keys]
-    sims = list(score_sentences(texts))
-    if len(sims) != len(keys):
-        raise ValueError(f"score_sentences returned {len(sims)} scores for {len(keys)} sentences; it must return one per text")
-    scored = sorted(
-        ((float(sim) + chunk_weight * cand[key], key) for sim, key in zip(sims, keys)),
-        key=lambda t: (-t[0], t[1]),
-    )
-    chosen: list[tuple[str, int, int, float]] = []
-    spans: list[tuple[str, int, int]] = []
-    for score, (doc_id, j) in scored:
-        starts, ends, _ = sentences[doc_id]
-        s, e = _grow(starts, ends, j, window_chars)
-        if chosen and _union_chars(spans + [(doc_id, s, e)]) > budget_chars:
-            break
-        chosen.append((doc_id, s, e, score))
-        spans.append((doc_id, s, e))
-    windows = []
-    for doc_id, s, e, score in chosen:
-        text = sentences[doc_id][2]
-        ids = tuple(c.chunk_id for c in by_doc[doc_id] if c.start < e and s < c.end)
-        windows.append(Window(doc_id, s, e, text[s:e], score, ids))
-    return windows
-
-
 def enhance(
     hits: Iterable[Hit],
     chunks: Iterable[Chunk],
@@ -437,6 +285,10 @@ def enhance(
     window_chars: int | None = None,
     budget_chars: int | None = None,
     chunk_weight: float | None = None,
+    lexical_scores: SentenceScorer | None = None,
+    lexical_weight: float | None = None,
+    structure: bool | None = None,
+    score_drop: float | None = None,
 ) -> EnhancedContext:
     """The merged context windows of ranked ``hits`` (see the module docstring).
 
@@ -455,6 +307,9 @@ def enhance(
         window_chars, budget_chars, chunk_weight: ``"focus"`` settings (defaults
             :data:`DEFAULT_FOCUS_WINDOW_CHARS`, :data:`DEFAULT_FOCUS_BUDGET_CHARS`,
             :data:`DEFAULT_FOCUS_CHUNK_WEIGHT`); only valid in that mode.
+        lexical_scores, lexical_weight, structure, score_drop: the optional ``"focus"`` signals
+            (full-text scores and their weight, structure-following windows, the adaptive
+            budget's score drop; see :func:`~ctxwin_dagster.core.windows.focus.focus_windows`).
 
     Raises:
         ValueError: an unknown mode, an option of another mode, a missing focus function, a
@@ -484,7 +339,8 @@ def enhance(
             f"context_window_size applies to mode='budget' only (mode is {mode!r}); drop it or pass mode='budget'"
         )
     focus_opts = {"split_sentences": split_sentences, "score_sentences": score_sentences, "window_chars": window_chars,
-                  "budget_chars": budget_chars, "chunk_weight": chunk_weight}
+                  "budget_chars": budget_chars, "chunk_weight": chunk_weight, "lexical_scores": lexical_scores,
+                  "lexical_weight": lexical_weight, "structure": structure, "score_drop": score_drop}
     if mode != "focus":
         given = [k for k, v in focus_opts.items() if v is not None]
         if given:
@@ -509,9 +365,12 @@ def enhance(
             "window_chars": DEFAULT_FOCUS_WINDOW_CHARS if window_chars is None else window_chars,
             "budget_chars": DEFAULT_FOCUS_BUDGET_CHARS if budget_chars is None else budget_chars,
             "chunk_weight": DEFAULT_FOCUS_CHUNK_WEIGHT if chunk_weight is None else chunk_weight,
+            "lexical_weight": (0.0 if lexical_scores is None else DEFAULT_FOCUS_LEXICAL_WEIGHT) if lexical_weight is None else lexical_weight,
+            "structure": DEFAULT_FOCUS_STRUCTURE if structure is None else bool(structure),
+            "score_drop": score_drop,
         }}
         windows = focus_windows(hits, chunks, split_sentences=split_sentences or _split_sentences, score_sentences=score_sentences,
-                                doc_texts=doc_texts, **settings["focus"])
+                                doc_texts=doc_texts, lexical_scores=lexical_scores, **settings["focus"])
     elif mode == "budget":
         size = _check_int("context_window_size", DEFAULT_CONTEXT_WINDOW_SIZE if context_window_size is None else context_window_size, 1)
         windows = stitch_windows(hits, chunks, context_window_size=size, doc_texts=doc_texts)

@@ -2,19 +2,26 @@
 the evaluation, so the evaluation measures what users get.
 
 :class:`RetrievalSettings` holds every retrieval and enhancement option of ``ctxwin ask``
-(``k``, the enhancement mode and its option, hybrid search). Named settings:
+(``k``, the enhancement mode and its option, hybrid search, the focus signals). Named settings:
 
 ``ask``
-    ``ctxwin ask``'s default: sentence focus, a 4,000-character budget over the top-16 chunks.
+    ``ctxwin ask``'s default, chosen on the tuning split of evaluations/retrieval_quality.py:
+    sentence focus over the top-24 chunks of a hybrid search (vectors fused with BM25 over the
+    document's chunks), sentences scored by the question's meaningful parts and by BM25
+    (weight 0.2), windows added while within 0.3 of the best score, at most 8,000 characters.
+``focus-dense``
+    the earlier default: sentence focus by vectors alone, 4,000 characters from the top-16 chunks.
 ``paper``
     the SWB-RAG paper's protocol: the top-4 chunks as they are, no enhancement.
+
+Each signal can be changed on its own, e.g. ``RetrievalSettings.named("ask", hybrid=False)``.
 
 Example::
 
     >>> print(RetrievalSettings.named("paper").describe())
     top-4 chunks, no enhancement (the paper's protocol)
-    >>> RetrievalSettings.named("ask", focus_chars=6000).ask_kwargs()
-    {'k': 16, 'hybrid': False, 'enhance_mode': 'focus', 'focus_chars': 6000}
+    >>> RetrievalSettings.named("ask", score_drop=0.25).score_drop
+    0.25
 """
 
 from __future__ import annotations
@@ -46,7 +53,14 @@ class RetrievalSettings:
         focus_chars: the focus mode's character budget (default 4,000).
         num_neighbors: chunks added on each side of a hit (neighbors mode; default 1).
         context_window_size: characters per hit (budget mode; default 3,000).
-        hybrid: fuse vector search with full-text search.
+        hybrid: fuse vector search with full-text search (in focus mode: BM25 over the hit
+            documents' chunks, reciprocal rank fusion; otherwise the index's full-text search).
+        question_parts: score sentences by the question's meaningful parts (quoted names,
+            ``Label: text`` fields of a templated question) instead of the whole question.
+        lexical_weight: weight of a sentence's BM25 score in focus mode (0 or None: off).
+        structure: focus windows cover their paragraph or clause first.
+        score_drop: the adaptive budget: no window scoring more than this below the best
+            (``focus_chars`` is then the cap).
         name: the named setting this came from (``ask``, ``paper``), with ``+`` when changed.
     """
 
@@ -56,6 +70,10 @@ class RetrievalSettings:
     num_neighbors: int | None = None
     context_window_size: int | None = None
     hybrid: bool = False
+    question_parts: bool = False
+    lexical_weight: float | None = None
+    structure: bool = False
+    score_drop: float | None = None
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -65,20 +83,31 @@ class RetrievalSettings:
             value = getattr(self, field_name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
                 raise ValueError(f"{field_name} must be an int >= {minimum} or None; got {value!r}")
-        owner = {"focus_chars": "focus", "num_neighbors": "neighbors", "context_window_size": "budget"}
+        for field_name in ("lexical_weight", "score_drop"):
+            value = getattr(self, field_name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
+                raise ValueError(f"{field_name} must be a number >= 0 or None; got {value!r}")
+        owner = {"focus_chars": "focus", "num_neighbors": "neighbors", "context_window_size": "budget",
+                 "lexical_weight": "focus", "score_drop": "focus"}
         for field_name, mode in owner.items():
             if getattr(self, field_name) is not None and self.enhance_mode != mode:
                 raise ValueError(
                     f"{field_name} is an option of enhance_mode={mode!r}, not {self.enhance_mode!r}; drop it or set "
                     f"enhance_mode={mode!r}"
                 )
+        for field_name in ("question_parts", "structure"):
+            if getattr(self, field_name) and self.enhance_mode != "focus":
+                raise ValueError(
+                    f"{field_name} is an option of enhance_mode='focus', not {self.enhance_mode!r}; drop it or set "
+                    "enhance_mode='focus'"
+                )
 
     @classmethod
     def named(cls, name: str, **changes: Any) -> RetrievalSettings:
         """A named setting (``ask`` or ``paper``), optionally changed.
 
-        Changing the mode drops the named setting's option of another mode and its ``k``
-        unless given.
+        Changing the mode starts from that mode's plain setting (no hybrid search, the mode's
+        ``k``) with the changes given.
         """
         if name not in RETRIEVAL_PRESETS:
             raise ValueError(f"unknown retrieval setting {name!r}; use one of {sorted(RETRIEVAL_PRESETS)}")
@@ -87,8 +116,13 @@ class RetrievalSettings:
         if not changes:
             return base
         if "enhance_mode" in changes and changes["enhance_mode"] != base.enhance_mode:
-            base = cls(enhance_mode=changes["enhance_mode"], hybrid=base.hybrid)
+            base = cls(enhance_mode=changes["enhance_mode"])
         return replace(base, **changes, name=f"{name}+")
+
+    @property
+    def effective_lexical_weight(self) -> float:
+        """The weight of BM25 sentence scores (0: off)."""
+        return float(self.lexical_weight or 0.0)
 
     @property
     def effective_k(self) -> int:
@@ -99,20 +133,21 @@ class RetrievalSettings:
 
     def ask_kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :meth:`ctxwin_dagster.ask.Asker.ask` for these settings."""
-        kwargs: dict[str, Any] = {"k": self.effective_k, "hybrid": self.hybrid, "enhance_mode": self.enhance_mode}
-        if self.enhance_mode == "focus":
-            kwargs["focus_chars"] = self.focus_chars or DEFAULT_FOCUS_BUDGET_CHARS
-        elif self.enhance_mode == "neighbors":
-            kwargs["num_neighbors"] = DEFAULT_NUM_NEIGHBORS if self.num_neighbors is None else self.num_neighbors
-        elif self.enhance_mode == "budget":
-            kwargs["context_window_size"] = self.context_window_size or DEFAULT_CONTEXT_WINDOW_SIZE
-        return kwargs
+        return {"retrieval": self}
 
     def describe(self) -> str:
         """One line a report can print, e.g. ``"sentence focus, 4,000 characters from the top-16 chunks"``."""
         k = self.effective_k
         if self.enhance_mode == "focus":
-            text = f"sentence focus, {self.focus_chars or DEFAULT_FOCUS_BUDGET_CHARS:,} characters from the top-{k} chunks"
+            chars = self.focus_chars or DEFAULT_FOCUS_BUDGET_CHARS
+            text = f"sentence focus, {chars:,} characters from the top-{k} chunks"
+            if self.score_drop is not None:
+                text = f"sentence focus from the top-{k} chunks, windows while within {self.score_drop:g} of the best score, at most {chars:,} characters"
+            extras = [label for on, label in ((self.question_parts, "question parts"),
+                                              (self.effective_lexical_weight > 0, f"BM25 sentence scores ×{self.effective_lexical_weight:g}"),
+                                              (self.structure, "clause-following windows")) if on]
+            if extras:
+                text += " (" + ", ".join(extras) + ")"
         elif self.enhance_mode == "neighbors":
             n = DEFAULT_NUM_NEIGHBORS if self.num_neighbors is None else self.num_neighbors
             text = f"top-{k} chunks, each with ±{n} neighbouring chunks, merged"
@@ -122,7 +157,7 @@ class RetrievalSettings:
             text = f"top-{k} chunks, no enhancement"
         if self.hybrid:
             text += ", hybrid (vector + full-text) search"
-        label = {"ask": "ctxwin ask's default", "paper": "the paper's protocol"}.get(self.name)
+        label = {"ask": "ctxwin ask's default", "paper": "the paper's protocol", "focus-dense": "the earlier default"}.get(self.name)
         if label:
             text += f" ({label})"
         elif self.name.endswith("+"):
@@ -132,6 +167,9 @@ class RetrievalSettings:
 
 #: The named settings.
 RETRIEVAL_PRESETS: dict[str, RetrievalSettings] = {
-    "ask": RetrievalSettings(enhance_mode="focus", name="ask"),
+    "ask": RetrievalSettings(
+        enhance_mode="focus", k=24, focus_chars=8000, hybrid=True, question_parts=True, lexical_weight=0.2, score_drop=0.3, name="ask",
+    ),
+    "focus-dense": RetrievalSettings(enhance_mode="focus", k=DEFAULT_FOCUS_CANDIDATES, focus_chars=DEFAULT_FOCUS_BUDGET_CHARS, name="focus-dense"),
     "paper": RetrievalSettings(enhance_mode="none", k=DEFAULT_K, name="paper"),
 }

@@ -265,12 +265,13 @@ class EvaluationSettings(dg.ConfigurableResource):
     experiment: str = Field(default="sample", description="name of the experiment: the folder of its results and report")
     results_dir: str = Field(default="evaluations/results", description="where answers and scores are exported (JSONL per document)")
     reports_dir: str = Field(default="evaluations/reports", description="where the comparison report is written")
-    retrieval: Literal["ask", "paper"] = Field(
-        default="ask", description="named retrieval setting: 'ask' (ctxwin ask's default, sentence focus) or 'paper' (top-4 chunks, no enhancement)"
+    retrieval: Literal["ask", "focus-dense", "paper"] = Field(
+        default="ask", description="named retrieval setting: 'ask' (ctxwin ask's default, hybrid sentence focus), 'focus-dense' (the earlier "
+        "vectors-only focus) or 'paper' (top-4 chunks, no enhancement)"
     )
     enhance_mode: Literal["", "focus", "neighbors", "budget", "none"] = Field(default="", description="change the enhancement: focus, neighbors, budget or none (empty: the named setting's)")
-    k: int | None = Field(default=None, ge=1, description="chunks to retrieve (unset: 16 for focus, else 4)")
-    focus_chars: int | None = Field(default=None, ge=1, description="focus mode: characters of context in all (unset: 4,000)")
+    k: int | None = Field(default=None, ge=1, description="chunks to retrieve (unset: the named setting's, 24 for ask's focus, else 4)")
+    focus_chars: int | None = Field(default=None, ge=1, description="focus mode: at most this many characters of context in all (unset: the named setting's, 8,000 for ask)")
     num_neighbors: int | None = Field(default=None, ge=0, description="neighbors mode: chunks added on each side of a hit (unset: 1)")
     context_window_size: int | None = Field(default=None, ge=1, description="budget mode: characters per hit (unset: 3,000)")
     hybrid: bool | None = Field(default=None, description="fuse vector search with full-text search (unset: the named setting's, off)")

@@ -1,0 +1,75 @@
+"""Run the peers' own retrieval code (``../shared/tools/peer_retrieval.py``, unchanged) with
+their embeddings memoized, for the report split of ``retrieval_quality.py``.
+
+``SentenceTransformer.encode`` is wrapped: a text's vector is taken from a file of earlier runs
+(so the TOPK=8 run does not embed the chunks again) or from the project's embedding cache when
+the project embedded the same text with the same model (all-MiniLM-L6-v2 through
+sentence-transformers, L2-normalized — the same vectors, checked to 1e-8) and it fits the
+model's 256-token window; every other text is embedded by the peers' code as usual.
+``--no-llamaindex`` blocks the LlamaIndex import, so only the LangChain rows (top-k and ±1) are
+measured (the sentence-window row is measured once, at top-4).
+
+Run with a Python that has the peers' packages (see ``../shared/tools/README.md``) and this
+project on ``PYTHONPATH``::
+
+    python evaluations/retrieval_quality.py --export-peer-folders /tmp/peerdata
+    PYTHONPATH=. PROJECT_CACHE=data/cache/retrieval_eval_embeddings.sqlite \
+        /tmp/peers/bin/python evaluations/peer_retrieval_cached.py 4 /tmp/peer_cuad.npz \
+        /tmp/peerdata/cuad_report evaluations/reports/peer_retrieval/peer_cuad_report_top4.json
+    ... 8 /tmp/peer_cuad.npz --no-llamaindex /tmp/peerdata/cuad_report .../peer_cuad_report_top8.json
+
+Usage: peer_retrieval_cached.py TOPK CACHE.npz [--no-llamaindex] FOLDER OUT.json
+"""
+import atexit
+import hashlib
+import os
+import runpy
+import sys
+from pathlib import Path
+
+import numpy as np
+topk, cache_path = sys.argv[1], sys.argv[2]
+args = sys.argv[3:]
+os.environ["TOPK"] = topk
+if args[0] == "--no-llamaindex":
+    sys.modules["llama_index"] = None  # the tool records C as unavailable and stops after A/B
+    args = args[1:]
+from sentence_transformers import SentenceTransformer
+cache = {}
+if os.path.exists(cache_path):
+    z = np.load(cache_path)
+    cache = dict(zip(z["keys"].tolist(), z["vecs"]))
+# Texts the project's evaluation already embedded with the same model (sentence-transformers,
+# all-MiniLM-L6-v2, L2-normalized) are read from its cache when they fit the model's 256-token
+# window (longer ones are embedded here, truncated as the peers' code does).
+from ctxwin_dagster.models.cache import ResponseCache
+from ctxwin_dagster.models.embeddings.cached import embedding_cache_key
+ROOT = Path(__file__).resolve().parents[1]
+project = ResponseCache(os.environ.get("PROJECT_CACHE", str(ROOT / "data" / "cache" / "retrieval_eval_embeddings.sqlite")))
+TOOL = os.environ.get("PEER_TOOL", str(ROOT.parent / "shared" / "tools" / "peer_retrieval.py"))
+reused = [0]
+orig = SentenceTransformer.encode
+def encode(self, sentences, *a, **kw):
+    single = isinstance(sentences, str)
+    texts = [sentences] if single else list(sentences)
+    keys = [hashlib.sha256((str(kw.get("normalize_embeddings")) + t).encode()).hexdigest() for t in texts]
+    for i, k in enumerate(keys):
+        if k not in cache and kw.get("normalize_embeddings"):
+            blob = project.get_blob(embedding_cache_key("all-MiniLM-L6-v2", texts[i]))
+            if blob is not None and len(self.tokenizer(texts[i])["input_ids"]) <= self.max_seq_length:
+                cache[k] = np.frombuffer(blob, dtype=np.float32)
+                reused[0] += 1
+    miss = [i for i, k in enumerate(keys) if k not in cache]
+    if miss:
+        out = orig(self, [texts[i] for i in miss], *a, **kw)
+        for i, v in zip(miss, out):
+            cache[keys[i]] = np.asarray(v)
+    res = np.stack([cache[k] for k in keys])
+    return res[0] if single else res
+SentenceTransformer.encode = encode
+def save():
+    print("vectors reused from the project cache:", reused[0], flush=True)
+    np.savez(cache_path, keys=np.array(list(cache)), vecs=np.stack(list(cache.values())) if cache else np.zeros((0, 384)))
+atexit.register(save)
+sys.argv = ["peer_retrieval.py"] + args
+runpy.run_path(TOOL, run_name="__main__")
