@@ -15,7 +15,7 @@ from ctxwin_dagster.defs.evaluation.assets import (
 )
 from ctxwin_dagster.defs.indexes.assets import cc_rag_index, swb_rag_index, t_rag_index
 from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
-from ctxwin_dagster.defs.jobs import VARIANT_JOBS, all_assets_job
+from ctxwin_dagster.defs.jobs import EXECUTOR, VARIANT_JOBS, all_assets_job
 from ctxwin_dagster.defs.resources import (
     ChatModelResource,
     EmbeddingsResource,
@@ -64,5 +64,5 @@ defs = dg.Definitions(
     schedules=[stale_documents_schedule],
     sensors=[documents_sensor],
     resources=default_resources(),
-    executor=dg.multiprocess_executor.configured({"max_concurrent": 2}),
+    executor=EXECUTOR,
 )

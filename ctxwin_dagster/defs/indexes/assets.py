@@ -1,5 +1,6 @@
 """Index stage: one LanceDB table per variant (T-RAG, CC-RAG, SWB-RAG)."""
 
+import random
 import time
 
 import dagster as dg
@@ -38,6 +39,22 @@ def index_rows(chunks: list[Chunk], contexts, embedder, embeddings: EmbeddingsRe
     return rows, plans
 
 
+def refresh_indexes(index, variant: str, *, retries: int = 8) -> dict[str, bool]:
+    """``index.ensure_indexes(variant)``, retried when another run committed to the table at the
+    same moment (documents run in parallel write the same tables; LanceDB refuses a commit that
+    conflicts and the next attempt sees the other's version)."""
+    from ctxwin_dagster.models.vectorstore import _is_conflict
+
+    for attempt in range(retries + 1):
+        try:
+            return index.ensure_indexes(variant)
+        except Exception as exc:
+            if attempt == retries or not _is_conflict(exc):
+                raise
+            time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
 def write_index(context, variant: str, chunks: list[Chunk], contexts, embeddings: EmbeddingsResource, lancedb: LanceDBResource):
     started = time.perf_counter()
     doc_id = context.partition_key
@@ -56,7 +73,7 @@ def write_index(context, variant: str, chunks: list[Chunk], contexts, embeddings
     vectors = embedder.embed_plans(plans)
     index = lancedb.index()
     stats = index.replace_document(variant, doc_id, rows, vectors)
-    indexes = index.ensure_indexes(variant)
+    indexes = refresh_indexes(index, variant)
     stored = index.count(variant, doc_id=doc_id)
     duplicates = index.duplicate_ids(variant)
     return dg.MaterializeResult(
