@@ -24,6 +24,7 @@ __all__ = ["build_parser", "main"]
 def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None, help="documents run at once (runs in the instance's queue; default: the machine's cores)")
     parser.add_argument("--force", action="store_true", help="run every document again, even when nothing changed")
+    parser.add_argument("--workspace", help="the workspace.yaml whose code location the runs belong to (default ./workspace.yaml; see deploy/)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,6 +31,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         doc_filter=args.doc,
         workers=args.workers,
         force=args.force,
+        workspace=args.workspace,
     )
 
 
@@ -44,6 +45,7 @@ def run_pipeline(
     doc_filter: list[str] | None = None,
     workers: int | None = None,
     force: bool = False,
+    workspace: str | None = None,
 ) -> int:
     """Sync the document partitions, then launch a run of ``job_name`` for every document whose
     assets are stale (all with ``force``) and the comparison, on the Dagster instance; follow
@@ -82,7 +84,10 @@ def run_pipeline(
     run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": log_level}}}}
     if resources:
         run_config["resources"] = resources
-    planner = RunPlanner(instance, defs, home=home, settings=settings, run_config=run_config, workers=workers or os.cpu_count() or 1)
+    planner = RunPlanner(
+        instance, defs, home=home, settings=settings, run_config=run_config, workers=workers or os.cpu_count() or 1,
+        workspace=Path(workspace).resolve() if workspace else None,
+    )
     return planner.run(job_name, keys, force=force)
 
 
@@ -135,6 +140,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         resources=resources,
         workers=args.workers,
         force=args.force,
+        workspace=args.workspace,
     )
 
 

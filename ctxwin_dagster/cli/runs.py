@@ -93,9 +93,12 @@ class RunPlanner:
         settings: the project settings of this command (documents and QA folders).
         run_config: the run config every run gets (resources, loggers).
         workers: runs of this command in the queue at once.
+        workspace: the workspace file (default: :func:`workspace_file`).
     """
 
-    def __init__(self, instance: Any, defs: Any, *, home: Path, settings: Any, run_config: dict[str, Any], workers: int) -> None:
+    def __init__(
+        self, instance: Any, defs: Any, *, home: Path, settings: Any, run_config: dict[str, Any], workers: int, workspace: Path | None = None
+    ) -> None:
         from ctxwin_dagster.defs.staleness import StalenessChecker, resource_versions
 
         if workers < 1:
@@ -106,28 +109,19 @@ class RunPlanner:
         self.settings = settings
         self.run_config = run_config
         self.workers = workers
+        self.workspace = workspace
         self.versions = resource_versions(defs.resources, run_config.get("resources"))
-        self.checker = StalenessChecker(instance, defs, self.versions)
+        self.checker = StalenessChecker(instance, defs.resolve_asset_graph(), self.versions)
         self.totals: dict[str, dict[str, float]] = {}
         self._has_questions: dict[str, bool] = {}
         self.out = sys.stdout
 
     # ------------------------------------------------------------------ planning
     def _qa_versions(self, keys: list[str]) -> dict[str, str]:
-        from ctxwin_dagster.core.qa.items import load_qa_folder
-        from ctxwin_dagster.defs.staleness import qa_version
+        from ctxwin_dagster.defs.staleness import qa_versions
 
-        folder = Path(self.settings.qa_dir)
-        try:
-            items = load_qa_folder(folder) if folder.is_dir() else []
-        except Exception as exc:  # qa_sets fails with the same message; the run shows it
-            self._has_questions = dict.fromkeys(keys, True)
-            return {k: f"unreadable: {exc}"[:60] for k in keys}
-        by_doc: dict[str, list[dict]] = {}
-        for q in items:
-            by_doc.setdefault(q.doc_id, []).append(q.to_dict())
-        self._has_questions = {k: bool(by_doc.get(k)) for k in keys}
-        return {k: qa_version(by_doc.get(k, [])) for k in keys}
+        versions, self._has_questions = qa_versions(Path(self.settings.qa_dir), keys)
+        return versions
 
     def plan(self, job_name: str, keys: list[str], *, force: bool) -> tuple[list[Planned], list[str]]:
         """(runs to launch, partitions up to date)."""
@@ -186,8 +180,12 @@ class RunPlanner:
         self.print(f"{len(planned)} of {len(keys)} documents to run ({len(fresh)} up to date, skipped){'; --force' if force else ''}")
         for p in planned:
             self.print(f"  {p.partition}: {p.reason}")
+        if planned:
+            self.preflight()
         failed: list[str] = []
-        workspace = workspace_file(self.home)
+        workspace = self.workspace or workspace_file(self.home)
+        if not workspace.is_file():
+            raise SystemExit(f"ctxwin: no workspace file {workspace}")
         launcher: Launcher | None = None
         try:
             if planned:
@@ -222,6 +220,49 @@ class RunPlanner:
         comparison = self.plan_comparison(ran_any, force)
         self.print(f"experiment_comparison: {comparison.reason if comparison else 'up to date, skipped'}")
         return comparison
+
+    def endpoints(self) -> list[tuple[str, str, str | None, str | None]]:
+        """(role, model, base_url, api_key) of every model endpoint the runs would call."""
+        import os
+
+        overrides = self.run_config.get("resources") or {}
+
+        def conf(key: str) -> dict[str, Any]:
+            default = self.defs.resources.get(key)
+            values = {n: getattr(default, n, None) for n in getattr(type(default), "model_fields", {})}
+            return {**values, **((overrides.get(key) or {}).get("config") or {})}
+
+        def key_of(value: Any) -> str | None:
+            if isinstance(value, dict) and "env" in value:
+                return os.environ.get(value["env"])
+            return getattr(value, "get_value", lambda: value)() if value else None
+
+        out = []
+        for role in ("contextualizer", "answerer"):
+            c = conf(role)
+            if (c.get("model") or "").strip():
+                out.append((role, c["model"], c.get("base_url") or None, key_of(c.get("api_key"))))
+        ev = conf("evaluation")
+        if (ev.get("judge_model") or "").strip():
+            out.append(("judge", ev["judge_model"], ev.get("judge_base_url") or None, None))
+        emb = conf("embeddings")
+        if emb.get("provider") == "openai":
+            out.append(("embeddings", emb["model"], emb.get("base_url") or None, key_of(emb.get("api_key"))))
+        return out
+
+    def preflight(self) -> None:
+        """Check each configured endpoint once; stop with that one error before any run."""
+        from ctxwin_dagster.models.preflight import EndpointError, check_endpoint
+
+        seen = set()
+        for role, model, base_url, api_key in self.endpoints():
+            if (model, base_url) in seen:
+                continue
+            seen.add((model, base_url))
+            try:
+                self.print(f"checked {check_endpoint(role, model, base_url, api_key)}")
+            except EndpointError as exc:
+                raise SystemExit(f"ctxwin: {exc}; nothing was run") from None
 
     def print(self, text: str) -> None:
         print(text, file=self.out, flush=True)

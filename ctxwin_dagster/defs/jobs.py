@@ -5,47 +5,44 @@ its steps take from milliseconds to a few seconds, and a process per step (the m
 executor) costs a Python start, an import of the project and a load of the embedding model each
 time — measured on the sample, one document: see ``benchmarks/bench_runs.py``. Documents run in
 parallel as separate runs (``ctxwin run --workers N``, the instance's run queue). A deployment
-that wants steps spread over machines swaps the executor (``deploy/celery``).
+that wants steps spread over machines passes another executor to
+:func:`ctxwin_dagster.definitions.build_definitions` (``deploy/celery``).
 """
 
 import dagster as dg
 
-#: The executor of every job of the project (one process per run; see above).
+#: The executor of every job of the project (one process per run; see above), set on the
+#: Definitions so a deployment can swap it without touching the jobs.
 EXECUTOR = dg.in_process_executor
 
 all_assets_job = dg.define_asset_job(
     "all_assets_job",
     selection=dg.AssetSelection.all() - dg.AssetSelection.assets("experiment_comparison"),
     description="Materialize every per-document asset for a document partition.",
-    executor_def=EXECUTOR,
 )
 
 comparison_job = dg.define_asset_job(
     "comparison_job",
     selection=dg.AssetSelection.assets("experiment_comparison"),
     description="The experiment's comparison report over every evaluated document.",
-    executor_def=EXECUTOR,
 )
 
 t_rag_job = dg.define_asset_job(
     "t_rag_job",
     selection=dg.AssetSelection.assets("t_rag_index").upstream(),
     description="T-RAG: documents, chunks and the plain-chunk index.",
-    executor_def=EXECUTOR,
 )
 
 cc_rag_job = dg.define_asset_job(
     "cc_rag_job",
     selection=dg.AssetSelection.assets("cc_rag_index").upstream(),
     description="CC-RAG: documents, chunks, whole-document contexts and their index.",
-    executor_def=EXECUTOR,
 )
 
 swb_rag_job = dg.define_asset_job(
     "swb_rag_job",
     selection=dg.AssetSelection.assets("swb_rag_index").upstream(),
     description="SWB-RAG: documents, chunks, global summary, batch contexts and their index.",
-    executor_def=EXECUTOR,
 )
 
 VARIANT_JOBS = (t_rag_job, cc_rag_job, swb_rag_job, comparison_job)

@@ -69,6 +69,25 @@ def qa_version(items: Iterable[Mapping[str, Any]]) -> str:
     return _digest(sorted((dict(i) for i in items), key=lambda i: str(i.get("question_id"))))
 
 
+def qa_versions(folder: Path, doc_ids: Iterable[str]) -> tuple[dict[str, str], dict[str, bool]]:
+    """Per document: the :func:`qa_version` of its questions in ``folder``, and whether it has any.
+
+    A folder that does not load gives every document the same marker version (its ``qa_sets``
+    fails with the loader's message when it runs).
+    """
+    from ctxwin_dagster.core.qa.items import load_qa_folder
+
+    doc_ids = list(doc_ids)
+    try:
+        items = load_qa_folder(folder) if folder.is_dir() else []
+    except Exception as exc:
+        return {k: f"unreadable: {exc}"[:60] for k in doc_ids}, dict.fromkeys(doc_ids, True)
+    by_doc: dict[str, list[dict]] = {}
+    for q in items:
+        by_doc.setdefault(q.doc_id, []).append(q.to_dict())
+    return {k: qa_version(by_doc.get(k, [])) for k in doc_ids}, {k: bool(by_doc.get(k)) for k in doc_ids}
+
+
 def file_sha256(path: Path) -> str:
     """SHA-256 of a file's bytes (``raw_documents``' data version)."""
     digest = hashlib.sha256()
@@ -108,15 +127,14 @@ class StalenessChecker:
 
     Args:
         instance: the Dagster instance.
-        defs: the project's :class:`~dagster.Definitions`.
+        graph: the project's asset graph (``Definitions.resolve_asset_graph()``).
         versions: :func:`resource_versions` of the run to be launched, plus the extra
             entries of :data:`EXTRA_INPUTS` (e.g. ``"qa"``) per partition via ``extra``.
     """
 
-    def __init__(self, instance: dg.DagsterInstance, defs: dg.Definitions, versions: Mapping[str, str]) -> None:
+    def __init__(self, instance: dg.DagsterInstance, graph: Any, versions: Mapping[str, str]) -> None:
         self.instance = instance
-        self.graph = defs.resolve_asset_graph()
-        self.defs = defs
+        self.graph = graph
         self.versions = dict(versions)
         self._run_tags: dict[str, Mapping[str, str]] = {}
 
