@@ -138,7 +138,7 @@ def bench_executor(base: Path, doc: str = "squad_Normans") -> None:
     print(f"multiprocess / in_process run time: {results['multiprocess'][1] / results['in_process'][1]:.2f}x")
 
 
-def bench_floor(base: Path) -> None:
+def bench_floor(base: Path, docs: list[str] | None = None) -> None:
     import dagster as dg
     import numpy as np
 
@@ -147,6 +147,10 @@ def bench_floor(base: Path) -> None:
     from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 
     root = project(base / "floor")
+    if docs:  # only these documents of the sample
+        for path in (root / "data" / "documents").iterdir():
+            if path.stem not in docs:
+                path.unlink()
     os.chdir(root)
     encoded: Counter[str] = Counter()
     spent = [0.0]
@@ -169,7 +173,8 @@ def bench_floor(base: Path) -> None:
         keys = ProjectSettings().document_ids()
         instance.add_dynamic_partitions("documents", keys)
         for key in keys:
-            result = job.execute_in_process(instance=instance, partition_key=key, raise_on_error=True)
+            quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+            result = job.execute_in_process(instance=instance, partition_key=key, raise_on_error=True, run_config=quiet)
             for event in result.all_events:
                 if event.event_type_value == "ASSET_MATERIALIZATION":
                     meta = event.event_specific_data.materialization.metadata
@@ -198,11 +203,12 @@ def main() -> None:
     parser.add_argument("what", choices=["workers", "unchanged", "executor", "floor"])
     parser.add_argument("--latency", type=float, default=0.5)
     parser.add_argument("--keep", help="work in this folder (kept) instead of a temporary one")
+    parser.add_argument("--doc", action="append", help="floor: only this sample document (repeatable; default all)")
     args = parser.parse_args()
     base = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="ctxwin-bench-"))
     try:
         {"workers": lambda: bench_workers(base, args.latency), "unchanged": lambda: bench_unchanged(base),
-         "executor": lambda: bench_executor(base), "floor": lambda: bench_floor(base)}[args.what]()
+         "executor": lambda: bench_executor(base), "floor": lambda: bench_floor(base, args.doc)}[args.what]()
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)

@@ -156,3 +156,19 @@ def test_force_reruns_every_document(project):
     forced = _ctxwin(["run", "--force", "--doc", "cuad_todos_medical_reseller"], root, home)
     assert forced.returncode == 0, forced.stdout[-3000:] + forced.stderr[-3000:]
     assert "1 of 1 documents to run (0 up to date, skipped); --force" in forced.stdout
+    # Everything the extractive engine did is reused from the content cache, and counted so.
+    for asset in ("global_summaries", "cc_rag_contexts", "swb_rag_contexts", "t_rag_answers"):
+        line = next(l for l in forced.stdout.splitlines() if l.strip().startswith(asset + " "))
+        fields = dict(f.split("=") for f in line.split(None, 1)[1].split(", "))
+        assert fields["calls"] == "0" and int(fields["cache_hits"].replace(",", "")) > 0, line
+
+
+def test_a_failed_document_prints_one_line_and_the_others_stay_up_to_date(project):
+    root, home, _ = project
+    (root / "data" / "documents" / "broken.txt").write_bytes(b"\x00\x01\x02binary")
+    out = _ctxwin(["run"], root, home)
+    assert out.returncode == 1
+    assert "1 of 3 documents to run (2 up to date, skipped)" in out.stdout
+    lines = [l for l in out.stdout.splitlines() if "broken" in l and "FAILED" in l]
+    assert len(lines) == 1 and "raw_documents" in lines[0] and "broken.txt" in lines[0], out.stdout
+    assert "Traceback" not in out.stdout + out.stderr

@@ -46,12 +46,12 @@ class TaskMemo:
         return self.cache.make_key("extractive", task, self.settings, *parts)
 
     def get(self, key: str | None) -> Any | None:
-        if key is None:
+        if key is None or self.cache is None:
             return None
         return self.cache.get(key)
 
     def put(self, key: str | None, value: Any) -> None:
-        if key is not None:
+        if key is not None and self.cache is not None:
             self.cache.put(key, value)
 
 
