@@ -575,3 +575,36 @@ def test_llm_answer_citations_and_not_found(small_chunks):
         missing = tasks.answer("When does water boil?", passages, doc_id="d")
     assert found.cited_chunk_ids == [ids[1], ids[2]] and not found.not_found and found.records[0].tags.stage == "answer"
     assert missing.not_found and missing.text == NOT_IN_DOCUMENTS and missing.cited_chunk_ids == []
+
+
+def test_extractive_work_is_reused_by_content_and_counted_as_cache_hits(embedder, doc, chunks, tmp_path):
+    cache = ResponseCache(tmp_path / "responses.sqlite")
+    part = chunks[:12]
+    passages = [(c.chunk_id, c.text) for c in part[:4]]
+    question = "Which practices involving emotion recognition are prohibited?"
+
+    def work(tasks):
+        summary = tasks.summarize(doc, doc_id="ai_act", max_tokens=300)
+        cc = tasks.contextualize_cc(doc, part, doc_id="ai_act")
+        swb = tasks.contextualize_swb(doc, part, summary.text, doc_id="ai_act")
+        answer = tasks.answer(question, passages, doc_id="ai_act")
+        return summary, cc, swb, answer
+
+    first = ExtractiveTasks(embedder, cache=cache)
+    cold = work(first)
+    assert first.ledger.records and not any(r.cache_hit for r in first.ledger.records)
+    second = ExtractiveTasks(embedder, cache=cache)
+    warm = work(second)
+    # The same results, every record a cache hit with the same counted volumes.
+    assert warm[0].text == cold[0].text and warm[3].text == cold[3].text and warm[3].cited_chunk_ids == cold[3].cited_chunk_ids
+    assert [c.context for c in warm[1]] == [c.context for c in cold[1]] and all(c.cached for c in warm[1] + warm[2])
+    assert [c.context for c in warm[2]] == [c.context for c in cold[2]]
+    assert len(second.ledger.records) == len(first.ledger.records) and all(r.cache_hit for r in second.ledger.records)
+    assert [r.input_tokens for r in second.ledger.records] == [r.input_tokens for r in first.ledger.records]
+    # Changed content is not served from the memo: another question is worked out again.
+    second.answer("Who supervises the market?", passages, doc_id="ai_act")
+    assert not second.ledger.records[-1].cache_hit
+    # Another setting (threshold) is another key.
+    other = ExtractiveTasks(embedder, cache=cache, answer_threshold=0.5)
+    other.answer(question, passages, doc_id="ai_act")
+    assert not other.ledger.records[-1].cache_hit

@@ -1,8 +1,9 @@
 """The ``ctxwin`` command.
 
-``ctxwin run`` syncs one partition per document file and materializes every asset for every
-document in a persistent Dagster home (``$DAGSTER_HOME``, default ``.dagster_home``), so the
-runs are visible in the Dagster UI afterwards.
+``ctxwin run`` syncs one partition per document file and submits one run per document whose
+assets are out of date to the Dagster instance in a persistent Dagster home (``$DAGSTER_HOME``,
+default ``.dagster_home``), as the code location of ``workspace.yaml``, so the runs are the
+UI's own (listed under their jobs, re-executable).
 """
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ from .review import cmd_review
 __all__ = ["build_parser", "main"]
 
 
+def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=int, default=None, help="documents run at once (runs in the instance's queue; default: the machine's cores)")
+    parser.add_argument("--force", action="store_true", help="run every document again, even when nothing changed")
+    parser.add_argument("--workspace", help="the workspace.yaml whose code location the runs belong to (default ./workspace.yaml; see deploy/)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ctxwin", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -32,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--job", default="all_assets_job", choices=["all_assets_job", "t_rag_job", "cc_rag_job", "swb_rag_job"])
     run.add_argument("--model", help="contextualizer/summarizer chat model (default: none, the extractive engine)")
     run.add_argument("--base-url", help="OpenAI-compatible server for --model (default OpenAI; key from OPENAI_API_KEY)")
+    _add_launch_arguments(run)
     run.set_defaults(func=cmd_run)
 
     plan = sub.add_parser("plan", help="calls, tokens, characters and cost per variant, without calling a model")
@@ -60,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--name", help="experiment name when no experiment file is given")
     ev.add_argument("--dagster-home", help="default data/experiments/<name>/dagster_home")
     ev.add_argument("--log-level", default="WARNING")
+    _add_launch_arguments(ev)
     ev.set_defaults(func=cmd_evaluate)
 
     qa = sub.add_parser("qa", help="question sets: import SQuAD JSON, CUAD JSON or CSV/JSONL tables into the QA format")

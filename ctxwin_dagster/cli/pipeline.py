@@ -5,34 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from pathlib import Path
 from typing import Any
 
-def _instance(dagster_home: str | None):
-    from dagster import DagsterInstance
-
-    home = Path(dagster_home or os.environ.get("DAGSTER_HOME") or ".dagster_home").resolve()
-    home.mkdir(parents=True, exist_ok=True)
-    config = home / "dagster.yaml"
-    if not config.exists():
-        config.write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
-    os.environ["DAGSTER_HOME"] = str(home)
-    return DagsterInstance.get(), home
-
-
-def _materialization_metadata(instance: Any, run_id: str) -> dict[str, dict[str, Any]]:
-    """asset key -> metadata of its materialization in ``run_id``."""
-    from dagster import DagsterEventType
-
-    out: dict[str, dict[str, Any]] = {}
-    records = instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION).records
-    for rec in records:
-        mat = rec.event_log_entry.asset_materialization
-        if mat is None:
-            continue
-        out[mat.asset_key.to_user_string()] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
-    return out
+def _chat_config(model: str | None, base_url: str | None) -> dict[str, Any]:
+    chat: dict[str, Any] = {"model": model}
+    if base_url:
+        chat["base_url"] = base_url
+    return {"config": chat}
 
 
 def document_listing(settings: Any, *, quiet: bool = False):
@@ -69,10 +49,7 @@ def question_listing(qa_dir: str, folder: Any) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     resources: dict[str, Any] = {}
     if args.model:
-        chat = {"model": args.model}
-        if args.base_url:
-            chat["base_url"] = args.base_url
-        resources["contextualizer"] = {"config": chat}
+        resources["contextualizer"] = _chat_config(args.model, args.base_url)
     if args.documents:
         resources["settings"] = {"config": {"documents_dir": args.documents}}
     print(f"contextualizer: {args.model + ' @ ' + (args.base_url or 'OpenAI') if args.model else 'extractive engine (no chat model; offline)'}")
@@ -83,6 +60,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         resources=resources,
         doc_filter=args.doc,
+        workers=args.workers,
+        force=args.force,
+        workspace=args.workspace,
     )
 
 
@@ -95,15 +75,27 @@ def run_pipeline(
     resources: dict[str, Any] | None = None,
     doc_filter: list[str] | None = None,
     print_listing: bool = True,
+    workers: int | None = None,
+    force: bool = False,
+    workspace: str | None = None,
 ) -> int:
-    """Sync the document partitions, run ``job_name`` for each, then the comparison; print a summary."""
+    """Sync the document partitions, then launch a run of ``job_name`` for every document whose
+    assets are stale (all with ``force``) and the comparison, on the Dagster instance; follow
+    them and print a summary."""
+    from dagster import DagsterInstance
+
     from ctxwin_dagster.defs.partitions import documents_partitions
     from ctxwin_dagster.defs.resources import EvaluationSettings, LanceDBResource, ProjectSettings
     from ctxwin_dagster.defs.sensors import partition_changes, remove_from_indexes, remove_results
 
-    instance, home = _instance(dagster_home)
+    from .launch import prepare_home
+    from .runs import RunPlanner
+
+    home = prepare_home(dagster_home)
+    instance = DagsterInstance.get()
     from ctxwin_dagster.definitions import defs
 
+    # 1. The document list, resolved before anything is launched.
     resources = dict(resources or {})
     settings = ProjectSettings(**resources.get("settings", {}).get("config", {}))
     folder = document_listing(settings, quiet=not print_listing)
@@ -121,59 +113,16 @@ def run_pipeline(
         wanted = {folder.resolve(ref) or ref for ref in doc_filter}
         keys = [k for k in keys if k in wanted]
     print(f"ctxwin: {len(keys)} documents in {settings.documents_path()} (+{len(added)} -{len(removed)} partitions); Dagster home {home}")
-    job = defs.resolve_job_def(job_name)
+
+    # 2. Launch what is stale, follow the runs, summarize.
     run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": log_level}}}}
     if resources:
         run_config["resources"] = resources
-    failed: list[str] = []
-    started_all = time.perf_counter()
-    totals: dict[str, dict[str, float]] = {}
-    for i, key in enumerate(keys, 1):
-        started = time.perf_counter()
-        result = job.execute_in_process(
-            instance=instance,
-            partition_key=key,
-            raise_on_error=False,
-            run_config=run_config,
-        )
-        took = time.perf_counter() - started
-        status = "ok" if result.success else "FAILED"
-        print(f"[{i}/{len(keys)}] {key}: {status} in {took:.1f}s", flush=True)
-        if not result.success:
-            failed.append(key)
-            for event in result.all_events:
-                if event.is_failure and event.event_specific_data is not None:
-                    err = getattr(event.event_specific_data, "error", None)
-                    while err is not None and err.cause is not None:
-                        err = err.cause  # the user's exception, under Dagster's wrapper
-                    if err is not None:
-                        print(f"    {err.message.strip()}")
-            continue
-        for asset, meta in _materialization_metadata(instance, result.run_id).items():
-            agg = totals.setdefault(asset, {})
-            for field in ("n_chunks", "n_rows", "n_chars", "n_tokens", "input_tokens", "input_chars", "calls", "cache_hits", "cost_usd", "paid_usd", "runtime_s"):
-                value = meta.get(field)
-                if isinstance(value, int | float):
-                    agg[field] = agg.get(field, 0) + value
-    if job_name == "all_assets_job" and len(keys) > len(failed):
-        comparison_config = {"loggers": run_config["loggers"]}
-        # The resources the comparison reads (its report names the engines and models).
-        used = {k: v for k, v in run_config.get("resources", {}).items() if k in ("evaluation", "contextualizer", "answerer", "embeddings")}
-        if used:
-            comparison_config["resources"] = used
-        comparison = defs.resolve_job_def("comparison_job").execute_in_process(
-            instance=instance, raise_on_error=False, run_config=comparison_config
-        )
-        print(f"experiment_comparison: {'ok' if comparison.success else 'FAILED'}")
-        if not comparison.success:
-            failed.append("experiment_comparison")
-    print(f"\nSummary ({time.perf_counter() - started_all:.1f}s, {len(keys) - len(failed)} ok, {len(failed)} failed):")
-    for asset, agg in totals.items():
-        shown = ", ".join(f"{k}={v:,.3f}" if isinstance(v, float) and not v.is_integer() else f"{k}={int(v):,}" for k, v in agg.items())
-        print(f"  {asset:<22} {shown}")
-    if failed:
-        print(f"failed documents: {', '.join(failed)} (see the messages above, or the runs in the Dagster UI)")
-    return 1 if failed else 0
+    planner = RunPlanner(
+        instance, defs, home=home, settings=settings, run_config=run_config, workers=workers or os.cpu_count() or 1,
+        workspace=Path(workspace).resolve() if workspace else None,
+    )
+    return planner.run(job_name, keys, force=force)
 
 
 EXPERIMENT_SECTIONS = ("settings", "pipeline", "contextualizer", "answerer", "embeddings", "evaluation", "lancedb")
@@ -227,6 +176,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         resources=resources,
         print_listing=False,
+        workers=args.workers,
+        force=args.force,
+        workspace=args.workspace,
     )
 
 

@@ -1,6 +1,19 @@
-"""Jobs: everything, and one per variant (each with the ingest assets it needs)."""
+"""Jobs: everything, and one per variant (each with the ingest assets it needs).
+
+Every job runs its steps in one process (``in_process_executor``): a run covers one document,
+its steps take from milliseconds to a few seconds, and a process per step (the multiprocess
+executor) costs a Python start, an import of the project and a load of the embedding model each
+time — measured on the sample, one document: see ``benchmarks/bench_runs.py``. Documents run in
+parallel as separate runs (``ctxwin run --workers N``, the instance's run queue). A deployment
+that wants steps spread over machines passes another executor to
+:func:`ctxwin_dagster.definitions.build_definitions` (``deploy/celery``).
+"""
 
 import dagster as dg
+
+#: The executor of every job of the project (one process per run; see above), set on the
+#: Definitions so a deployment can swap it without touching the jobs.
+EXECUTOR = dg.in_process_executor
 
 all_assets_job = dg.define_asset_job(
     "all_assets_job",

@@ -238,7 +238,7 @@ def build_tasks(chat: ChatModelResource, embeddings: EmbeddingsResource, pipelin
     if backend is None:
         from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
 
-        yield ExtractiveTasks(embeddings.embedder())
+        yield ExtractiveTasks(embeddings.embedder(), cache=_cache(chat.cache_dir, "responses.sqlite"))
         return
     from ctxwin_dagster.models.tasks.llm import LLMTasks
 

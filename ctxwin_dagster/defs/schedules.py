@@ -2,12 +2,14 @@
 
 import hashlib
 from collections.abc import Iterable
+from pathlib import Path
 
 import dagster as dg
 
 from ctxwin_dagster.defs.jobs import all_assets_job
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import ProjectSettings
+from ctxwin_dagster.defs.staleness import REASON_TAG, config_tags, qa_versions, resource_versions
 
 
 def _latest(instance: dg.DagsterInstance, key: dg.AssetKey, partition: str):
@@ -57,7 +59,11 @@ def stale_documents_schedule(context: dg.ScheduleEvaluationContext, settings: Pr
     stale = stale_partitions(context.instance, settings, keys)
     if not stale:
         return dg.SkipReason("every document partition is up to date")
+    # The settings the runs use, recorded as ``ctxwin run`` records them (see staleness.py), so
+    # ``ctxwin run`` does not run these documents again.
+    versions = resource_versions(context.repository_def.get_top_level_resources())
+    qa, _ = qa_versions(Path(settings.qa_dir), stale)
     return [
-        dg.RunRequest(run_key=None, partition_key=doc_id, tags={"ctxwin/reason": why})
+        dg.RunRequest(run_key=None, partition_key=doc_id, tags={REASON_TAG: why, **config_tags({**versions, "qa": qa[doc_id]})})
         for doc_id, why in sorted(stale.items())
     ]

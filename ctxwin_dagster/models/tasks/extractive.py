@@ -16,6 +16,7 @@ Example (offline)::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -47,6 +48,7 @@ from .results import (
     ContextResult,
     SummaryResult,
 )
+from .memo import TaskMemo, chunk_parts, record_from_dict, record_to_dict
 from .selection import MIN_USABLE_WORDS, SentenceIndex, central_rows, mmr, top_rows
 
 __all__ = ["DEFAULT_ANSWER_THRESHOLD", "ExtractiveTasks", "extractive_record"]
@@ -131,6 +133,9 @@ class ExtractiveTasks:
         context_sentences / context_tokens: the size of a context.
         mmr_lambda: relevance vs. diversity in MMR (1 = relevance only).
         ledger: where records go; a new :class:`Ledger` when None.
+        cache: a :class:`~ctxwin_dagster.models.cache.ResponseCache` keeping every task's
+            result by content (see :mod:`.memo`); a rerun on the same content reuses it and
+            records the work as cache hits. None: nothing kept.
     """
 
     engine = "extractive"
@@ -149,6 +154,7 @@ class ExtractiveTasks:
         ledger: Ledger | None = None,
         max_cached_documents: int = 4,
         max_cached_vectors: int = 50_000,
+        cache: Any | None = None,
     ) -> None:
         if not -1 <= answer_threshold <= 1:
             raise ValueError(f"answer_threshold is a cosine similarity in [-1, 1]; got {answer_threshold}")
@@ -173,6 +179,11 @@ class ExtractiveTasks:
         self.max_cached_vectors = max(0, max_cached_vectors)
         self._lock = threading.Lock()
         self.stats: Counter[str] = Counter()
+        # Results by content, in the project's response cache (see memo.py); None: not kept.
+        self.memo = TaskMemo(cache, [
+            model_label, answer_threshold, context_sentences, context_tokens, answer_sentences, mmr_lambda,
+            self.counter.info.name, getattr(embedder, "model", type(embedder).__name__),
+        ])
 
     def __repr__(self) -> str:
         return f"ExtractiveTasks(model={self.model!r}, answer_threshold={self.answer_threshold})"
@@ -229,6 +240,17 @@ class ExtractiveTasks:
         self.ledger.add(rec)
         return rec
 
+    def _replay(self, stored: Sequence[dict[str, Any]], doc_id: str) -> list[CallRecord]:
+        """Stored records as this call's cache hits, in the ledger."""
+        out = []
+        for data in stored:
+            rec = record_from_dict(data)
+            rec = dataclasses.replace(rec, tags=CallTags(rec.tags.stage, doc_id, rec.tags.variant))
+            self.ledger.add(rec)
+            out.append(rec)
+        self.stats["cache_hits"] += len(out)
+        return out
+
     # ----------------------------------------------------------------- summary
     def summarize(
         self,
@@ -240,6 +262,18 @@ class ExtractiveTasks:
         language: str | None = None,
     ) -> SummaryResult:
         """Central, diverse document sentences within ``max_tokens``, in document order."""
+        lang = language or detect_language(text)
+        tpl_ids = [get_template(n, lang).id for n in ("summarize_segment", "summarize_overview")]
+        key = self.memo.key("summarize", _sha(text), max_tokens, segment_chars, lang, tpl_ids)
+        hit = self.memo.get(key)
+        if hit is not None:
+            records = self._replay(hit["records"], doc_id)
+            return SummaryResult(hit["text"], hit["segments"], records, lang, self.engine, self.model, hit["n_tokens"], [])
+        result = self._summarize(text, doc_id=doc_id, max_tokens=max_tokens, segment_chars=segment_chars, language=lang)
+        self.memo.put(key, {"text": result.text, "segments": result.segments, "n_tokens": result.n_tokens, "records": [record_to_dict(r) for r in result.records]})
+        return result
+
+    def _summarize(self, text: str, *, doc_id: str, max_tokens: int, segment_chars: int, language: str | None) -> SummaryResult:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1; got {max_tokens}")
         if not text.strip():
@@ -301,6 +335,17 @@ class ExtractiveTasks:
     def _with_prefix(prefix: str, body: str) -> str:
         return f"{prefix} {body}".strip() if prefix else body
 
+    def _memo_contexts(self, key: str | None, doc_id: str, compute) -> list[ContextResult]:
+        """Contexts from the memo (as cache hits), or computed and stored."""
+        hit = self.memo.get(key)
+        if hit is not None:
+            self._replay(hit["records"], doc_id)
+            return [ContextResult(**{**c, "cached": True}) for c in hit["contexts"]]
+        mark = len(self.ledger)
+        results = compute()
+        self.memo.put(key, {"contexts": [c.to_dict() for c in results], "records": [record_to_dict(r) for r in self.ledger.since(mark)]})
+        return results
+
     def contextualize_cc(
         self, document_text: str, chunks: Sequence[Any], *, doc_id: str, title: str | None = None
     ) -> list[ContextResult]:
@@ -309,9 +354,13 @@ class ExtractiveTasks:
         check_chunks(document_text, chunks)
         if not chunks:
             return []
-        t0 = time.perf_counter()
         lang = detect_language(document_text)
         tpl = get_template("cc_context", lang)
+        key = self.memo.key("cc", _sha(document_text), chunk_parts(chunks), title, tpl.id)
+        return self._memo_contexts(key, doc_id, lambda: self._contextualize_cc(document_text, chunks, doc_id, title, lang, tpl))
+
+    def _contextualize_cc(self, document_text, chunks, doc_id, title, lang, tpl) -> list[ContextResult]:
+        t0 = time.perf_counter()
         idx = self._index_text(document_text)
         queries = self._embed([c.text for c in chunks])
         base_rel = np.where(idx.usable, 0.0, -np.inf).astype(np.float32)
@@ -353,6 +402,10 @@ class ExtractiveTasks:
         swb = swb_batch_prompts(document_text, chunks, summary, batch_size=batch_size, window_chars=window_chars)
         if not swb.batches:
             return []
+        key = self.memo.key("swb", _sha(document_text), chunk_parts(chunks), _sha(summary), batch_size, window_chars, title, swb.template.id)
+        return self._memo_contexts(key, doc_id, lambda: self._contextualize_swb(document_text, chunks, summary, swb, doc_id, title))
+
+    def _contextualize_swb(self, document_text, chunks, summary, swb, doc_id, title) -> list[ContextResult]:
         lang, tpl = swb.language, swb.template
         idx = self._index_text(document_text)
         sum_idx = self._index_text(summary) if summary.strip() else None
@@ -394,10 +447,23 @@ class ExtractiveTasks:
     # ----------------------------------------------------------------- answer
     def answer(self, question: str, passages: Sequence[tuple[str, str]], *, doc_id: str = "") -> AnswerResult:
         """The passage sentences closest to the question, citing their chunk ids."""
-        ts = time.perf_counter()
         passages = [(str(cid), str(text)) for cid, text in passages]
         lang = detect_language(question + "\n" + " ".join(t for _, t in passages[:2]))
         tpl = get_template("answer", lang)
+        key = self.memo.key("answer", question, passages, tpl.id)
+        hit = self.memo.get(key)
+        if hit is not None:
+            if hit["not_found"]:
+                self.stats["answers_not_found"] += 1
+            recs = self._replay(hit["records"], doc_id)
+            return AnswerResult(hit["text"], hit["cited"], hit["not_found"], recs, self.engine, self.model, tpl.id, [], hit["score"])
+        result = self._answer(question, passages, doc_id, tpl)
+        self.memo.put(key, {"text": result.text, "cited": result.cited_chunk_ids, "not_found": result.not_found, "score": result.score,
+                            "records": [record_to_dict(r) for r in result.records]})
+        return result
+
+    def _answer(self, question: str, passages: list[tuple[str, str]], doc_id: str, tpl) -> AnswerResult:
+        ts = time.perf_counter()
         msgs = tpl.render(question=question, passages=format_passages(passages))
         sents: list[tuple[int, int, str]] = []  # (passage index, start, text)
         for p, (_cid, text) in enumerate(passages):

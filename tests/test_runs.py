@@ -1,0 +1,174 @@
+"""`ctxwin run` launches its runs on the Dagster instance as the code location of workspace.yaml,
+skips what is up to date, and reruns only the document that changed.
+
+One Dagster home and one project folder (a copy of the repository's workspace.yaml, two sample
+documents, two questions each) serve the tests of this module, in order: the first run, what the
+real webserver (started on loopback) says about its runs, a second run with nothing changed, and
+a run after one document changed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ("squad_Normans", "cuad_todos_medical_reseller")
+
+
+def _ctxwin(args, cwd, home):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DAGSTER_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "ctxwin_dagster.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
+
+
+def _runs(home) -> list[dg.DagsterRun]:
+    os.environ["DAGSTER_HOME"] = str(home)
+    with dg.DagsterInstance.get() as instance:
+        return list(instance.get_runs())
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    root = tmp_path_factory.mktemp("project")
+    shutil.copy(ROOT / "workspace.yaml", root / "workspace.yaml")
+    (root / "data" / "documents").mkdir(parents=True)
+    (root / "data" / "qa").mkdir(parents=True)
+    for doc in DOCS:
+        shutil.copy(ROOT / "data" / "documents" / f"{doc}.txt", root / "data" / "documents")
+    lines = []
+    for name in ("squad_sample.jsonl", "cuad_sample.jsonl"):
+        for line in (ROOT / "data" / "qa" / name).read_text(encoding="utf-8").splitlines():
+            doc = json.loads(line)["doc_id"] if line.strip() else None
+            if doc in DOCS and sum(1 for l in lines if f'"{doc}"' in l) < 2:
+                lines.append(line)
+    (root / "data" / "qa" / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    home = root / "dagster_home"
+    first = _ctxwin(["run", "--workers", "2"], root, home)
+    assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
+    return root, home, first
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _post(url: str, query: str) -> dict:
+    req = urllib.request.Request(url, data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+JOB_RUNS = """
+{ repositoryOrError(repositorySelector: {repositoryLocationName: "ctxwin", repositoryName: "__repository__"}) {
+    ... on Repository { jobs { name runs { runId status tags { key value } } } } } }
+"""
+
+RUNS = """
+{ runsOrError { ... on Runs { results { runId jobName status
+    repositoryOrigin { repositoryLocationName repositoryName } } } } }
+"""
+
+
+def test_runs_belong_to_the_code_location_in_the_webserver(project):
+    root, home, first = project
+    assert "runs queued" in first.stdout
+    env = {**os.environ, "DAGSTER_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    port = _free_port()
+    exe = Path(sys.executable).with_name("dagster-webserver")
+    proc = subprocess.Popen([str(exe), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)], cwd=root, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    graphql = f"http://127.0.0.1:{port}/graphql"
+    try:
+        deadline = time.time() + 180
+        data: dict = {}
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                raise AssertionError("the webserver exited")
+            try:
+                data = _post(graphql, JOB_RUNS)
+                if (data.get("data") or {}).get("repositoryOrError", {}).get("jobs"):
+                    break
+            except OSError:
+                pass
+            time.sleep(1)
+        jobs = {j["name"]: j["runs"] for j in data["data"]["repositoryOrError"]["jobs"]}
+        # Listed under their jobs in the code location: one run per document, and the comparison.
+        partitions = sorted(next(t["value"] for t in r["tags"] if t["key"] == "dagster/partition") for r in jobs["all_assets_job"])
+        assert partitions == sorted(DOCS)
+        assert all(r["status"] == "SUCCESS" for r in jobs["all_assets_job"])
+        assert [r["status"] for r in jobs["comparison_job"]] == ["SUCCESS"]
+        runs = _post(graphql, RUNS)["data"]["runsOrError"]["results"]
+        assert len(runs) == 3
+        assert {(r["repositoryOrigin"]["repositoryLocationName"], r["repositoryOrigin"]["repositoryName"]) for r in runs} == {("ctxwin", "__repository__")}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_a_second_run_with_nothing_changed_executes_no_partition(project):
+    root, home, _ = project
+    before = {r.run_id for r in _runs(home)}
+    again = _ctxwin(["run"], root, home)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "0 of 2 documents to run (2 up to date, skipped)" in again.stdout
+    assert "experiment_comparison: up to date, skipped" in again.stdout
+    assert {r.run_id for r in _runs(home)} == before
+
+
+def test_a_changed_document_reruns_only_its_partition_and_the_comparison(project):
+    root, home, _ = project
+    before = {r.run_id for r in _runs(home)}
+    path = root / "data" / "documents" / "squad_Normans.txt"
+    path.write_text(path.read_text(encoding="utf-8") + "\nThe Normans also built castles.\n", encoding="utf-8")
+    changed = _ctxwin(["run"], root, home)
+    assert changed.returncode == 0, changed.stdout[-3000:] + changed.stderr[-3000:]
+    assert "1 of 2 documents to run (1 up to date, skipped)" in changed.stdout
+    assert "squad_Normans: raw_documents: document changed" in changed.stdout
+    new = [r for r in _runs(home) if r.run_id not in before]
+    assert sorted((r.job_name, r.tags.get("dagster/partition")) for r in new) == [("all_assets_job", "squad_Normans"), ("comparison_job", None)]
+    os.environ["DAGSTER_HOME"] = str(home)
+    with dg.DagsterInstance.get() as instance:
+        partitions = {
+            rec.event_log_entry.asset_materialization.partition
+            for r in new
+            for rec in instance.get_records_for_run(r.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
+        }
+    assert partitions == {"squad_Normans", None}
+
+
+def test_force_reruns_every_document(project):
+    root, home, _ = project
+    forced = _ctxwin(["run", "--force", "--doc", "cuad_todos_medical_reseller"], root, home)
+    assert forced.returncode == 0, forced.stdout[-3000:] + forced.stderr[-3000:]
+    assert "1 of 1 documents to run (0 up to date, skipped); --force" in forced.stdout
+    # Everything the extractive engine did is reused from the content cache, and counted so.
+    for asset in ("global_summaries", "cc_rag_contexts", "swb_rag_contexts", "t_rag_answers"):
+        line = next(l for l in forced.stdout.splitlines() if l.strip().startswith(asset + " "))
+        fields = dict(f.split("=") for f in line.split(None, 1)[1].split(", "))
+        assert fields["calls"] == "0" and int(fields["cache_hits"].replace(",", "")) > 0, line
+
+
+def test_a_failed_document_prints_one_line_and_the_others_stay_up_to_date(project):
+    root, home, _ = project
+    (root / "data" / "documents" / "broken.txt").write_bytes(b"\x00\x01\x02binary")
+    out = _ctxwin(["run"], root, home)
+    assert out.returncode == 1
+    assert "1 of 3 documents to run (2 up to date, skipped)" in out.stdout
+    lines = [l for l in out.stdout.splitlines() if "broken" in l and "FAILED" in l]
+    assert len(lines) == 1 and "raw_documents" in lines[0] and "broken.txt" in lines[0], out.stdout
+    assert "Traceback" not in out.stdout + out.stderr
