@@ -120,7 +120,7 @@ class RunPlanner:
     def _qa_versions(self, keys: list[str]) -> dict[str, str]:
         from ctxwin_dagster.defs.staleness import qa_versions
 
-        versions, self._has_questions = qa_versions(Path(self.settings.qa_dir), keys)
+        versions, self._has_questions = qa_versions(Path(self.settings.qa_dir), keys, self.settings.document_folder())
         return versions
 
     def plan(self, job_name: str, keys: list[str], *, force: bool) -> tuple[list[Planned], list[str]]:

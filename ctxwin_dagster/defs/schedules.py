@@ -62,7 +62,7 @@ def stale_documents_schedule(context: dg.ScheduleEvaluationContext, settings: Pr
     # The settings the runs use, recorded as ``ctxwin run`` records them (see staleness.py), so
     # ``ctxwin run`` does not run these documents again.
     versions = resource_versions(context.repository_def.get_top_level_resources())
-    qa, _ = qa_versions(Path(settings.qa_dir), stale)
+    qa, _ = qa_versions(Path(settings.qa_dir), stale, settings.document_folder())
     return [
         dg.RunRequest(run_key=None, partition_key=doc_id, tags={REASON_TAG: why, **config_tags({**versions, "qa": qa[doc_id]})})
         for doc_id, why in sorted(stale.items())

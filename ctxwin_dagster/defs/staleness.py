@@ -69,8 +69,11 @@ def qa_version(items: Iterable[Mapping[str, Any]]) -> str:
     return _digest(sorted((dict(i) for i in items), key=lambda i: str(i.get("question_id"))))
 
 
-def qa_versions(folder: Path, doc_ids: Iterable[str]) -> tuple[dict[str, str], dict[str, bool]]:
+def qa_versions(folder: Path, doc_ids: Iterable[str], documents: Any = None) -> tuple[dict[str, str], dict[str, bool]]:
     """Per document: the :func:`qa_version` of its questions in ``folder``, and whether it has any.
+
+    ``documents`` (a :class:`~ctxwin_dagster.core.document_folder.DocumentFolder`) resolves the
+    names questions give their documents (a file name, a stem) to doc_ids, as ``qa_sets`` does.
 
     A folder that does not load gives every document the same marker version (its ``qa_sets``
     fails with the loader's message when it runs).
@@ -83,8 +86,14 @@ def qa_versions(folder: Path, doc_ids: Iterable[str]) -> tuple[dict[str, str], d
     except Exception as exc:
         return {k: f"unreadable: {exc}"[:60] for k in doc_ids}, dict.fromkeys(doc_ids, True)
     by_doc: dict[str, list[dict]] = {}
-    for q in items:
-        by_doc.setdefault(q.doc_id, []).append(q.to_dict())
+    if documents is not None:
+        from ctxwin_dagster.core.qa.resolve import resolve_questions
+
+        for doc_id, qs in resolve_questions(items, documents).by_doc.items():
+            by_doc[doc_id] = [q.to_dict() for q in qs]
+    else:
+        for q in items:
+            by_doc.setdefault(q.doc_id, []).append(q.to_dict())
     return {k: qa_version(by_doc.get(k, [])) for k in doc_ids}, {k: bool(by_doc.get(k)) for k in doc_ids}
 
 
