@@ -132,11 +132,13 @@ class RunPlanner:
         qa = self._qa_versions(keys) if uses_qa else {}
         planned: list[Planned] = []
         fresh: list[str] = []
+        folder = self.settings.document_folder()  # scanned once, not once per document
         for key in keys:
             extra = {"qa": qa[key]} if uses_qa else {}
             try:
-                sha: str | None = file_sha256(self.settings.document_file(key))
-            except (OSError, ValueError):
+                path = folder.path_of(key)
+                sha: str | None = file_sha256(path) if path is not None else None
+            except OSError:
                 sha = None  # the partition's raw_documents reports the file's problem
             if force:
                 reason, selection = "--force", None

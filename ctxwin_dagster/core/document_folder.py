@@ -46,8 +46,9 @@ __all__ = [
     "scan_documents",
 ]
 
-# A text file this small is read to see whether it holds only white space.
-_BLANK_CHECK_BYTES = 1 << 16
+# A text file this small is read to see whether it holds only white space (a larger one that
+# does fails its own partition with that message).
+_BLANK_CHECK_BYTES = 4096
 
 
 def _sha1(text: str) -> str:
