@@ -1,5 +1,5 @@
 """Two worker processes (documents run in parallel) write the same LanceDB tables at once, the
-way the index assets do (merge on chunk_id, then the full-text index refreshed): no row is lost
+way the index assets do (upsert on chunk_id, then the indexes brought up to date): no row is lost
 or duplicated."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import multiprocessing as mp
 import numpy as np
 
 from ctxwin_dagster.core.defaults import VARIANTS
-from ctxwin_dagster.defs.indexes.assets import refresh_indexes
 from ctxwin_dagster.models.vectorstore import ChunkIndex
 
 DIM = 8
@@ -34,7 +33,7 @@ def _worker(uri: str, docs: list[str], rounds: int, start, errors) -> None:
                 for variant in VARIANTS:
                     rows, vectors = _rows(doc, 7 + version, version)
                     index.replace_document(variant, doc, rows, vectors)
-                    refresh_indexes(index, variant)
+                    index.maintain(variant)
     except Exception as exc:  # reported to the parent, which fails the test
         errors.put(f"{type(exc).__name__}: {exc}")
 
