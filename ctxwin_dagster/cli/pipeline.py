@@ -52,7 +52,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         resources["contextualizer"] = _chat_config(args.model, args.base_url)
     if args.documents:
         resources["settings"] = {"config": {"documents_dir": args.documents}}
-    print(f"contextualizer: {args.model + ' @ ' + (args.base_url or 'OpenAI') if args.model else 'extractive engine (no chat model; offline)'}")
+    if not args.model:
+        where = "extractive engine (no chat model; offline)"
+    elif args.model.startswith("local:"):
+        where = f"{args.model} (in process, offline)"
+    else:
+        where = f"{args.model} @ {args.base_url or 'OpenAI'}"
+    print(f"contextualizer: {where}")
     return run_pipeline(
         documents=args.documents,
         dagster_home=args.dagster_home,
