@@ -115,7 +115,7 @@ def test_evaluate_contracts_with_real_file_names_and_questions_naming_them(tmp_p
     assert "Todos Medical – Reseller Agreement, Überarbeitet.txt -> Todos_Medical_Reseller_Agreement_Uberarbeitet" in out.stdout
     assert "Notizen (leer).txt: empty (0 bytes)" in out.stdout
     assert "questions: 9 for 3 of 3 documents" in out.stdout
-    assert "3 ok, 0 failed" in out.stdout
+    assert "3 ran, 0 up to date, 0 failed" in out.stdout
     payload = json.loads((tmp_path / "evaluations" / "reports" / "renamed" / "comparison.json").read_text())
     assert payload["n_questions"] == {"t_rag": 9, "cc_rag": 9, "swb_rag": 9}
 
