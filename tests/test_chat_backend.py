@@ -523,10 +523,11 @@ def test_fit_upper_bound_never_undercounts() -> None:
 
 
 def test_fake_server_serves_many_slow_requests_at_once() -> None:
+    # All 24 are in flight at once (the server counts them); how long that takes is a benchmark's
+    # business (benchmarks/bench_chat.py), not a test's: a loaded machine would make it flaky.
     with FakeOpenAIServer(latency_s=0.3) as server, make_backend(server, max_concurrency=24) as chat:
-        t0 = time.perf_counter()
-        chat.complete_many([req(f"q{i}") for i in range(24)])
-        assert time.perf_counter() - t0 < 1.2
+        replies = chat.complete_many([req(f"q{i}") for i in range(24)])
+        assert len(replies) == 24
         assert server.max_in_flight == 24
 
 
