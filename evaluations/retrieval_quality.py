@@ -557,6 +557,12 @@ NOTES = [
     "- Tried on the tuning split and not kept: BM25 weight 0.1/0.3/0.4, question vector = max or mean of the whole "
     "question and its parts (the parts alone were better), windows ≤ 500/800, chunk weight 0.25/1.0, 32 candidates, "
     "score drops 0.15–0.4 with caps 6,000–10,000 (0.3 at 8,000 kept both datasets inside their character limits).",
+    "- Peers: `../shared/tools/peer_retrieval.py` unchanged, run by `evaluations/peer_retrieval_cached.py` on the report "
+    "split exported by `--export-peer-folders` (the project's QA format, so both sides use the same reference spans). "
+    "The wrapper memoizes `SentenceTransformer.encode`: the LangChain chunks the project had embedded with the same "
+    "model were read from its cache (identical vectors, checked to 1e-8; longer than the 256-token window: embedded "
+    "by the peer), and the top-8 run reused the top-4 run's vectors; LlamaIndex embedded its own sentence nodes. "
+    "Outputs: `evaluations/reports/peer_retrieval/`.",
     "- The sentence-index row needs every sentence of every document embedded and searched (about 4× the vectors of "
     "the chunk index); it is a reference, not an option of `ctxwin ask`.",
 ]
