@@ -9,14 +9,14 @@ model's 256-token window; every other text is embedded by the peers' code as usu
 ``--no-llamaindex`` blocks the LlamaIndex import, so only the LangChain rows (top-k and ±1) are
 measured (the sentence-window row is measured once, at top-4).
 
-Run with a Python that has the peers' packages (see ``../shared/tools/README.md``) and this
-project on ``PYTHONPATH``::
+Run with a Python that has the peers' packages (``PEERS_VENV``: a virtual environment made as
+``../shared/tools/README.md`` says) and this project on ``PYTHONPATH``::
 
-    python evaluations/retrieval_quality.py --export-peer-folders /tmp/peerdata
+    python evaluations/retrieval_quality.py --export-peer-folders data/peer_export
     PYTHONPATH=. PROJECT_CACHE=data/cache/retrieval_eval_embeddings.sqlite \
-        /tmp/peers/bin/python evaluations/peer_retrieval_cached.py 4 /tmp/peer_cuad.npz \
-        /tmp/peerdata/cuad_report evaluations/reports/peer_retrieval/peer_cuad_report_top4.json
-    ... 8 /tmp/peer_cuad.npz --no-llamaindex /tmp/peerdata/cuad_report .../peer_cuad_report_top8.json
+        PEERS_VENV/bin/python evaluations/peer_retrieval_cached.py 4 data/cache/peer_cuad.npz \
+        data/peer_export/cuad_report evaluations/reports/peer_retrieval/peer_cuad_report_top4.json
+    ... 8 data/cache/peer_cuad.npz --no-llamaindex data/peer_export/cuad_report .../peer_cuad_report_top8.json
 
 Usage: peer_retrieval_cached.py TOPK CACHE.npz [--no-llamaindex] FOLDER OUT.json
 """
