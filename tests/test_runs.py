@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import dagster as dg
 import pytest
+
+from ctxwin_dagster.testing.webserver import dagster_webserver, graphql
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("squad_Normans", "cuad_todos_medical_reseller")
@@ -58,18 +58,6 @@ def project(tmp_path_factory):
     return root, home, first
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _post(url: str, query: str) -> dict:
-    req = urllib.request.Request(url, data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read())
-
-
 JOB_RUNS = """
 { repositoryOrError(repositorySelector: {repositoryLocationName: "ctxwin", repositoryName: "__repository__"}) {
     ... on Repository { jobs { name runs { runId status tags { key value } } } } } }
@@ -85,23 +73,13 @@ def test_runs_belong_to_the_code_location_in_the_webserver(project):
     root, home, first = project
     assert "runs queued" in first.stdout
     env = {**os.environ, "DAGSTER_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    port = _free_port()
-    exe = Path(sys.executable).with_name("dagster-webserver")
-    proc = subprocess.Popen([str(exe), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)], cwd=root, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    graphql = f"http://127.0.0.1:{port}/graphql"
-    try:
+    with dagster_webserver(root, env) as base:
         deadline = time.time() + 180
         data: dict = {}
-        while time.time() < deadline:
-            if proc.poll() is not None:
-                raise AssertionError("the webserver exited")
-            try:
-                data = _post(graphql, JOB_RUNS)
-                if (data.get("data") or {}).get("repositoryOrError", {}).get("jobs"):
-                    break
-            except OSError:
-                pass
+        while time.time() < deadline:  # the code location loads in the background
+            data = graphql(base, JOB_RUNS)
+            if (data.get("data") or {}).get("repositoryOrError", {}).get("jobs"):
+                break
             time.sleep(1)
         jobs = {j["name"]: j["runs"] for j in data["data"]["repositoryOrError"]["jobs"]}
         # Listed under their jobs in the code location: one run per document, and the comparison.
@@ -109,15 +87,9 @@ def test_runs_belong_to_the_code_location_in_the_webserver(project):
         assert partitions == sorted(DOCS)
         assert all(r["status"] == "SUCCESS" for r in jobs["all_assets_job"])
         assert [r["status"] for r in jobs["comparison_job"]] == ["SUCCESS"]
-        runs = _post(graphql, RUNS)["data"]["runsOrError"]["results"]
+        runs = graphql(base, RUNS)["data"]["runsOrError"]["results"]
         assert len(runs) == 3
         assert {(r["repositoryOrigin"]["repositoryLocationName"], r["repositoryOrigin"]["repositoryName"]) for r in runs} == {("ctxwin", "__repository__")}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def test_a_second_run_with_nothing_changed_executes_no_partition(project):

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from ctxwin_dagster.testing.webserver import dagster_webserver, graphql
 
 # Runs Dagster (in process or as a webserver) and the embedding model: the slow tier.
 pytestmark = pytest.mark.slow
@@ -22,18 +21,6 @@ ASSETS_QUERY = """
 { assetNodes { assetKey { path } groupName isPartitioned
                partitionDefinition { name type } } }
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _post(url: str, query: str) -> dict:
-    req = urllib.request.Request(url, data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read())
 
 
 @pytest.fixture()
@@ -47,39 +34,14 @@ def webserver(tmp_path):
         [sys.executable, "-c", "from dagster import DagsterInstance as I; I.get().add_dynamic_partitions('documents', ['squad_Normans', 'cuad_todos_medical_reseller'])"],
         env=env, check=True, cwd=ROOT,
     )
-    port = _free_port()
-    exe = Path(sys.executable).with_name("dagster-webserver")
-    proc = subprocess.Popen(
-        [str(exe), "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 180
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"webserver exited: {proc.stdout.read().decode(errors='replace')[-3000:]}")
-            try:
-                with urllib.request.urlopen(base + "/server_info", timeout=5):
-                    break
-            except OSError:
-                if time.time() > deadline:
-                    raise AssertionError("webserver did not answer within 180 s") from None
-                time.sleep(1)
+    with dagster_webserver(ROOT, env) as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def test_webserver_serves_assets_and_partitions(webserver):
-    graphql = webserver + "/graphql"
     deadline = time.time() + 120
     while True:  # the code location loads in the background
-        data = _post(graphql, ASSETS_QUERY)
+        data = graphql(webserver, ASSETS_QUERY)
         nodes = (data.get("data") or {}).get("assetNodes") or []
         if nodes or time.time() > deadline:
             break
@@ -89,5 +51,5 @@ def test_webserver_serves_assets_and_partitions(webserver):
                 "global_summaries", "cc_rag_contexts", "swb_rag_contexts"}
     assert expected <= set(by_key), sorted(by_key)
     assert by_key["chunks"]["isPartitioned"] and by_key["chunks"]["groupName"] == "ingest"
-    keys = _post(graphql, '{ assetNodes(assetKeys: [{path: ["chunks"]}]) { partitionKeys } }')
+    keys = graphql(webserver, '{ assetNodes(assetKeys: [{path: ["chunks"]}]) { partitionKeys } }')
     assert set(keys["data"]["assetNodes"][0]["partitionKeys"]) == {"squad_Normans", "cuad_todos_medical_reseller"}

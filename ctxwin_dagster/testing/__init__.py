@@ -7,7 +7,9 @@ the CLI) never imports this package.
   completions, embeddings, models) with fault injection, and its deterministic
   :func:`default_responder` and :func:`fake_embedding`;
 * :mod:`.lexical_judge` — :func:`lexical_judge_responder`, a responder for that server that
-  answers RAGAS's judge prompts by word overlap, so ragas's real judge path runs offline.
+  answers RAGAS's judge prompts by word overlap, so ragas's real judge path runs offline;
+* :mod:`.webserver` — :func:`~.webserver.dagster_webserver`, the real Dagster webserver started on
+  a free loopback port (and stopped), and :func:`~.webserver.graphql` to ask it.
 """
 
 from .lexical_judge import lexical_judge_responder
