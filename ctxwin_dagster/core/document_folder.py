@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from ctxwin_dagster.core.documents import MAX_DOC_ID_CHARS, SUPPORTED_SUFFIXES, TEXT_SUFFIXES, DocumentError, derive_doc_id
@@ -101,6 +102,7 @@ class DocumentFolder:
                 return f.path
         return None
 
+    @cached_property
     def aliases(self) -> dict[str, str | None]:
         """Every name a user may call a document by -> its doc_id (None when ambiguous).
 
@@ -129,7 +131,7 @@ class DocumentFolder:
     def lookup(self, ref: str) -> tuple[str | None, bool]:
         """``(doc_id or None, ambiguous)`` for a name a user gave a document."""
         ref = ref.strip()
-        aliases = self.aliases()
+        aliases = self.aliases
         if ref not in aliases:
             stem = Path(ref).stem if Path(ref).suffix.lower() in SUPPORTED_SUFFIXES else ref
             ref = derive_doc_id(stem) if stem else ref
