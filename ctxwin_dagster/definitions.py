@@ -1,6 +1,19 @@
-"""The Dagster definitions loaded by ``workspace.yaml`` (``dagster dev -w workspace.yaml``)."""
+"""The Dagster definitions loaded by ``workspace.yaml`` (``dagster dev -w workspace.yaml``).
+
+The code location loads the experiment of its Dagster home (``$DAGSTER_HOME/ctxwin_experiment.json``,
+the sample when there is none; see :mod:`ctxwin_dagster.core.experiment_spec`): every process of
+one home — the CLI, the daemon's sensors and schedules, the webserver, every run — gets the same
+resources, so a run launched from the UI is the same run as one launched by ``ctxwin run``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import dagster as dg
+
+from ctxwin_dagster.core.experiment_spec import Experiment, home_experiment
 
 from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts, global_summaries, swb_rag_contexts
 from ctxwin_dagster.defs.evaluation.assets import (
@@ -28,21 +41,33 @@ from ctxwin_dagster.defs.schedules import stale_documents_schedule
 from ctxwin_dagster.defs.sensors import documents_sensor
 
 
-def default_resources() -> dict[str, object]:
-    """The embedded defaults: no chat model (extractive engine), local embeddings, local LanceDB."""
+#: The file in a Dagster home that remembers which doc_id each file name was given.
+DOC_IDS_FILE = "ctxwin_doc_ids.json"
+
+
+def default_resources(experiment: Experiment | None = None, home: str | Path | None = None) -> dict[str, object]:
+    """The resources of ``experiment`` (default: the sample's embedded defaults: no chat model,
+    so the extractive engine; local embeddings; local LanceDB). With ``home``, the documents'
+    ids are remembered in that Dagster home, so an id never changes because another file did."""
+    config = (experiment or Experiment()).resource_config()
+    if home is not None and "doc_ids_file" in ProjectSettings.model_fields:
+        config["settings"].setdefault("doc_ids_file", str(Path(home) / DOC_IDS_FILE))
     return {
-        "settings": ProjectSettings(),
-        "pipeline": PipelineSettings(),
-        "contextualizer": ChatModelResource(),
-        "answerer": ChatModelResource(),
-        "evaluation": EvaluationSettings(),
-        "embeddings": EmbeddingsResource(),
-        "lancedb": LanceDBResource(),
+        "settings": ProjectSettings(**config["settings"]),
+        "pipeline": PipelineSettings(**config["pipeline"]),
+        "contextualizer": ChatModelResource(**config["contextualizer"]),
+        "answerer": ChatModelResource(**config["answerer"]),
+        "evaluation": EvaluationSettings(**config["evaluation"]),
+        "embeddings": EmbeddingsResource(**config["embeddings"]),
+        "lancedb": LanceDBResource(**config["lancedb"]),
     }
 
 
-def build_definitions(executor: dg.ExecutorDefinition = EXECUTOR) -> dg.Definitions:
-    """The project's definitions; ``executor`` runs every job (default: each run in one process).
+def build_definitions(
+    executor: dg.ExecutorDefinition = EXECUTOR, *, experiment: Experiment | None = None, home: str | Path | None = None
+) -> dg.Definitions:
+    """The project's definitions for ``experiment`` (default: the sample); ``executor`` runs
+    every job (default: each run in one process).
 
     A deployment that spreads steps over machines passes its executor (e.g. dagster-celery's
     ``celery_executor``, see ``deploy/celery/definitions.py``); nothing else changes.
@@ -69,9 +94,15 @@ def build_definitions(executor: dg.ExecutorDefinition = EXECUTOR) -> dg.Definiti
         jobs=[all_assets_job, *VARIANT_JOBS],
         schedules=[stale_documents_schedule],
         sensors=[documents_sensor],
-        resources=default_resources(),
+        resources=default_resources(experiment, home),
         executor=executor,
     )
 
 
-defs = build_definitions()
+def home_definitions(home: str | Path | None = None, executor: dg.ExecutorDefinition = EXECUTOR) -> dg.Definitions:
+    """The definitions of the experiment of the Dagster home ``home`` (default ``$DAGSTER_HOME``)."""
+    folder = home if home is not None else os.environ.get("DAGSTER_HOME")
+    return build_definitions(executor, experiment=home_experiment(folder), home=folder or None)
+
+
+defs = home_definitions()

@@ -1,9 +1,9 @@
 """The ``ctxwin`` command.
 
-``ctxwin run`` syncs one partition per document file and submits one run per document whose
-assets are out of date to the Dagster instance in a persistent Dagster home (``$DAGSTER_HOME``,
-default ``.dagster_home``), as the code location of ``workspace.yaml``, so the runs are the
-UI's own (listed under their jobs, re-executable).
+``ctxwin run`` adds one partition per new document file and submits one run per document whose
+assets are out of date to the Dagster instance of the experiment's home (the sample's:
+``$DAGSTER_HOME`` or ``.dagster_home``; another folder's: ``data/experiments/<name>/dagster_home``),
+as the code location of ``workspace.yaml``, so the runs are the UI's own (``ctxwin dev`` opens it).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from ctxwin_dagster.core.defaults import PAPER
 from .ask import add_ask_arguments, run_cli
 from .pipeline import cmd_compare, cmd_evaluate, cmd_run
 from .plan import cmd_plan
+from .homes import cmd_dev
+from .prune import cmd_prune
 from .qa import add_qa_arguments
 from .review import cmd_review
 
@@ -32,9 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ctxwin", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="materialize every asset for every document (the main job)")
-    run.add_argument("--documents", help="documents folder (default data/documents)")
+    run.add_argument("--documents", help="documents folder (default: the home's experiment, the sample's data/documents); another folder is "
+                     "another experiment, with its own Dagster home and index in data/experiments/<name>/")
+    run.add_argument("--name", help="experiment name for --documents (default: from the folder's name)")
+    run.add_argument("--qa", help="QA folder for --documents (default data/qa)")
+    run.add_argument("--experiment", help="experiment JSON file, or a name in evaluations/experiments/")
     run.add_argument("--doc", action="append", help="only this doc_id (repeatable)")
-    run.add_argument("--dagster-home", help="Dagster home (default $DAGSTER_HOME or .dagster_home)")
+    run.add_argument("--dagster-home", help="Dagster home (default: the experiment's; the sample's is $DAGSTER_HOME or .dagster_home)")
     run.add_argument("--log-level", default="WARNING", help="Dagster console log level (default WARNING)")
     run.add_argument("--job", default="all_assets_job", choices=["all_assets_job", "t_rag_job", "cc_rag_job", "swb_rag_job"])
     run.add_argument("--model", help="contextualizer/summarizer chat model (default: none, the extractive engine)")
@@ -66,10 +72,24 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--documents", help="documents folder (overrides the experiment's)")
     ev.add_argument("--qa", help="QA folder of JSONL files (overrides the experiment's)")
     ev.add_argument("--name", help="experiment name when no experiment file is given")
-    ev.add_argument("--dagster-home", help="default data/experiments/<name>/dagster_home")
+    ev.add_argument("--dagster-home", help="the experiment's Dagster home (default data/experiments/<name>/dagster_home; `ctxwin dev <name>` opens its UI)")
     ev.add_argument("--log-level", default="WARNING")
     _add_launch_arguments(ev)
     ev.set_defaults(func=cmd_evaluate)
+
+    dev = sub.add_parser("dev", help="the Dagster UI (and daemon) on an experiment's home: its runs, assets and comparison")
+    dev.add_argument("experiment", nargs="?", default="sample", help="experiment name (default: the sample)")
+    dev.add_argument("--dagster-home", help="the Dagster home to open (default: the experiment's)")
+    dev.add_argument("--port", type=int, default=3000)
+    dev.add_argument("--host", default="127.0.0.1")
+    dev.set_defaults(func=cmd_dev)
+
+    prune = sub.add_parser("prune", help="delete the index rows, results and partitions of documents whose file is gone (logged, undoable)")
+    prune.add_argument("experiment", nargs="?", default="sample", help="experiment name (default: the sample)")
+    prune.add_argument("--dagster-home", help="the Dagster home (default: the experiment's)")
+    prune.add_argument("--yes", action="store_true", help="delete (without it: only list what would be deleted)")
+    prune.add_argument("--undo", action="store_true", help="put back what the last prune deleted")
+    prune.set_defaults(func=cmd_prune)
 
     qa = sub.add_parser("qa", help="question sets: import SQuAD JSON, CUAD JSON or CSV/JSONL tables into the QA format")
     add_qa_arguments(qa)

@@ -81,6 +81,39 @@ def workspace_file(home: Path) -> Path:
     return ws
 
 
+#: Run before the daemon's own code, in its process: the kernel sends it SIGTERM when the command
+#: that started it dies, however it dies (kill -9 included), so no daemon is left orphaned. (A
+#: ``preexec_fn`` would do the same but makes Python fork the whole command, LanceDB's runtime included.)
+_EXEC_WITH_PARENT_DEATH = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n    ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)\n"
+    "except OSError:\n    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n    sys.exit(0)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def stop_runs(instance: Any, run_ids: Iterable[str]) -> list[str]:
+    """Cancel queued runs and terminate started ones (the command that launched them is
+    stopping); returns the ids acted on."""
+    import dagster as dg
+
+    done = []
+    for run_id in run_ids:
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            continue
+        if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
+            instance.report_run_canceled(run, "the ctxwin command that queued it was stopped")
+        else:
+            try:
+                instance.run_launcher.terminate(run_id)
+            except Exception:  # the launcher cannot reach it: record the end ourselves
+                instance.report_run_failed(run, "the ctxwin command that launched it was stopped")
+        done.append(run_id)
+    return done
+
+
 class Launcher(AbstractContextManager):
     """Creates and submits runs of the code location's jobs; starts a daemon if the queue needs one.
 
@@ -150,7 +183,11 @@ class Launcher(AbstractContextManager):
         cmd = [str(exe)] if exe.exists() else [shutil.which("dagster-daemon") or "dagster-daemon"]
         self.log.parent.mkdir(parents=True, exist_ok=True)
         out = self.log.open("ab")
-        self.daemon = subprocess.Popen([*cmd, "run", "-w", str(self.workspace)], stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
+        exe_path = cmd[0] if os.path.isabs(cmd[0]) else (shutil.which(cmd[0]) or cmd[0])
+        self.daemon = subprocess.Popen(
+            [sys.executable, "-c", _EXEC_WITH_PARENT_DEATH, str(os.getpid()), exe_path, "run", "-w", str(self.workspace)],
+            stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy(),
+        )
         out.close()
         return f"runs queued; Dagster daemon started for this command (log {self.log})"
 

@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
-
-def _chat_config(model: str | None, base_url: str | None) -> dict[str, Any]:
-    chat: dict[str, Any] = {"model": model}
-    if base_url:
-        chat["base_url"] = base_url
-    return {"config": chat}
 
 
 def document_listing(settings: Any, *, quiet: bool = False):
@@ -46,25 +41,75 @@ def question_listing(qa_dir: str, folder: Any) -> None:
         print(line)
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    resources: dict[str, Any] = {}
-    if args.model:
-        resources["contextualizer"] = _chat_config(args.model, args.base_url)
-    if args.documents:
-        resources["settings"] = {"config": {"documents_dir": args.documents}}
-    if not args.model:
-        where = "extractive engine (no chat model; offline)"
-    elif args.model.startswith("local:"):
-        where = f"{args.model} (in process, offline)"
+def _experiment_for_run(args: argparse.Namespace) -> tuple[Any, Path]:
+    """(experiment, Dagster home) of ``ctxwin run``: the home's own experiment, or with
+    ``--documents`` the experiment of that folder (its own home and index, named after it)."""
+    from ctxwin_dagster.core.experiment_spec import DEFAULT_QA_DIR, Experiment, experiment_name_for, home_experiment
+
+    from .homes import default_home
+
+    if getattr(args, "experiment", None):
+        exp = _load_named_experiment(args.experiment)
+        if args.documents:
+            exp = _replace_folder(exp, documents_dir=args.documents)
+    elif args.documents:
+        name = getattr(args, "name", None) or experiment_name_for(args.documents)
+        # Another folder is another experiment, with its own index (data/experiments/<name>/lancedb).
+        exp = Experiment.from_dict({"name": name, "documents_dir": args.documents, "qa_dir": getattr(args, "qa", None) or DEFAULT_QA_DIR})
+        if args.dagster_home and (Path(args.dagster_home) / "ctxwin_experiment.json").is_file():
+            held = home_experiment(args.dagster_home)
+            if Path(held.documents_dir) == Path(args.documents).resolve() and not getattr(args, "name", None):
+                exp = held  # the folder this home already runs
     else:
-        where = f"{args.model} @ {args.base_url or 'OpenAI'}"
-    print(f"contextualizer: {where}")
+        home = Path(args.dagster_home) if args.dagster_home else default_home("sample")
+        return _with_models(home_experiment(home), args), home
+    home = Path(args.dagster_home) if args.dagster_home else default_home(exp.name)
+    return _with_models(exp, args), home
+
+
+def _with_models(exp: Any, args: argparse.Namespace) -> Any:
+    model = getattr(args, "model", None)
+    if model is None:
+        return exp
+    return exp.with_changes("contextualizer", model=model, base_url=getattr(args, "base_url", None) or "")
+
+
+def _replace_folder(exp: Any, **folders: str) -> Any:
+    from dataclasses import replace
+
+    return replace(exp, **{k: v for k, v in folders.items() if v})
+
+
+def _load_named_experiment(ref: str) -> Any:
+    from ctxwin_dagster.core.experiment_spec import load_experiment_file
+
+    path = Path(ref)
+    if not path.suffix:
+        path = Path("evaluations/experiments") / f"{ref}.json"
+    try:
+        return load_experiment_file(path)
+    except ValueError as exc:
+        raise SystemExit(f"ctxwin: {exc}; or pass --documents and --qa") from None
+
+
+def _describe_model(exp: Any) -> str:
+    chat = dict(exp.sections.get("contextualizer") or {})
+    model = (chat.get("model") or "").strip()
+    if not model:
+        return "extractive engine (no chat model; offline)"
+    if model.startswith("local:"):
+        return f"{model} (in process, offline)"
+    return f"{model} @ {chat.get('base_url') or 'OpenAI'}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    exp, home = _experiment_for_run(args)
+    print(f"contextualizer: {_describe_model(exp)}")
     return run_pipeline(
-        documents=args.documents,
-        dagster_home=args.dagster_home,
+        exp,
+        home,
         job_name=args.job,
         log_level=args.log_level,
-        resources=resources,
         doc_filter=args.doc,
         workers=args.workers,
         force=args.force,
@@ -73,118 +118,103 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def run_pipeline(
+    experiment: Any,
+    home: str | Path,
     *,
-    documents: str | None,
-    dagster_home: str | None,
     job_name: str = "all_assets_job",
     log_level: str = "WARNING",
-    resources: dict[str, Any] | None = None,
     doc_filter: list[str] | None = None,
     print_listing: bool = True,
     workers: int | None = None,
     force: bool = False,
     workspace: str | None = None,
+    before_run: Any = None,
 ) -> int:
-    """Sync the document partitions, then launch a run of ``job_name`` for every document whose
-    assets are stale (all with ``force``) and the comparison, on the Dagster instance; follow
-    them and print a summary."""
+    """Bind ``experiment`` to the Dagster home ``home`` (the code location loads it from there),
+    add a partition for every new document, then launch a run of ``job_name`` for every
+    document whose assets or index rows are stale (all with ``force``) and the comparison, on
+    the Dagster instance; follow them and print a summary. One command per home at a time."""
     from dagster import DagsterInstance
 
-    from ctxwin_dagster.defs.partitions import documents_partitions
-    from ctxwin_dagster.defs.resources import EvaluationSettings, LanceDBResource, ProjectSettings
-    from ctxwin_dagster.defs.sensors import partition_changes, remove_from_indexes, remove_results
+    from ctxwin_dagster.core.experiment_spec import ExperimentConflict
+    from ctxwin_dagster.definitions import home_definitions
+    from ctxwin_dagster.defs.sensors import sync_partitions
 
+    from .homes import HomeLock, bind_experiment, fail_orphaned_runs
     from .launch import prepare_home
     from .runs import RunPlanner
 
-    home = prepare_home(dagster_home)
-    instance = DagsterInstance.get()
-    from ctxwin_dagster.definitions import defs
+    home = prepare_home(str(home))
+    with HomeLock(home, out=sys.stdout):
+        try:
+            experiment = bind_experiment(home, experiment)
+        except ExperimentConflict as exc:
+            raise SystemExit(f"ctxwin: {exc}") from None
+        instance = DagsterInstance.get()
+        orphans = fail_orphaned_runs(instance)
+        if orphans:
+            print(f"marked failed {len(orphans)} run(s) that a killed ctxwin command left unfinished: {', '.join(o[:8] for o in orphans)}")
+        defs = home_definitions(home)
+        settings = defs.resources["settings"]
 
-    # 1. The document list, resolved before anything is launched.
-    resources = dict(resources or {})
-    settings = ProjectSettings(**resources.get("settings", {}).get("config", {}))
-    folder = document_listing(settings, quiet=not print_listing)
-    existing = list(instance.get_dynamic_partitions(documents_partitions.name))
-    added, removed = partition_changes(settings, existing, folder)
-    if added:
-        instance.add_dynamic_partitions(documents_partitions.name, added)
-    if removed:
-        remove_from_indexes(LanceDBResource(**resources.get("lancedb", {}).get("config", {})), removed)
-        remove_results(EvaluationSettings(**resources.get("evaluation", {}).get("config", {})), removed)
-    for key in removed:
-        instance.delete_dynamic_partition(documents_partitions.name, key)
-    keys = folder.ids()
-    if doc_filter:
-        wanted = {folder.resolve(ref) or ref for ref in doc_filter}
-        keys = [k for k in keys if k in wanted]
-    print(f"ctxwin: {len(keys)} documents in {settings.documents_path()} (+{len(added)} -{len(removed)} partitions); Dagster home {home}")
+        # 1. The document list, resolved before anything is launched.
+        folder = document_listing(settings, quiet=not print_listing)
+        if before_run is not None:
+            before_run(settings, folder)
+        added, gone = sync_partitions(instance, settings, folder)
+        keys = folder.ids()
+        if doc_filter:
+            wanted = {folder.resolve(ref) or ref for ref in doc_filter}
+            keys = [k for k in keys if k in wanted]
+        print(f"ctxwin: {experiment.describe()}; Dagster home {home}")
+        print(f"ctxwin: {len(keys)} documents (+{len(added)} partitions)")
+        if gone:
+            print(
+                f"ctxwin: {len(gone)} document(s) have no file any more ({', '.join(gone[:5])}{' …' if len(gone) > 5 else ''}): "
+                "left out of retrieval and the comparison, nothing deleted; `ctxwin prune` deletes their rows and results (undoable)"
+            )
 
-    # 2. Launch what is stale, follow the runs, summarize.
-    run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": log_level}}}}
-    if resources:
-        run_config["resources"] = resources
-    planner = RunPlanner(
-        instance, defs, home=home, settings=settings, run_config=run_config, workers=workers or os.cpu_count() or 1,
-        workspace=Path(workspace).resolve() if workspace else None,
-    )
-    return planner.run(job_name, keys, force=force)
-
-
-EXPERIMENT_SECTIONS = ("settings", "pipeline", "contextualizer", "answerer", "embeddings", "evaluation", "lancedb")
-
-
-def load_experiment(ref: str) -> dict[str, Any]:
-    """An experiment definition from a JSON file, or by name from ``evaluations/experiments/``."""
-    import json
-
-    path = Path(ref)
-    if not path.suffix:
-        path = Path("evaluations/experiments") / f"{ref}.json"
-    if not path.is_file():
-        raise SystemExit(f"ctxwin: no experiment file {path}; write one (see evaluations/experiments/README.md) or pass --documents and --qa")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise SystemExit(f"ctxwin: {path} is not valid JSON ({exc}); fix the file") from None
-    unknown = set(data) - {"name", "description", "documents_dir", "qa_dir", "prepare", *EXPERIMENT_SECTIONS}
-    if unknown:
-        raise SystemExit(f"ctxwin: {path} has unknown keys {sorted(unknown)}; allowed: name, description, documents_dir, qa_dir, prepare, {', '.join(EXPERIMENT_SECTIONS)}")
-    data.setdefault("name", path.stem)
-    return data
+        # 2. Launch what is stale, follow the runs, summarize.
+        run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+        planner = RunPlanner(
+            instance, defs, home=home, settings=settings, run_config=run_config, workers=workers or os.cpu_count() or 1,
+            workspace=Path(workspace).resolve() if workspace else None,
+        )
+        return planner.run(job_name, keys, force=force)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from ctxwin_dagster.core.experiment_spec import Experiment
+
+    from .homes import default_home
+
     if args.experiment_file:
-        exp = load_experiment(args.experiment_file)
+        exp = _load_named_experiment(args.experiment_file)
     elif args.documents and args.qa and args.name:
-        exp = {"name": args.name}
+        try:
+            exp = Experiment.from_dict({"name": args.name, "documents_dir": args.documents, "qa_dir": args.qa})
+        except ValueError as exc:
+            raise SystemExit(f"ctxwin evaluate: {exc}") from None
     else:
         raise SystemExit("ctxwin evaluate: give an experiment (file or name), or --documents, --qa and --name")
-    name = exp["name"]
-    documents = args.documents or exp.get("documents_dir")
-    qa = args.qa or exp.get("qa_dir")
-    if not documents or not qa:
-        raise SystemExit(f"ctxwin evaluate: experiment {name!r} needs documents_dir and qa_dir (or --documents and --qa)")
-    work = Path("data/experiments") / name
-    resources: dict[str, Any] = {section: {"config": dict(exp.get(section) or {})} for section in EXPERIMENT_SECTIONS}
-    resources["settings"]["config"].update(documents_dir=documents, qa_dir=qa)
-    resources["lancedb"]["config"].setdefault("uri", str(work / "lancedb"))
-    resources["evaluation"]["config"]["experiment"] = name
-    resources = {k: v for k, v in resources.items() if v["config"]}
-    print(f"experiment {name}: documents {documents}, questions {qa}")
-    from ctxwin_dagster.defs.resources import ProjectSettings
+    exp = _replace_folder(exp, documents_dir=args.documents or "", qa_dir=args.qa or "")
+    if exp.name == "sample" and not args.experiment_file:
+        raise SystemExit("ctxwin evaluate: 'sample' is the default experiment's name; choose another --name")
+    print(f"experiment {exp.name}: documents {exp.documents_dir}, questions {exp.qa_dir}")
+    home = Path(args.dagster_home) if args.dagster_home else default_home(exp.name)
 
-    question_listing(qa, document_listing(ProjectSettings(documents_dir=documents, qa_dir=qa)))
+    def check_questions(settings: Any, folder: Any) -> None:
+        question_listing(settings.qa_dir, folder)
+
     return run_pipeline(
-        documents=documents,
-        dagster_home=args.dagster_home or str(work / "dagster_home"),
+        exp,
+        home,
         log_level=args.log_level,
-        resources=resources,
-        print_listing=False,
+        print_listing=True,
         workers=args.workers,
         force=args.force,
         workspace=args.workspace,
+        before_run=check_questions,
     )
 
 

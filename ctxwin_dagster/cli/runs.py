@@ -4,16 +4,26 @@ one line per failed document, a summary)."""
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .launch import TERMINAL, Launcher, workspace_file
+from .homes import COMMAND_TAG, command_id
+from .launch import TERMINAL, Launcher, stop_runs, workspace_file
 
 #: Materialization metadata summed per asset for the summary.
 SUMMARY_FIELDS = ("n_chunks", "n_rows", "n_chars", "n_tokens", "input_tokens", "input_chars", "calls", "cache_hits", "cost_usd", "paid_usd", "runtime_s")
+
+
+class _Stopped(Exception):
+    """SIGTERM reached the command."""
+
+
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    raise _Stopped()
 
 
 @dataclass
@@ -111,10 +121,13 @@ class RunPlanner:
         self.workers = workers
         self.workspace = workspace
         self.versions = resource_versions(defs.resources, run_config.get("resources"))
+        self.index = defs.resources["lancedb"].index()
+        self.command = command_id()
         self.checker = StalenessChecker(instance, defs.resolve_asset_graph(), self.versions)
         self.totals: dict[str, dict[str, float]] = {}
         self._has_questions: dict[str, bool] = {}
         self.out = sys.stdout
+        self.launched: list[Planned] = []
 
     # ------------------------------------------------------------------ planning
     def _qa_versions(self, keys: list[str]) -> dict[str, str]:
@@ -145,13 +158,41 @@ class RunPlanner:
             else:
                 st = self.checker.check(job_keys, key, document_sha256=sha, extra=extra)
                 if not st.stale:
+                    st.reasons.update(self.missing_rows(job_keys, key))
+                if not st.stale:
                     fresh.append(key)
                     continue
                 closure = self.checker.downstream_closure(st.reasons, job_keys)
                 reason, selection = st.summary(), (None if closure == job_keys else closure)
-            tags = {**config_tags({**self.versions, **extra}), REASON_TAG: reason[:200]}
+            tags = {**config_tags({**self.versions, **extra}), REASON_TAG: reason[:200], COMMAND_TAG: self.command}
             planned.append(Planned(key, selection, reason, tags))
         return planned, fresh
+
+    def missing_rows(self, job_keys: set[Any], partition: str) -> dict[Any, str]:
+        """Staleness that the event log cannot see: an index asset whose table holds another
+        number of rows for the document than its latest ``chunks`` materialization made (rows
+        deleted or lost behind the project's back)."""
+        import dagster as dg
+
+        from ctxwin_dagster.core.defaults import VARIANTS
+
+        keys = {dg.AssetKey(f"{v}_index"): v for v in VARIANTS}
+        wanted = {k: v for k, v in keys.items() if k in job_keys}
+        if not wanted:
+            return {}
+        latest = self.instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=dg.AssetKey("chunks"), asset_partitions=[partition]), limit=1
+        ).records
+        meta = latest[0].asset_materialization.metadata if latest else {}
+        expected = getattr(meta.get("n_chunks"), "value", None)
+        if not isinstance(expected, int):
+            return {}
+        out = {}
+        for key, variant in wanted.items():
+            have = self.index.count(variant, doc_id=partition)
+            if have != expected:
+                out[key] = f"{have} of {expected} rows in the {variant} index"
+        return out
 
     def plan_comparison(self, ran_any: bool, force: bool) -> Planned | None:
         """The comparison's run, when its inputs or settings changed (or documents ran now)."""
@@ -173,7 +214,7 @@ class RunPlanner:
                 reason = f"documents removed since: {', '.join(sorted(recorded - now))}"
         if not reason:
             return None
-        return Planned(None, None, reason, {**config_tags(self.versions), REASON_TAG: reason[:200]})
+        return Planned(None, None, reason, {**config_tags(self.versions), REASON_TAG: reason[:200], COMMAND_TAG: self.command})
 
     # ------------------------------------------------------------------ running
     def run(self, job_name: str, keys: list[str], *, force: bool = False) -> int:
@@ -190,6 +231,10 @@ class RunPlanner:
             raise SystemExit(f"ctxwin: no workspace file {workspace}")
         launcher: Launcher | None = None
         try:
+            previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        except ValueError:  # not the main thread (a test calling the CLI): SIGTERM keeps its handler
+            previous = None
+        try:
             if planned:
                 launcher = Launcher(self.instance, workspace, log=self.home / "ctxwin-daemon.log").__enter__()
                 failed += self._follow(launcher, job_name, planned, len(keys))
@@ -198,14 +243,24 @@ class RunPlanner:
                 if comparison is not None:
                     launcher = launcher or Launcher(self.instance, workspace, log=self.home / "ctxwin-daemon.log").__enter__()
                     failed += self._follow(launcher, "comparison_job", [comparison], 1, label="experiment_comparison")
+        except (KeyboardInterrupt, _Stopped):
+            active = [p.run_id for p in self.launched if p.run_id and not p.status]
+            stopped = stop_runs(self.instance, active)
+            self.print(f"\nstopped: {len(stopped)} unfinished run(s) canceled or terminated")
+            return 130
         finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
             if launcher is not None:
                 launcher.__exit__(None, None, None)
         ok = [p for p in planned if p.status == "SUCCESS"]
-        shown_ws = "workspace.yaml" if workspace == Path("workspace.yaml").resolve() else str(workspace)
+        from ctxwin_dagster.core.experiment_spec import home_experiment
+
+        name = home_experiment(self.home).name
+        ui = "ctxwin dev" if name == "sample" else f"ctxwin dev {name}"
         self.print(
             f"\nSummary ({time.perf_counter() - started:.1f}s; {len(ok)} ran, {len(fresh)} up to date, {len(failed)} failed; "
-            f"the runs are in the Dagster UI: dagster dev -w {shown_ws}):"
+            f"the runs are in the Dagster UI: {ui}):"
         )
         for asset, agg in self.totals.items():
             shown = ", ".join(f"{k}={v:,.3f}" if isinstance(v, float) and not v.is_integer() else f"{k}={int(v):,}" for k, v in agg.items())
@@ -293,6 +348,7 @@ class RunPlanner:
                     asset_selection=p.selection, asset_check_selection=checks,
                 )
                 p.submitted = time.perf_counter()
+                self.launched.append(p)
                 p.steps = len(p.selection) if p.selection is not None else len(job_keys)
                 active.append(p)
             if not note:
@@ -332,11 +388,9 @@ class RunPlanner:
         return failed
 
     def _config_for(self, job_name: str) -> dict[str, Any]:
-        """The run config of ``job_name``: the comparison only gets the resources it reads."""
-        if job_name != "comparison_job":
-            return self.run_config
-        used = {k: v for k, v in (self.run_config.get("resources") or {}).items() if k in ("evaluation", "contextualizer", "answerer", "embeddings")}
-        return {"loggers": self.run_config["loggers"], **({"resources": used} if used else {})}
+        """The run config of ``job_name``: only the loggers (the settings are the code location's
+        experiment, the same for a run launched from the UI)."""
+        return self.run_config
 
     def _add_totals(self, run_id: str) -> None:
         for asset, meta in materialization_metadata(self.instance, run_id).items():

@@ -141,8 +141,13 @@ class Experiment:
         """The same experiment with its relative folders made absolute against ``base``
         (what a Dagster home stores, so every process finds them whatever its working folder)."""
         root = Path(base).resolve()
+        sections = {k: dict(v) for k, v in self.sections.items()}
+        evaluation = sections.setdefault("evaluation", {})
+        evaluation["results_dir"] = _absolute(str(evaluation.get("results_dir") or DEFAULT_RESULTS_DIR), root)
+        evaluation["reports_dir"] = _absolute(str(evaluation.get("reports_dir") or DEFAULT_REPORTS_DIR), root)
         return replace(
             self,
+            sections=sections,
             documents_dir=_absolute(self.documents_dir, root),
             qa_dir=_absolute(self.qa_dir, root),
             lancedb_uri=_absolute(self.lancedb_uri, root),

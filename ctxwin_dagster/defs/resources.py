@@ -17,6 +17,15 @@ from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
 from ctxwin_dagster.core.embedding_window import DEFAULT_CONTEXT_WEIGHT, DEFAULT_ROW_STRATEGY, OVERSIZE_MODES, ROW_STRATEGIES
 
 from ctxwin_dagster.core.defaults import PAPER
+from ctxwin_dagster.core.experiment_spec import (
+    DEFAULT_CACHE_DIR,
+    DEFAULT_DOCUMENTS_DIR,
+    DEFAULT_LANCEDB_URI,
+    DEFAULT_QA_DIR,
+    DEFAULT_REPORTS_DIR,
+    DEFAULT_RESULTS_DIR,
+    SAMPLE,
+)
 from ctxwin_dagster.core.document_folder import DocumentFolder, scan_documents
 from ctxwin_dagster.core.documents import DocumentError
 from ctxwin_dagster.core.splitting import RecursiveSplitter
@@ -30,9 +39,9 @@ class ProjectSettings(dg.ConfigurableResource):
     ``workspace.yaml``).
     """
 
-    documents_dir: str = Field(default="data/documents", description="folder of the documents (.txt, .md, .html, .pdf); one partition per file")
-    qa_dir: str = Field(default="data/qa", description="folder of the question sets (JSONL, see data/README.md)")
-    cache_dir: str = Field(default="data/cache", description="folder of the response and vector caches")
+    documents_dir: str = Field(default=DEFAULT_DOCUMENTS_DIR, description="folder of the documents (.txt, .md, .html, .pdf); one partition per file")
+    qa_dir: str = Field(default=DEFAULT_QA_DIR, description="folder of the question sets (JSONL, see data/README.md)")
+    cache_dir: str = Field(default=DEFAULT_CACHE_DIR, description="folder of the response and vector caches")
     chunk_size: int = Field(default=PAPER.chunk_size, ge=1, description="characters per chunk (the paper: 1,000)")
     chunk_overlap: int = Field(default=PAPER.chunk_overlap, ge=0, description="characters shared by neighbouring chunks (the paper: 100)")
     token_model: str = Field(default=PAPER.answer_model, description="model whose tokenizer counts the documents' tokens")
@@ -90,7 +99,7 @@ class ChatModelResource(dg.ConfigurableResource):
     max_concurrency: int = Field(default=8, ge=1, le=256, description="requests in flight at once")
     max_retries: int = Field(default=5, ge=0, le=20, description="retries with backoff on 429, 5xx, timeouts and dropped connections")
     timeout_s: float = Field(default=120.0, gt=0, description="seconds before a request times out")
-    cache_dir: str = Field(default="data/cache", description="folder of the response cache (responses.sqlite)")
+    cache_dir: str = Field(default=DEFAULT_CACHE_DIR, description="folder of the response cache (responses.sqlite)")
     max_new_tokens: int = Field(default=0, ge=0, description="local models (local:NAME): cap of every reply's tokens (0: 512)")
 
     _backend: Any = PrivateAttr(default=None)
@@ -191,7 +200,7 @@ class LanceDBResource(dg.ConfigurableResource):
     """Where the per-variant LanceDB tables live: a local folder (default) or ``s3://…``."""
 
     uri: str = Field(
-        default="data/lancedb",
+        default=DEFAULT_LANCEDB_URI,
         description="a local folder or an object-store URI (s3://bucket/prefix); credentials and endpoint from the environment "
         "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT for an S3-compatible server)",
     )
@@ -262,9 +271,9 @@ class EvaluationSettings(dg.ConfigurableResource):
     (``{reports_dir}/{experiment}``).
     """
 
-    experiment: str = Field(default="sample", description="name of the experiment: the folder of its results and report")
-    results_dir: str = Field(default="evaluations/results", description="where answers and scores are exported (JSONL per document)")
-    reports_dir: str = Field(default="evaluations/reports", description="where the comparison report is written")
+    experiment: str = Field(default=SAMPLE, description="name of the experiment: the folder of its results and report")
+    results_dir: str = Field(default=DEFAULT_RESULTS_DIR, description="where answers and scores are exported (JSONL per document)")
+    reports_dir: str = Field(default=DEFAULT_REPORTS_DIR, description="where the comparison report is written")
     retrieval: Literal["ask", "focus-dense", "paper"] = Field(
         default="ask", description="named retrieval setting: 'ask' (ctxwin ask's default, hybrid sentence focus), 'focus-dense' (the earlier "
         "vectors-only focus) or 'paper' (top-4 chunks, no enhancement)"

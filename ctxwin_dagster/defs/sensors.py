@@ -1,4 +1,10 @@
-"""Sensors: keep one dynamic partition per document file in the documents folder."""
+"""Sensors: keep one dynamic partition per document file in the experiment's documents folder.
+
+The sensor only ever adds. A document whose file is gone keeps its partition, its index rows
+and its results; it is left out of retrieval and of the comparison (both follow the folder), and
+``ctxwin prune`` deletes what it left behind — explicitly, logged with counts, undoable. A
+folder that is missing, empty or unreadable on a tick changes nothing.
+"""
 
 import hashlib
 
@@ -7,73 +13,70 @@ import dagster as dg
 from ctxwin_dagster.core.document_folder import DocumentFolder
 from ctxwin_dagster.core.documents import DocumentError
 from ctxwin_dagster.defs.partitions import documents_partitions
-from ctxwin_dagster.defs.resources import EvaluationSettings, LanceDBResource, ProjectSettings
-from ctxwin_dagster.core.defaults import VARIANTS
+from ctxwin_dagster.defs.resources import ProjectSettings
 
 
 def partition_changes(settings: ProjectSettings, existing: list[str], folder: DocumentFolder | None = None) -> tuple[list[str], list[str]]:
-    """(to add, to remove) so that the partitions match the files in the documents folder."""
+    """(to add, without a file now) so that every file in the documents folder has a partition.
+
+    The second list is what ``ctxwin prune`` would delete; nothing here deletes it.
+    """
     on_disk = (folder or settings.document_folder()).ids()
     have = set(existing)
     want = set(on_disk)
     return [d for d in on_disk if d not in have], sorted(have - want)
 
 
-def remove_from_indexes(lancedb: LanceDBResource, doc_ids: list[str]) -> int:
-    """Delete the rows of ``doc_ids`` from every variant's table; returns how many."""
-    index = lancedb.index()
-    return sum(index.delete_document(variant, doc_id) for variant in VARIANTS for doc_id in doc_ids)
+def sync_partitions(instance: dg.DagsterInstance, settings: ProjectSettings, folder: DocumentFolder) -> tuple[list[str], list[str]]:
+    """Add a partition for every document without one and remember the folder's ids; returns
+    (added, partitions whose file is gone). Used by ``ctxwin run``; the sensor does the same
+    through a ``SensorResult``."""
+    existing = list(instance.get_dynamic_partitions(documents_partitions.name))
+    added, gone = partition_changes(settings, existing, folder)
+    if added:
+        instance.add_dynamic_partitions(documents_partitions.name, added)
+    _remember(settings, folder)
+    return added, gone
 
 
-def remove_results(evaluation: EvaluationSettings, doc_ids: list[str]) -> int:
-    """Delete the evaluation result files of ``doc_ids`` (``answers/<variant>/<doc_id>.jsonl`` and
-    ``scores/<variant>/<doc_id>.jsonl`` under the experiment's results folder, the exports
-    ``ctxwin review`` reads); returns how many files were deleted."""
-    root = evaluation.results_path()
-    deleted = 0
-    for kind in ("answers", "scores"):
-        for variant in VARIANTS:
-            for doc_id in doc_ids:
-                path = root / kind / variant / f"{doc_id}.jsonl"
-                if path.is_file():
-                    path.unlink()
-                    deleted += 1
-    return deleted
+def _remember(settings: ProjectSettings, folder: DocumentFolder) -> None:
+    remember = getattr(settings, "remember_ids", None)
+    if remember is not None:
+        remember(folder)
 
 
 # Every two minutes: the daemon logs two lines per tick, and documents arrive rarely (``ctxwin
 # run`` syncs the partitions itself before it runs).
 @dg.sensor(minimum_interval_seconds=120, default_status=dg.DefaultSensorStatus.RUNNING)
-def documents_sensor(
-    context: dg.SensorEvaluationContext, settings: ProjectSettings, lancedb: LanceDBResource, evaluation: EvaluationSettings
-) -> dg.SensorResult:
-    """Adds a partition for every new document file; removes the partitions, index rows and
-    evaluation result files of documents whose file is gone (so the next comparison leaves
-    them out)."""
+def documents_sensor(context: dg.SensorEvaluationContext, settings: ProjectSettings) -> dg.SensorResult:
+    """Adds a partition for every new document file of the experiment's folder. Never removes
+    one: a document whose file is gone is left out of retrieval and the comparison until
+    ``ctxwin prune`` deletes its rows and results (logged, undoable)."""
     try:
         folder = settings.document_folder()
     except DocumentError as exc:
-        return dg.SensorResult(skip_reason=str(exc))
+        return dg.SensorResult(skip_reason=f"{exc} (nothing was changed)")
     listing = folder.report_lines()
     seen = hashlib.sha1("\n".join(listing).encode("utf-8")).hexdigest()[:12]
+    existing = list(context.instance.get_dynamic_partitions(documents_partitions.name))
+    added, gone = partition_changes(settings, existing, folder)
+    if gone:
+        listing.append(
+            f"{len(gone)} document(s) without a file in {settings.documents_dir}: {', '.join(gone[:10])}{' …' if len(gone) > 10 else ''}; "
+            "they are left out of retrieval and of the comparison, and nothing of theirs is deleted. "
+            "Put the files back, or delete their rows and results with `ctxwin prune` (undoable)."
+        )
+        seen = hashlib.sha1("\n".join(listing).encode("utf-8")).hexdigest()[:12]
     if listing and not (context.cursor or "").endswith(seen):
         # Said once per change of the folder, not every tick.
         context.log.warning("\n".join(listing))
-    existing = list(context.instance.get_dynamic_partitions(documents_partitions.name))
-    added, removed = partition_changes(settings, existing, folder)
-    if removed:
-        deleted = remove_from_indexes(lancedb, removed)
-        files = remove_results(evaluation, removed)
-        context.log.info(f"removed documents {removed}: deleted {deleted} index rows and {files} result files")
-    requests = []
-    if added:
-        requests.append(documents_partitions.build_add_request(added))
-    if removed:
-        requests.append(documents_partitions.build_delete_request(removed))
-    count = f"{len(existing) + len(added) - len(removed)} documents"
-    not_taken = f"; {len(folder.skipped)} file(s) not taken: " + ", ".join(f"{s.path.name} ({s.reason.split(';')[0]})" for s in folder.skipped[:5]) if folder.skipped else ""
+    _remember(settings, folder)
+    count = f"{len(existing) + len(added)} document partitions"
+    skipped = folder.skipped
+    not_taken = f"; {len(skipped)} file(s) not taken: " + ", ".join(f"{s.path.name} ({s.reason.split(';')[0]})" for s in skipped[:5]) if skipped else ""
+    without = f"; {len(gone)} without a file (see `ctxwin prune`)" if gone else ""
     cursor = f"{count} {seen}"
-    if not requests:
+    if not added:
         empty = " (no usable document in the folder)" if not folder.files else ""
-        return dg.SensorResult(skip_reason=f"{count}, none added or removed{empty}{not_taken}", cursor=cursor)
-    return dg.SensorResult(dynamic_partitions_requests=requests, cursor=cursor)
+        return dg.SensorResult(skip_reason=f"{count}, none added{empty}{without}{not_taken}", cursor=cursor)
+    return dg.SensorResult(dynamic_partitions_requests=[documents_partitions.build_add_request(added)], cursor=cursor)

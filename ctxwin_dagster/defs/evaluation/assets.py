@@ -362,6 +362,7 @@ def _by_document(context: dg.AssetExecutionContext, name: str, value) -> dict[st
 )
 def experiment_comparison(
     context: dg.AssetExecutionContext,
+    settings: ProjectSettings,
     evaluation: EvaluationSettings,
     contextualizer: ChatModelResource,
     answerer: ChatModelResource,
@@ -373,9 +374,9 @@ def experiment_comparison(
     from ctxwin_dagster.core.experiment import compare_experiment
 
     started = time.perf_counter()
-    # Only the document partitions the instance holds now: a removed document's stored outputs
-    # are not asked for, so its answers and scores cannot stay in the comparison.
-    partitions = set(context.instance.get_dynamic_partitions(documents_partitions.name))
+    # Only the documents whose file is in the folder now: a document whose file is gone keeps
+    # its partition and stored outputs until `ctxwin prune`, but leaves the comparison at once.
+    partitions = set(context.instance.get_dynamic_partitions(documents_partitions.name)) & set(settings.document_folder().ids())
     scores_in = {"t_rag": t_rag_ragas_scores, "cc_rag": cc_rag_ragas_scores, "swb_rag": swb_rag_ragas_scores}
     scores_by = {v: {d: rows for d, rows in _by_document(context, f"{v}_ragas_scores", scores_in[v]).items() if d in partitions} for v in VARIANTS}
     doc_ids = sorted(set().union(*(set(scores_by[v]) for v in VARIANTS)))

@@ -1,0 +1,158 @@
+"""A Dagster home per experiment: which home a command uses, the experiment it holds, one
+command at a time on it, and runs that a killed command left behind.
+
+* The sample lives in ``.dagster_home`` (``make run``, ``make dev``); an experiment named ``x``
+  in ``data/experiments/x/dagster_home`` with its index in ``data/experiments/x/lancedb``.
+* A home holds one experiment (``ctxwin_experiment.json``, read by the code location). A command
+  may change its models or retrieval settings, never its documents folder or index: that is
+  another experiment, in another home (a clear error says so).
+* One ``ctxwin`` command works on a home at a time (a lock file in the home). A second one
+  waits for the first and then finds its work done.
+* A run the previous command left QUEUED, STARTING or STARTED, when that command is gone, is
+  marked failed (the instance's own ``report_run_failed``), so it does not look alive forever.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from ctxwin_dagster.core.experiment_spec import (
+    DEFAULT_HOME,
+    EXPERIMENT_FILE,
+    EXPERIMENTS_DIR,
+    SAMPLE,
+    Experiment,
+    ExperimentConflict,
+    home_experiment,
+)
+
+#: Tag on every run a command launches: which process on which machine launched it.
+COMMAND_TAG = "ctxwin/command"
+LOCK_FILE = "ctxwin.lock"
+
+
+def default_home(name: str) -> Path:
+    """The Dagster home of the experiment ``name`` (the sample's: ``$DAGSTER_HOME`` or ``.dagster_home``)."""
+    if name == SAMPLE:
+        return Path(os.environ.get("DAGSTER_HOME") or DEFAULT_HOME)
+    return Path(EXPERIMENTS_DIR) / name / "dagster_home"
+
+
+def bind_experiment(home: Path, experiment: Experiment) -> Experiment:
+    """Store ``experiment`` (folders made absolute) as the home's experiment and return it.
+
+    Raises:
+        ExperimentConflict: the home holds another experiment on another documents folder or index.
+    """
+    resolved = experiment.resolved(Path.cwd())
+    current_file = home / EXPERIMENT_FILE
+    if current_file.is_file():
+        current = home_experiment(home)
+        if not current.same_data(resolved):
+            raise ExperimentConflict(
+                f"the Dagster home {home} holds the experiment {current.name!r} (documents {current.documents_dir}, "
+                f"index {current.lancedb_uri}); {resolved.name!r} reads {resolved.documents_dir} into {resolved.lancedb_uri}. "
+                f"Give it its own home (--dagster-home, or leave it out: data/experiments/{resolved.name}/dagster_home), "
+                f"or run the experiment this home holds"
+            )
+        if current == resolved:
+            return current
+    resolved.save(home)
+    return resolved
+
+
+def command_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _alive(command: str) -> bool:
+    host, _, pid = command.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # another machine's command: not ours to judge
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class HomeLock:
+    """One ``ctxwin`` command per Dagster home at a time (``fcntl`` lock on ``ctxwin.lock``;
+    the kernel releases it when the process ends, however it ends)."""
+
+    def __init__(self, home: Path, *, out: TextIO | None = None) -> None:
+        self.path = home / LOCK_FILE
+        self.out = out
+        self._fh: Any = None
+
+    def __enter__(self) -> HomeLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = self.path.open("a+")
+        try:
+            fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._fh.seek(0)
+            holder = self._fh.read().strip() or "another ctxwin command"
+            if self.out is not None:
+                print(f"waiting for {holder}, which works on the Dagster home {self.path.parent} …", file=self.out, flush=True)
+            started = time.monotonic()
+            fcntl.flock(self._fh, fcntl.LOCK_EX)
+            if self.out is not None:
+                print(f"… it finished after {time.monotonic() - started:.0f}s; going on", file=self.out, flush=True)
+        self._fh.seek(0)
+        self._fh.truncate()
+        self._fh.write(f"ctxwin (pid {os.getpid()}, since {time.strftime('%H:%M:%S')})\n")
+        self._fh.flush()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fh is not None:
+            self._fh.seek(0)
+            self._fh.truncate()
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
+def fail_orphaned_runs(instance: Any) -> list[str]:
+    """Mark failed the runs a ``ctxwin`` command launched and left unfinished when it was killed
+    (the command's process is gone); returns their ids. Runs of a live command, of the UI or of
+    another machine are left alone."""
+    import dagster as dg
+
+    unfinished = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+    records = instance.get_run_records(filters=dg.RunsFilter(statuses=unfinished))
+    failed = []
+    for record in records:
+        run = record.dagster_run
+        command = run.tags.get(COMMAND_TAG)
+        if not command or _alive(command):
+            continue
+        instance.report_run_failed(run, f"the ctxwin command that launched this run ({command}) ended before the run did")
+        failed.append(run.run_id)
+    return failed
+
+
+def cmd_dev(args: Any) -> int:
+    """``ctxwin dev [experiment]``: the Dagster UI and daemon (``dagster dev``) on the
+    experiment's home, so its runs, assets and comparison are the ones shown."""
+    import subprocess
+    import sys
+
+    from .launch import prepare_home, workspace_file
+
+    home = Path(args.dagster_home) if args.dagster_home else default_home(args.experiment)
+    if args.experiment != SAMPLE and not (home / EXPERIMENT_FILE).is_file():
+        raise SystemExit(f"ctxwin dev: no experiment {args.experiment!r} in {home}; run it first (ctxwin evaluate / ctxwin run --documents)")
+    home = prepare_home(str(home))
+    print(f"ctxwin dev: {home_experiment(home).describe()}; Dagster home {home}; http://{args.host}:{args.port}", flush=True)
+    exe = Path(sys.executable).with_name("dagster")
+    cmd = [str(exe) if exe.exists() else "dagster", "dev", "-w", str(workspace_file(home)), "-h", args.host, "-p", str(args.port)]
+    return subprocess.call(cmd, env={**os.environ, "DAGSTER_HOME": str(home)})

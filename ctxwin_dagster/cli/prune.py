@@ -1,0 +1,159 @@
+"""``ctxwin prune``: delete what documents whose file is gone left behind — explicitly, logged
+with counts, and undoable.
+
+Nothing else deletes a document's data: the documents sensor and ``ctxwin run`` only add
+partitions, and leave a document without a file out of retrieval and the comparison. ``prune``
+lists such documents with their index rows and result files; with ``--yes`` it
+
+1. copies their rows of every variant's LanceDB table to ``<home>/ctxwin_trash/<stamp>/rows/<variant>.arrow``
+   (the table's versions before and after are recorded too: LanceDB keeps them until a cleanup),
+   then deletes them;
+2. moves their answer and score files into the same folder;
+3. deletes their partitions;
+4. appends one line with the counts to ``<home>/ctxwin_prune.log``.
+
+``ctxwin prune --undo`` puts the last prune back: the rows (merged on ``chunk_id``), the files
+and the partitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ctxwin_dagster.core.defaults import VARIANTS
+
+TRASH = "ctxwin_trash"
+LOG = "ctxwin_prune.log"
+
+
+def _home(args: argparse.Namespace) -> Path:
+    from .homes import default_home
+
+    home = Path(args.dagster_home) if args.dagster_home else default_home(args.experiment)
+    if args.experiment != "sample" and not (home / "ctxwin_experiment.json").is_file():
+        raise SystemExit(f"ctxwin: no experiment {args.experiment!r} in {home}; run it first (ctxwin evaluate / ctxwin run --documents)")
+    return home
+
+
+def _result_files(evaluation: Any, doc_ids: list[str]) -> list[Path]:
+    root = evaluation.results_path()
+    return [p for kind in ("answers", "scores") for v in VARIANTS for d in doc_ids if (p := root / kind / v / f"{d}.jsonl").is_file()]
+
+
+def _log(home: Path, entry: dict[str, Any]) -> None:
+    with (home / LOG).open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
+
+def prune(home: Path, *, delete: bool, out: Any = sys.stdout) -> dict[str, Any]:
+    """List (and with ``delete`` remove) the data of the documents of ``home`` whose file is gone."""
+    from dagster import DagsterInstance
+
+    from ctxwin_dagster.core.documents import DocumentError
+    from ctxwin_dagster.definitions import home_definitions
+    from ctxwin_dagster.defs.partitions import documents_partitions
+
+    instance = DagsterInstance.get()
+    defs = home_definitions(home)
+    settings, index, evaluation = defs.resources["settings"], defs.resources["lancedb"].index(), defs.resources["evaluation"]
+    try:
+        folder = settings.document_folder()
+    except DocumentError as exc:
+        raise SystemExit(f"ctxwin prune: {exc}; nothing was deleted (a missing folder never deletes documents)") from None
+    partitions = list(instance.get_dynamic_partitions(documents_partitions.name))
+    present = set(folder.ids())
+    gone = sorted(d for d in partitions if d not in present)
+    rows = {v: {d: index.count(v, doc_id=d) for d in gone} for v in VARIANTS}
+    files = _result_files(evaluation, gone)
+    report = {"doc_ids": gone, "rows": {v: sum(c.values()) for v, c in rows.items()}, "files": len(files)}
+    if not gone:
+        print(f"every document partition has its file in {settings.documents_dir}; nothing to prune", file=out)
+        return report
+    for d in gone:
+        print(f"  {d}: " + ", ".join(f"{v} {rows[v][d]} rows" for v in VARIANTS), file=out)
+    total = sum(report["rows"].values())
+    if not delete:
+        print(f"{len(gone)} document(s) without a file: {total} index rows, {len(files)} result files. Nothing deleted; "
+              "`ctxwin prune --yes` deletes them (undoable with `ctxwin prune --undo`)", file=out)
+        return report
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    trash = home / TRASH / stamp
+    (trash / "rows").mkdir(parents=True, exist_ok=True)
+    versions = {}
+    for v in VARIANTS:
+        if not sum(rows[v].values()):
+            continue
+        before = index.table_version(v)
+        kept = index.export_rows(v, gone)
+        index.write_arrow(trash / "rows" / f"{v}.arrow", kept)
+        for d in gone:
+            index.delete_document(v, d)
+        versions[v] = [before, index.table_version(v)]
+    moved = []
+    root = evaluation.results_path()
+    for p in files:
+        target = trash / "results" / p.relative_to(root)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(p), target)
+        moved.append([str(p), str(target)])
+    for d in gone:
+        instance.delete_dynamic_partition(documents_partitions.name, d)
+    manifest = {"stamp": stamp, "doc_ids": gone, "rows": report["rows"], "files": moved, "table_versions": versions, "lancedb": index.uri}
+    (trash / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
+    _log(home, {"action": "prune", **{k: manifest[k] for k in ("stamp", "doc_ids", "rows", "table_versions")}, "files": len(moved)})
+    print(f"pruned {len(gone)} document(s): deleted {total} index rows ({', '.join(f'{v} {n}' for v, n in report['rows'].items())}), "
+          f"moved {len(moved)} result files and removed {len(gone)} partitions; kept in {trash}; `ctxwin prune --undo` puts them back", file=out)
+    return report
+
+
+def undo(home: Path, *, out: Any = sys.stdout) -> dict[str, Any]:
+    """Put back what the last prune of ``home`` deleted."""
+    from dagster import DagsterInstance
+
+    from ctxwin_dagster.definitions import home_definitions
+    from ctxwin_dagster.defs.partitions import documents_partitions
+
+    manifests = sorted((home / TRASH).glob("*/manifest.json"))
+    if not manifests:
+        raise SystemExit(f"ctxwin prune --undo: nothing to undo in {home / TRASH}")
+    path = manifests[-1]
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    defs = home_definitions(home)
+    index = defs.resources["lancedb"].index()
+    restored = {}
+    for v in VARIANTS:
+        stored = path.parent / "rows" / f"{v}.arrow"
+        if stored.is_file():
+            restored[v] = index.restore_rows(v, index.read_arrow(stored))
+    for original, moved in manifest["files"]:
+        Path(original).parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(moved, original)
+    instance = DagsterInstance.get()
+    have = set(instance.get_dynamic_partitions(documents_partitions.name))
+    again = [d for d in manifest["doc_ids"] if d not in have]
+    if again:
+        instance.add_dynamic_partitions(documents_partitions.name, again)
+    path.rename(path.with_name("manifest.undone.json"))
+    _log(home, {"action": "undo", "stamp": manifest["stamp"], "rows": restored, "files": len(manifest["files"]), "partitions": len(again)})
+    print(f"undid the prune of {manifest['stamp']}: {sum(restored.values())} index rows, {len(manifest['files'])} result files "
+          f"and {len(again)} partitions are back", file=out)
+    return {"rows": restored, "files": len(manifest["files"]), "partitions": len(again)}
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from .homes import HomeLock
+    from .launch import prepare_home
+
+    home = prepare_home(str(_home(args)))
+    with HomeLock(home, out=sys.stdout):
+        if args.undo:
+            undo(home)
+        else:
+            prune(home, delete=args.yes)
+    return 0
