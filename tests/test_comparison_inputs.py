@@ -1,9 +1,10 @@
 """Costs per unit of work and a comparison built from its inputs, in process (issue 9, part 3):
 
 * a cached rerun of ``cc_rag_contexts`` keeps the cost of the work and pays nothing;
-* ``experiment_comparison`` takes the documents' answers and scores through its inputs, so a
-  document removed by the documents sensor is gone from the next comparison, and so are its
-  result files.
+* ``experiment_comparison`` takes the documents' answers and scores through its inputs, for the
+  documents whose file is in the folder: a document whose file is gone leaves the next
+  comparison at once, while the documents sensor deletes nothing of it (its partition, index rows
+  and result files stay until ``ctxwin prune``).
 """
 
 from __future__ import annotations
@@ -111,24 +112,20 @@ def test_a_removed_document_leaves_the_next_comparison(tmp_path):
         assert meta["doc_ids"].value == sorted([keep, drop]) and meta["questions"].value == 12
         assert set(_read_json(report)["n_questions"].values()) == {12}
 
-        # The document's file goes; the sensor removes its partition, index rows and result files.
+        # The document's file goes; the sensor neither removes its partition nor deletes its data.
         (docs / f"{drop}.txt").unlink()
-        sensor_context = dg.build_sensor_context(
-            instance=instance, resources={"settings": resources["settings"], "lancedb": resources["lancedb"], "evaluation": evaluation}
-        )
+        sensor_context = dg.build_sensor_context(instance=instance, resources={"settings": resources["settings"]})
         sensor_result = documents_sensor(sensor_context)
-        deletes = [r for r in sensor_result.dynamic_partitions_requests if isinstance(r, dg.DeleteDynamicPartitionsRequest)]
-        assert [list(r.partition_keys) for r in deletes] == [[drop]]
-        for r in deletes:  # what the daemon does with the sensor's request
-            for key in r.partition_keys:
-                instance.delete_dynamic_partition(r.partitions_def_name, key)
+        assert not sensor_result.dynamic_partitions_requests
+        assert "1 without a file" in (sensor_result.skip_reason or "")
+        assert set(instance.get_dynamic_partitions("documents")) == {keep, drop}
         for kind in ("answers", "scores"):
             for v in VARIANTS:
-                assert {p.stem for p in (results / kind / v).glob("*.jsonl")} == {keep}
+                assert {p.stem for p in (results / kind / v).glob("*.jsonl")} == {keep, drop}
         index = resources["lancedb"].index()
-        assert all(index.count(v, doc_id=drop) == 0 for v in VARIANTS)
-        # A stray export of the removed document (say, left by an older version) is not read:
-        # the comparison takes its data through its inputs, for the partitions that exist.
+        assert all(index.count(v, doc_id=drop) > 0 for v in VARIANTS)
+        # Its exports are not read either: the comparison takes its data through its inputs, for
+        # the documents whose file is in the folder.
         (results / "answers" / "t_rag" / f"{drop}.jsonl").write_text(
             (results / "answers" / "t_rag" / f"{keep}.jsonl").read_text(encoding="utf-8").replace(keep, drop), encoding="utf-8"
         )

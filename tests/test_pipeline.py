@@ -23,7 +23,7 @@ from ctxwin_dagster.defs.resources import (
     PipelineSettings,
     ProjectSettings,
 )
-from ctxwin_dagster.defs.sensors import partition_changes, remove_from_indexes
+from ctxwin_dagster.defs.sensors import partition_changes
 from ctxwin_dagster.testing import FakeOpenAIServer
 from ctxwin_dagster.core.defaults import VARIANTS
 
@@ -122,14 +122,19 @@ def test_whole_graph_idempotent_and_document_removal(project, server):
         for variant in VARIANTS:
             assert index.count(variant) == sum(n_chunks.values())
 
-        # deleting a document removes its partition and its rows, nothing else
+        # deleting a document's file deletes nothing: it is only reported as without a file
         (docs / "squad_Normans.txt").unlink()
-        added, removed = partition_changes(resources["settings"], list(instance.get_dynamic_partitions("documents")))
-        assert removed == ["squad_Normans"] and added == []
-        assert remove_from_indexes(resources["lancedb"], removed) == 3 * n_chunks["squad_Normans"]
+        added, gone = partition_changes(resources["settings"], list(instance.get_dynamic_partitions("documents")))
+        assert gone == ["squad_Normans"] and added == []
         for variant in VARIANTS:
-            assert index.count(variant, doc_id="squad_Normans") == 0
-            assert index.count(variant, doc_id="cuad_todos_medical_reseller") == n_chunks["cuad_todos_medical_reseller"]
+            assert index.count(variant, doc_id="squad_Normans") == n_chunks["squad_Normans"]
+        # what `ctxwin prune` does with its rows, and how it puts them back
+        kept = index.export_rows("t_rag", ["squad_Normans"])
+        assert kept.num_rows == n_chunks["squad_Normans"]
+        assert index.delete_document("t_rag", "squad_Normans") == n_chunks["squad_Normans"]
+        assert index.restore_rows("t_rag", kept) == n_chunks["squad_Normans"]
+        assert index.count("t_rag", doc_id="squad_Normans") == n_chunks["squad_Normans"] and index.duplicate_ids("t_rag") == 0
+        assert index.count("t_rag", doc_id="cuad_todos_medical_reseller") == n_chunks["cuad_todos_medical_reseller"]
 
 
 def test_a_bad_file_fails_only_its_partition(project):

@@ -1,0 +1,302 @@
+"""Your folder, your experiment, and nothing else touched — through the real machinery: the
+``ctxwin`` command as a subprocess, the Dagster daemon it starts (with its documents sensor), and
+the instance of each experiment's own Dagster home.
+
+One project folder serves the module, in order: a copy of the repository's ``workspace.yaml``
+with a one-document sample in ``data/`` built by ``ctxwin run``; then experiments on folders of
+files named as people name them. After every step the sample's index rows and result files are
+counted again: they must never change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from ctxwin_dagster.core.defaults import VARIANTS
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_DOC = "squad_Normans"
+OWN_DOC = "squad_1973_oil_crisis"
+
+
+def _env(home: Path | None = None) -> dict[str, str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env.pop("DAGSTER_HOME", None)
+    if home is not None:
+        env["DAGSTER_HOME"] = str(home)
+    return env
+
+
+def ctxwin(args, cwd, home: Path | None = None, *, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ctxwin_dagster.cli", *args], cwd=cwd, env=_env(home), capture_output=True, text=True, timeout=timeout)
+
+
+def ok(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    return result.stdout
+
+
+def rows(uri: Path) -> dict[str, int]:
+    import lancedb
+
+    db = lancedb.connect(str(uri))
+    listed = db.list_tables()
+    names = list(getattr(listed, "tables", listed))
+    return {n: db.open_table(n).count_rows() for n in sorted(names)}
+
+
+def result_files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*.jsonl")) if folder.is_dir() else []
+
+
+def instance_of(home: Path) -> dg.DagsterInstance:
+    return dg.DagsterInstance.from_ref(dg.InstanceRef.from_dir(str(home)))
+
+
+def _question(doc_text: str, doc_ref: str, qid: str, needle: str, question: str) -> dict:
+    start = doc_text.index(needle)
+    return {"question_id": qid, "doc_id": doc_ref, "question": question, "reference_answer": needle, "reference_spans": [[start, start + len(needle)]]}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A project folder with a one-document sample, built by ``ctxwin run`` in its own home."""
+    root = tmp_path_factory.mktemp("project")
+    shutil.copy(ROOT / "workspace.yaml", root / "workspace.yaml")
+    (root / "data" / "documents").mkdir(parents=True)
+    (root / "data" / "qa").mkdir(parents=True)
+    shutil.copy(ROOT / "data" / "documents" / f"{SAMPLE_DOC}.txt", root / "data" / "documents")
+    lines = [l for l in (ROOT / "data" / "qa" / "squad_sample.jsonl").read_text(encoding="utf-8").splitlines() if f'"{SAMPLE_DOC}"' in l]
+    (root / "data" / "qa" / "questions.jsonl").write_text("\n".join(lines[:3]) + "\n", encoding="utf-8")
+    home = root / ".dagster_home"
+    ok(ctxwin(["run", "--workers", "1"], root, home))
+    return root, home
+
+
+def sample_state(root: Path) -> tuple[dict[str, int], list[str]]:
+    state = rows(root / "data" / "lancedb"), result_files(root / "evaluations" / "results" / "sample")
+    assert sum(state[0].values()) > 0 and state[1], state
+    return state
+
+
+@pytest.fixture(scope="module")
+def own_folder(project, tmp_path_factory):
+    """A user's folder: files named as people name them, and a question naming its file."""
+    base = tmp_path_factory.mktemp("mine")
+    docs, qa = base / "My Contracts (2024)", base / "questions"
+    docs.mkdir()
+    qa.mkdir()
+    text = (ROOT / "data" / "documents" / f"{OWN_DOC}.txt").read_text(encoding="utf-8")
+    (docs / "Oil Crisis, 1973 (final).txt").write_text(text, encoding="utf-8")
+    (docs / "Oil Crisis, 1973 [copy 2].md").write_text(text[: len(text) // 2], encoding="utf-8")
+    items = [
+        _question(text, "Oil Crisis, 1973 (final).txt", "q1", "1973", "In which year did the oil crisis begin?"),
+        _question(text, "Oil Crisis, 1973 [copy 2].md", "q2", "OPEC", "Which organisation proclaimed the embargo?"),
+    ]
+    (qa / "mine.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items), encoding="utf-8")
+    return docs, qa
+
+
+def test_evaluate_on_a_folder_of_real_file_names_completes_and_leaves_the_sample_alone(project, own_folder):
+    root, sample_home = project
+    docs, qa = own_folder
+    before = sample_state(root)
+    out = ok(ctxwin(["evaluate", "--name", "mine", "--documents", str(docs), "--qa", str(qa), "--workers", "2"], root))
+    home = root / "data" / "experiments" / "mine" / "dagster_home"
+    assert "2 ran, 0 up to date, 0 failed" in out, out
+    assert "[1/1] experiment_comparison: ok" in out, out
+    report = json.loads((root / "evaluations" / "reports" / "mine" / "comparison.json").read_text(encoding="utf-8"))
+    assert report["n_questions"] == {v: 2 for v in VARIANTS}
+    # Its own index, and its own partitions; the sample's home is not touched.
+    own = rows(root / "data" / "experiments" / "mine" / "lancedb")
+    assert len(own) == 3 and len(set(own.values())) == 1 and min(own.values()) > 0, own
+    with instance_of(home) as instance:
+        assert sorted(instance.get_dynamic_partitions("documents")) == ["Oil_Crisis_1973_copy_2", "Oil_Crisis_1973_final"]
+        # The daemon ran the experiment's documents sensor, on the experiment's folder.
+        ticks = [t for state in instance.all_instigator_state() if state.instigator_name == "documents_sensor"
+                 for t in instance.get_ticks(state.instigator_origin_id, state.selector_id)]
+        assert ticks, "the documents sensor never ticked"
+        assert all(t.status != dg.TickStatus.FAILURE for t in ticks), [t.error for t in ticks]
+    with instance_of(sample_home) as instance:
+        assert list(instance.get_dynamic_partitions("documents")) == [SAMPLE_DOC]
+    assert sample_state(root) == before
+
+
+def test_run_on_another_folder_twice_then_the_sample_changes_neither(project, own_folder):
+    root, _ = project
+    docs, _ = own_folder
+    before = sample_state(root)
+    first = ok(ctxwin(["run", "--documents", str(docs), "--name", "runs"], root))
+    assert "2 ran" in first
+    own_index = root / "data" / "experiments" / "runs" / "lancedb"
+    own_rows = rows(own_index)
+    second = ok(ctxwin(["run", "--documents", str(docs), "--name", "runs"], root))
+    assert "0 of 2 documents to run (2 up to date, skipped)" in second
+    sample = ok(ctxwin(["run"], root))
+    assert "0 of 1 documents to run (1 up to date, skipped)" in sample
+    assert rows(own_index) == own_rows
+    assert sample_state(root) == before
+    # The sample's home does not take another folder: that is another experiment.
+    refused = ctxwin(["run", "--documents", str(docs), "--dagster-home", str(root / ".dagster_home")], root)
+    assert refused.returncode != 0 and "holds the experiment 'sample'" in refused.stderr, refused.stderr
+
+
+def test_rows_deleted_behind_the_projects_back_are_rebuilt(project):
+    import lancedb
+
+    root, _ = project
+    before = sample_state(root)
+    table = lancedb.connect(str(root / "data" / "lancedb")).open_table("cc_rag_chunks")
+    table.delete(f"doc_id = '{SAMPLE_DOC}'")
+    assert table.count_rows() == 0
+    out = ok(ctxwin(["run"], root))
+    assert f"{SAMPLE_DOC}: cc_rag_index: 0 of {before[0]['cc_rag_chunks']} rows in the cc_rag index" in out, out
+    assert sample_state(root)[0] == before[0]
+
+
+def test_a_file_empty_or_unreadable_for_a_sensor_tick_loses_nothing(project, own_folder):
+    """The sensor of the experiment's home (the daemon's code, evaluated here on that home)
+    while a file is empty, then unreadable: nothing is removed; its run fails, then recovers."""
+    from ctxwin_dagster.definitions import home_definitions
+    from ctxwin_dagster.defs.sensors import documents_sensor
+
+    root, _ = project
+    docs, _ = own_folder
+    home = root / "data" / "experiments" / "runs" / "dagster_home"
+    index = root / "data" / "experiments" / "runs" / "lancedb"
+    before = rows(index)
+    path = docs / "Oil Crisis, 1973 [copy 2].md"
+    text = path.read_bytes()
+    defs = home_definitions(home)
+    for breakage in ("empty", "unreadable"):
+        if breakage == "empty":
+            path.write_bytes(b"")
+        else:
+            path.write_bytes(text)
+            path.chmod(0)
+        try:
+            with instance_of(home) as instance:
+                result = documents_sensor(dg.build_sensor_context(instance=instance, resources={"settings": defs.resources["settings"]}))
+                assert not result.dynamic_partitions_requests
+                assert len(instance.get_dynamic_partitions("documents")) == 2
+            assert rows(index) == before
+            if breakage == "empty":
+                failed = ctxwin(["run", "--documents", str(docs), "--name", "runs"], root)
+                assert failed.returncode == 1
+                line = next(l for l in failed.stdout.splitlines() if "FAILED" in l)
+                assert "Oil_Crisis_1973_copy_2" in line and "empty" in line, failed.stdout
+                assert rows(index) == before
+        finally:
+            path.chmod(0o644)
+            path.write_bytes(text)
+    recovered = ok(ctxwin(["run", "--documents", str(docs), "--name", "runs"], root))
+    assert "1 ran" in recovered or "0 of 2 documents to run" in recovered, recovered
+    assert rows(index) == before
+
+
+def test_prune_deletes_only_when_asked_and_undo_puts_it_back(project, own_folder):
+    root, _ = project
+    docs, _ = own_folder
+    home = root / "data" / "experiments" / "runs" / "dagster_home"
+    index = root / "data" / "experiments" / "runs" / "lancedb"
+    before = rows(index)
+    moved = docs.parent / "aside.md"
+    shutil.move(docs / "Oil Crisis, 1973 [copy 2].md", moved)
+    try:
+        run = ok(ctxwin(["run", "--documents", str(docs), "--name", "runs"], root))
+        assert "1 document(s) have no file any more (Oil_Crisis_1973_copy_2)" in run
+        assert rows(index) == before
+        listed = ok(ctxwin(["prune", "runs"], root))
+        assert "Nothing deleted" in listed and rows(index) == before
+        pruned = ok(ctxwin(["prune", "runs", "--yes"], root))
+        assert "pruned 1 document(s)" in pruned
+        after = rows(index)
+        assert all(after[t] < before[t] for t in before)
+        with instance_of(home) as instance:
+            assert list(instance.get_dynamic_partitions("documents")) == ["Oil_Crisis_1973_final"]
+        log = [json.loads(line) for line in (home / "ctxwin_prune.log").read_text(encoding="utf-8").splitlines()]
+        assert log[-1]["action"] == "prune" and log[-1]["doc_ids"] == ["Oil_Crisis_1973_copy_2"]
+        assert sum(log[-1]["rows"].values()) == sum(before.values()) - sum(after.values())
+        ok(ctxwin(["prune", "runs", "--undo"], root))
+        assert rows(index) == before
+        with instance_of(home) as instance:
+            assert len(instance.get_dynamic_partitions("documents")) == 2
+    finally:
+        shutil.move(moved, docs / "Oil Crisis, 1973 [copy 2].md")
+    assert "0 of 2 documents to run" in ok(ctxwin(["run", "--documents", str(docs), "--name", "runs"], root))
+
+
+def test_two_commands_on_one_home_start_one_daemon_and_do_the_work_once(project, tmp_path):
+    root, _ = project
+    docs = tmp_path / "two"
+    docs.mkdir()
+    shutil.copy(ROOT / "data" / "documents" / f"{OWN_DOC}.txt", docs / "one document.txt")
+    args = [sys.executable, "-m", "ctxwin_dagster.cli", "run", "--documents", str(docs), "--name", "twice"]
+    first = subprocess.Popen(args, cwd=root, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(1)
+    second = subprocess.Popen(args, cwd=root, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    outs = [p.communicate(timeout=900)[0] for p in (first, second)]
+    assert [p.returncode for p in (first, second)] == [0, 0], outs
+    assert sum("Dagster daemon started" in o for o in outs) == 1, outs
+    assert any("waiting for" in o and "0 of 1 documents to run" in o for o in outs), outs
+    with instance_of(root / "data" / "experiments" / "twice" / "dagster_home") as instance:
+        runs = [r for r in instance.get_runs() if r.job_name == "all_assets_job"]
+    assert len(runs) == 1
+
+
+def test_killing_the_command_stops_its_daemon_and_the_next_command_ends_its_run(project, own_folder):
+    root, _ = project
+    docs, _ = own_folder
+    home = root / "data" / "experiments" / "runs" / "dagster_home"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctxwin_dagster.cli", "run", "--documents", str(docs), "--name", "runs", "--force"],
+        cwd=root, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    deadline = time.time() + 300
+    seen = ""
+    while time.time() < deadline and "Dagster daemon started" not in seen:
+        seen += proc.stdout.readline()
+    assert "Dagster daemon started" in seen, seen
+    daemons = _daemons(home)
+    assert len(daemons) == 1
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    deadline = time.time() + 60
+    while time.time() < deadline and _daemons(home):
+        time.sleep(1)
+    assert not _daemons(home), "the daemon outlived the command that started it"
+    with instance_of(home) as instance:
+        unfinished = [r.run_id for r in instance.get_runs() if not r.is_finished]
+    nxt = ok(ctxwin(["run", "--documents", str(docs), "--name", "runs"], root))
+    if unfinished:
+        assert f"marked failed {len(unfinished)} run(s)" in nxt, nxt
+    with instance_of(home) as instance:
+        assert all(r.is_finished for r in instance.get_runs())
+
+
+def _daemons(home: Path) -> list[int]:
+    """pids of dagster-daemon processes working on ``home``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            env = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(c.endswith(b"dagster-daemon") for c in cmd[:2]) and f"DAGSTER_HOME={home.resolve()}".encode() in env:
+            found.append(int(proc.name))
+    return found
