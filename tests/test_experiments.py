@@ -62,7 +62,7 @@ def result_files(folder: Path) -> list[str]:
 
 
 def instance_of(home: Path) -> dg.DagsterInstance:
-    return dg.DagsterInstance.from_ref(dg.InstanceRef.from_dir(str(home)))
+    return dg.DagsterInstance.from_config(str(home))
 
 
 def _question(doc_text: str, doc_ref: str, qid: str, needle: str, question: str) -> dict:

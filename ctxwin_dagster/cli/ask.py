@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
@@ -32,12 +33,29 @@ def add_ask_arguments(parser: Any) -> None:
     parser.add_argument("--overlap-tokens", type=int, default=DEFAULT_OVERLAP_TOKENS, help="sliding-window overlap in tokens (default 200)")
     parser.add_argument("--early-stop", type=float, help="stop sliding after a window answers with at least this confidence (0-1)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--lancedb", default="data/lancedb", help="index folder (default data/lancedb)")
-    parser.add_argument("--documents", default="data/documents", help="documents folder (default data/documents; '' to use the indexed text)")
-    parser.add_argument("--cache-dir", default="data/cache", help="response and embedding caches (default data/cache)")
+    parser.add_argument("--experiment", default="sample", help="ask the experiment of this name: its index, documents, models and caches "
+                        "(default: the sample; another one lives in data/experiments/<name>/dagster_home)")
+    parser.add_argument("--dagster-home", help="ask the experiment of this Dagster home (default: the experiment's)")
+    parser.add_argument("--lancedb", help="index folder (default: the experiment's, the sample's data/lancedb)")
+    parser.add_argument("--documents", help="documents folder (default: the experiment's, the sample's data/documents; '' to use the indexed text)")
+    parser.add_argument("--cache-dir", help="response and embedding caches (default: the experiment's, data/cache)")
     parser.add_argument("--model", help="answer chat model (default: none, the extractive engine, offline; local:smollm2 runs a GGUF model in process)")
     parser.add_argument("--max-tokens", type=int, help="most tokens of an answer from --model (default 2,048; a local model's replies at most 512)")
     parser.add_argument("--base-url", help="OpenAI-compatible server for --model (default OpenAI; key from OPENAI_API_KEY)")
+
+
+def experiment_of(args: argparse.Namespace):
+    """The experiment ``ctxwin ask`` asks: the one kept in the Dagster home of ``--experiment``
+    (or ``--dagster-home``), the sample by default: the same settings its runs used."""
+    from ctxwin_dagster.core.experiment_spec import EXPERIMENT_FILE, home_experiment
+
+    from .homes import default_home
+
+    name = getattr(args, "experiment", None) or "sample"
+    home = Path(args.dagster_home) if getattr(args, "dagster_home", None) else default_home(name)
+    if name != "sample" and not (home / EXPERIMENT_FILE).is_file():
+        raise AskError(f"no experiment {name!r} in {home}; build it first (ctxwin evaluate / ctxwin run --documents), or pass --lancedb")
+    return home_experiment(home)
 
 
 def format_result(result: AskResult, *, width: int = 100) -> str:
@@ -121,12 +139,15 @@ def run_cli(args: Any, *, stdin: Any = None, stdout: Any = None, stderr: Any = N
     try:
         kwargs = _ask_kwargs(args)
         normalize_variant(kwargs["variant"])
+        exp = experiment_of(args)
+        answerer = dict(exp.sections.get("answerer") or {})
+        model = args.model if args.model is not None else (answerer.get("model") or None)
         asker = Asker.open(
-            lancedb=args.lancedb,
-            documents=args.documents or None,
-            model=args.model,
-            base_url=args.base_url,
-            cache_dir=args.cache_dir or None,
+            lancedb=args.lancedb or exp.lancedb_uri,
+            documents=(exp.documents_dir if args.documents is None else args.documents) or None,
+            model=model,
+            base_url=args.base_url if args.model is not None else (answerer.get("base_url") or None),
+            cache_dir=(exp.cache_dir if args.cache_dir is None else args.cache_dir) or None,
             max_tokens=getattr(args, "max_tokens", None),
         )
     except (AskError, ValueError) as exc:
