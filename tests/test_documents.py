@@ -248,12 +248,15 @@ def test_scan_takes_documents_and_names_every_file_it_does_not_take(tmp_path):
     (tmp_path / "sub.txt").mkdir()
     (tmp_path / "sub.txt" / "inner.txt").write_text("text", encoding="utf-8")
     folder = scan_documents(tmp_path)
-    assert [f.path.name for f in folder.files] == ["E.TXT", "a.md", "b.txt", "c.pdf"]
+    assert [f.path.name for f in folder.usable()] == ["E.TXT", "a.md", "b.txt", "c.pdf"]
+    # Empty files are documents with a problem (they keep their partition); the rest is not taken.
+    problems = {f.path.name: f.problem for f in folder.problems()}
+    assert set(problems) == {"empty.txt", "blank.md"}
+    assert problems["empty.txt"].startswith("empty (0 bytes)")
+    assert problems["blank.md"].startswith("empty (only white space")
     reasons = {s.path.name: s.reason for s in folder.skipped}
-    assert set(reasons) == {"d.json", "empty.txt", "blank.md", "sub.txt"}
+    assert set(reasons) == {"d.json", "sub.txt"}
     assert reasons["d.json"].startswith("unsupported type '.json'")
-    assert reasons["empty.txt"].startswith("empty (0 bytes)")
-    assert reasons["blank.md"].startswith("empty (only white space")
     assert reasons["sub.txt"].startswith("a folder")
     assert folder.files[0].path.parent == tmp_path
 

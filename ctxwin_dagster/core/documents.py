@@ -240,6 +240,21 @@ def _decode(p: Path, data: bytes) -> tuple[str, str]:
     return text, decoded.encoding
 
 
+def _read_bytes(p: Path) -> bytes:
+    """The file's bytes; a file that exists but cannot be read is a :class:`DocumentError` naming the fix."""
+    try:
+        return p.read_bytes()
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise DocumentError(f"{p.name!r} ({p}) is a folder, not a document file; move its documents up or remove it.") from None
+    except OSError as exc:
+        raise DocumentError(
+            f"{p.name!r} ({p}) cannot be read ({exc.strerror or exc}); fix its permissions "
+            "(e.g. `chmod u+r` on it, or give the user that runs the pipeline read access), or remove it from the folder."
+        ) from None
+
+
 def _title_of(text: str, fallback: str) -> str:
     for line in text.splitlines():
         line = line.strip()
@@ -268,8 +283,9 @@ def read_text_document(
             :func:`doc_id_from_path`.
 
     Raises:
-        DocumentError: unsupported suffix, empty or whitespace-only file, binary content, or
-            bytes in no encoding that can be told. The message names the file and the fix.
+        DocumentError: unsupported suffix, empty or whitespace-only file, a file that cannot be
+            read (permissions), binary content, or bytes in no encoding that can be told. The
+            message names the file and the fix.
         FileNotFoundError: the file does not exist.
 
     >>> import pathlib, tempfile
@@ -281,7 +297,7 @@ def read_text_document(
     """
     p = Path(path)
     _check_suffix(p)
-    data = p.read_bytes()
+    data = _read_bytes(p)
     text, encoding = _decode(p, data)
     return _document(p, doc_id or doc_id_from_path(p), data, text, count_tokens, encoding=encoding)
 
@@ -407,7 +423,7 @@ def read_document(
         return read_text_document(p, count_tokens=count_tokens, doc_id=doc_id)
     _check_suffix(p, SUPPORTED_SUFFIXES)
     doc_id = doc_id or doc_id_from_path(p)
-    data = p.read_bytes()
+    data = _read_bytes(p)
     if not data:
         raise DocumentError(f"{p.name!r} ({p}) is empty (0 bytes); put the document in it or remove it.")
     pages: tuple[tuple[int, int], ...] = ()
