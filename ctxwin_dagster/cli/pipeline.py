@@ -105,6 +105,7 @@ def run_pipeline(
     resources = dict(resources or {})
     settings = ProjectSettings(**resources.get("settings", {}).get("config", {}))
     folder = document_listing(settings, quiet=not print_listing)
+    settings.remember_ids(folder)
     existing = list(instance.get_dynamic_partitions(documents_partitions.name))
     added, removed = partition_changes(settings, existing, folder)
     if added:

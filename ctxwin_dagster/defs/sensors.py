@@ -59,6 +59,10 @@ def documents_sensor(
     if listing and not (context.cursor or "").endswith(seen):
         # Said once per change of the folder, not every tick.
         context.log.warning("\n".join(listing))
+    try:
+        settings.remember_ids(folder)
+    except OSError as exc:
+        context.log.warning(f"could not record the document ids in {settings.doc_ids_file!r} ({exc}); check that its folder is writable")
     existing = list(context.instance.get_dynamic_partitions(documents_partitions.name))
     added, removed = partition_changes(settings, existing, folder)
     if removed:
@@ -72,8 +76,10 @@ def documents_sensor(
         requests.append(documents_partitions.build_delete_request(removed))
     count = f"{len(existing) + len(added) - len(removed)} documents"
     not_taken = f"; {len(folder.skipped)} file(s) not taken: " + ", ".join(f"{s.path.name} ({s.reason.split(';')[0]})" for s in folder.skipped[:5]) if folder.skipped else ""
+    problems = folder.problems()
+    unreadable = f"; {len(problems)} file(s) cannot be read (their runs fail): " + ", ".join(f"{f.path.name} ({f.problem.split(';')[0]})" for f in problems[:5]) if problems else ""
     cursor = f"{count} {seen}"
     if not requests:
-        empty = " (no usable document in the folder)" if not folder.files else ""
-        return dg.SensorResult(skip_reason=f"{count}, none added or removed{empty}{not_taken}", cursor=cursor)
+        empty = " (no usable document in the folder)" if not folder.usable() else ""
+        return dg.SensorResult(skip_reason=f"{count}, none added or removed{empty}{unreadable}{not_taken}", cursor=cursor)
     return dg.SensorResult(dynamic_partitions_requests=requests, cursor=cursor)
