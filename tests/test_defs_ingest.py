@@ -93,6 +93,13 @@ def test_raw_documents_fails_for_an_empty_or_unreadable_file_naming_it_and_the_f
             raw_documents(context, settings)
 
 
+def test_raw_documents_records_the_bytes_replaced_in_a_utf8_file(tmp_path):
+    (tmp_path / "sagas.txt").write_bytes(("Norðmaðr " * 50).encode("utf-8").replace(b" ", b" \x9d", 6))
+    with dg.build_asset_context(partition_key="sagas") as context:
+        result = raw_documents(context, ProjectSettings(documents_dir=str(tmp_path)))
+    assert result.metadata["file_encoding"] == "utf-8" and result.metadata["replaced_bytes"] == 6
+
+
 def test_missing_document_file_error_names_the_fix(tmp_path):
     settings = ProjectSettings(documents_dir=str(tmp_path))
     with pytest.raises(DocumentError, match="no file in .* any more"):

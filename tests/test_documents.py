@@ -334,3 +334,27 @@ def test_html_without_text_fails(tmp_path):
     ok = tmp_path / "page.html"
     ok.write_text("<html><body><h1>Title</h1><p>First   para.</p><p>Second</p></body></html>", encoding="utf-8")
     assert read_document(ok).text == "Title\nFirst para.\nSecond\n"
+
+
+def test_utf8_with_a_few_stray_bytes_is_read_as_utf8_with_the_bytes_counted(tmp_path):
+    path = tmp_path / "sagas.txt"
+    # UTF-8 text with 6 stray bytes: read as a code page (cp775, cp949...) every ð would be garbled.
+    path.write_bytes(("Norðmaðr " * 50).encode("utf-8").replace(b" ", b" \x9d", 6))
+    doc = read_text_document(path)
+    assert doc.encoding == "utf-8" and doc.replaced_bytes == 6
+    assert doc.text.count("Norðmaðr") == 50 and doc.text.count("\ufffd") == 6
+    warning = doc.encoding_warning()
+    assert "sagas.txt" in warning and "6 byte(s) are not UTF-8" in warning and "re-save the file as UTF-8" in warning
+    clean = tmp_path / "clean.txt"
+    clean.write_text("Norðmaðr", encoding="utf-8")
+    assert read_text_document(clean).replaced_bytes == 0 and read_text_document(clean).encoding_warning() == ""
+
+
+def test_code_page_files_with_a_chance_utf8_pair_are_still_read_as_their_code_page(tmp_path):
+    # "ÓŁ" in cp1250 is d3 a3, a valid UTF-8 sequence; the many other Polish letters are not UTF-8.
+    text = "PÓŁNOCNY brzeg, żółć gęślą jaźń, źródło, łąka, ścieżka.\n"
+    path = tmp_path / "umowa.txt"
+    path.write_bytes(text.encode("cp1250"))
+    doc = read_text_document(path)
+    assert (doc.text, doc.encoding, doc.replaced_bytes) == (text, "cp1250", 0)
+    assert "read as cp1250" in doc.encoding_warning()

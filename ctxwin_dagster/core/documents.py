@@ -16,6 +16,7 @@ Plain Python only: this module imports neither dagster, ragas nor lancedb.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import unicodedata
@@ -81,6 +82,8 @@ class Document:
             encoding told from the bytes (``windows-1252``, ``cp1251``…; see
             :mod:`ctxwin_dagster.core.encodings`); ``docx``/``pdf``/``html`` for extracted text.
         pages: For PDFs, ``(page number, start offset)`` of every page with text, in order.
+        replaced_bytes: Bytes of a UTF-8 file that were not UTF-8 (a few stray bytes) and
+            became ``U+FFFD``; 0 otherwise. See :meth:`encoding_warning`.
     """
 
     doc_id: str
@@ -92,6 +95,24 @@ class Document:
     n_tokens: int | None = None
     encoding: str = "utf-8"
     pages: tuple[tuple[int, int], ...] = ()
+    replaced_bytes: int = 0
+
+    def encoding_warning(self) -> str:
+        """What a reader should be told about how the file was decoded, with the fix ("" when
+        nothing: UTF-8 or extracted text).
+
+        >>> Document("a", "00", "x\ufffd", "x", "a.txt", 2, replaced_bytes=1).encoding_warning()
+        'a.txt: read as UTF-8, but 1 byte(s) are not UTF-8 and were replaced by U+FFFD; re-save the file as UTF-8 (fix or remove those bytes) to keep every character'
+        """
+        name = Path(self.source_path).name
+        if self.replaced_bytes:
+            return (
+                f"{name}: read as UTF-8, but {self.replaced_bytes} byte(s) are not UTF-8 and were replaced by U+FFFD; "
+                "re-save the file as UTF-8 (fix or remove those bytes) to keep every character"
+            )
+        if self.encoding in ("utf-8", "docx", "pdf", "html", "htm"):
+            return ""
+        return f"{name}: not UTF-8; read as {self.encoding} (told from its bytes). Re-save it as UTF-8 to be sure."
 
     def page_at(self, offset: int) -> int | None:
         """The page number holding character ``offset`` (PDFs), or None.
@@ -186,8 +207,8 @@ def _check_suffix(p: Path, allowed: tuple[str, ...] = TEXT_SUFFIXES) -> None:
         )
 
 
-def _decode(p: Path, data: bytes) -> tuple[str, str]:
-    """Decode document bytes into (text, encoding), raising a :class:`DocumentError` that names the fix."""
+def _decode(p: Path, data: bytes) -> tuple[str, str, int]:
+    """Decode document bytes into (text, encoding, bytes replaced), raising a :class:`DocumentError` that names the fix."""
     from ctxwin_dagster.core.encodings import EncodingUnknown, decode_text
 
     name = f"{p.name!r} ({p})"
@@ -237,7 +258,7 @@ def _decode(p: Path, data: bytes) -> tuple[str, str]:
             f"{name} holds only white space ({len(data)} bytes); put the document's text "
             "in it or remove it."
         )
-    return text, decoded.encoding
+    return text, decoded.encoding, decoded.replaced
 
 
 def _read_bytes(p: Path) -> bytes:
@@ -268,8 +289,9 @@ def read_text_document(
 ) -> Document:
     """Read a ``.txt`` or ``.md`` file into a :class:`Document`.
 
-    The bytes are decoded as UTF-8 (a leading BOM is dropped; line endings are kept); a file
-    that is not UTF-8 is read with the encoding told from its bytes (a UTF-16/32 BOM,
+    The bytes are decoded as UTF-8 (a leading BOM is dropped; line endings are kept); a UTF-8
+    file with a few stray bytes is still read as UTF-8, those bytes replaced by ``U+FFFD`` and
+    counted in ``replaced_bytes`` (never read as another code page); a file that is not UTF-8 is read with the encoding told from its bytes (a UTF-16/32 BOM,
     Windows-1252/Latin-1, or what charset-normalizer finds with confidence; see
     :mod:`ctxwin_dagster.core.encodings`) and that encoding is recorded, or it is rejected
     with the fix. The SHA-256 is taken over the file's bytes, and the title is the first
@@ -298,8 +320,9 @@ def read_text_document(
     p = Path(path)
     _check_suffix(p)
     data = _read_bytes(p)
-    text, encoding = _decode(p, data)
-    return _document(p, doc_id or doc_id_from_path(p), data, text, count_tokens, encoding=encoding)
+    text, encoding, replaced = _decode(p, data)
+    doc = _document(p, doc_id or doc_id_from_path(p), data, text, count_tokens, encoding=encoding)
+    return dataclasses.replace(doc, replaced_bytes=replaced) if replaced else doc
 
 
 def _document(
