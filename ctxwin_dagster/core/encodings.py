@@ -115,7 +115,7 @@ def decode_text(data: bytes) -> Decoded:
     """Decode ``data`` (see the module's order). Raises :class:`EncodingUnknown`.
 
     >>> decode_text("Müller".encode("utf-8"))
-    Decoded(text='Müller', encoding='utf-8', detected=False)
+    Decoded(text='Müller', encoding='utf-8', detected=False, replaced=0)
     >>> decode_text("Die Müller GmbH und die Söhne AG".encode("latin-1")).encoding
     'windows-1252'
     >>> decode_text("Supplier’s “as is” terms".encode("cp1252")).text
