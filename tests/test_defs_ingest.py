@@ -161,3 +161,27 @@ def test_documents_sensor_adds_real_file_names_and_names_the_files_it_does_not_t
         instance.delete_dynamic_partition("documents", "Acme_Inc._2019_Supply")
         last = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=empty.cursor))
         assert "(no usable document in the folder)" in last.skip_reason.skip_message
+
+
+def test_documents_sensor_records_the_ids_so_a_new_file_cannot_take_one(tmp_path):
+    import json
+
+    from ctxwin_dagster.defs.resources import EvaluationSettings, LanceDBResource
+    from ctxwin_dagster.defs.sensors import documents_sensor
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "x.txt").write_text("text", encoding="utf-8")
+    registry = tmp_path / "doc_ids.json"
+    resources = {
+        "settings": ProjectSettings(documents_dir=str(docs), doc_ids_file=str(registry)),
+        "lancedb": LanceDBResource(uri=str(tmp_path / "lancedb")),
+        "evaluation": EvaluationSettings(results_dir=str(tmp_path / "results")),
+    }
+    with dg.instance_for_test() as instance:
+        first = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+        assert json.loads(registry.read_text(encoding="utf-8")) == {"x.txt": "x"}
+        instance.add_dynamic_partitions("documents", ["x"])
+        (docs / "x.md").write_text("text", encoding="utf-8")  # sorts first
+        second = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=first.cursor))
+        assert [list(r.partition_keys) for r in second.dynamic_partitions_requests] == [["x_md"]]

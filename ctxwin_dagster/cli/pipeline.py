@@ -186,7 +186,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"experiment {name}: documents {documents}, questions {qa}")
     from ctxwin_dagster.defs.resources import ProjectSettings
 
-    question_listing(qa, document_listing(ProjectSettings(documents_dir=documents, qa_dir=qa)))
+    # The experiment's own settings (its doc_ids_file too), so the listing shows the ids the run uses.
+    question_listing(qa, document_listing(ProjectSettings(**resources["settings"]["config"])))
     return run_pipeline(
         documents=documents,
         dagster_home=args.dagster_home or str(work / "dagster_home"),
