@@ -50,7 +50,7 @@ def default_resources(experiment: Experiment | None = None, home: str | Path | N
     so the extractive engine; local embeddings; local LanceDB). With ``home``, the documents'
     ids are remembered in that Dagster home, so an id never changes because another file did."""
     config = (experiment or Experiment()).resource_config()
-    if home is not None and "doc_ids_file" in ProjectSettings.model_fields:
+    if home is not None:
         config["settings"].setdefault("doc_ids_file", str(Path(home) / DOC_IDS_FILE))
     return {
         "settings": ProjectSettings(**config["settings"]),

@@ -45,10 +45,9 @@ def test_materialize_ingest_in_process(tmp_path):
     settings = ProjectSettings(documents_dir=str(docs))
     with dg.instance_for_test() as instance:
         added, removed = partition_changes(settings, [])
-        # An empty file is not taken (and is named with its reason); a binary one gets a
-        # partition that fails with the reason.
-        assert added == ["binary", "cuad_todos_medical_reseller", "squad_Normans"] and removed == []
-        assert [(s.path.name, s.reason.split(";")[0]) for s in settings.document_folder().skipped] == [("empty.txt", "empty (0 bytes)")]
+        # An empty file and a binary one each get a partition that fails with the reason.
+        assert added == ["binary", "cuad_todos_medical_reseller", "empty", "squad_Normans"] and removed == []
+        assert [(f.path.name, f.problem.split(";")[0]) for f in settings.document_folder().problems()] == [("empty.txt", "empty (0 bytes)")]
         instance.add_dynamic_partitions(documents_partitions.name, added)
         for key in ("squad_Normans", "cuad_todos_medical_reseller"):
             res = dg.materialize([raw_documents, chunks], resources={"settings": settings}, partition_key=key, instance=instance)
@@ -68,6 +67,37 @@ def test_materialize_ingest_in_process(tmp_path):
         (docs / "binary.txt").unlink()
         added, removed = partition_changes(settings, list(instance.get_dynamic_partitions("documents")))
         assert (added, removed) == ([], ["binary"])
+
+
+def test_raw_documents_fails_for_an_empty_or_unreadable_file_naming_it_and_the_fix(tmp_path, monkeypatch):
+    (tmp_path / "good.txt").write_text("Some text.", encoding="utf-8")
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "locked.md").write_text("secret", encoding="utf-8")
+    settings = ProjectSettings(documents_dir=str(tmp_path))
+    # Both keep their partitions (the scan names their problems) ...
+    assert settings.document_ids() == ["empty", "good", "locked"]
+    with dg.build_asset_context(partition_key="empty") as context:
+        with pytest.raises(DocumentError, match=r"'empty\.txt' .* is empty \(0 bytes\); put the document's text in it or remove it"):
+            raw_documents(context, settings)
+    real = Path.read_bytes
+
+    def read_bytes(self):
+        if self.name == "locked.md":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    # ... and each one's run fails naming the file and the fix.
+    with dg.build_asset_context(partition_key="locked") as context:
+        with pytest.raises(DocumentError, match=r"'locked\.md' .* cannot be read \(Permission denied\); fix its permissions"):
+            raw_documents(context, settings)
+
+
+def test_raw_documents_records_the_bytes_replaced_in_a_utf8_file(tmp_path):
+    (tmp_path / "sagas.txt").write_bytes(("Norðmaðr " * 50).encode("utf-8").replace(b" ", b" \x9d", 6))
+    with dg.build_asset_context(partition_key="sagas") as context:
+        result = raw_documents(context, ProjectSettings(documents_dir=str(tmp_path)))
+    assert result.metadata["file_encoding"] == "utf-8" and result.metadata["replaced_bytes"] == 6
 
 
 def test_missing_document_file_error_names_the_fix(tmp_path):
@@ -116,10 +146,14 @@ def test_documents_sensor_adds_real_file_names_and_names_the_files_it_does_not_t
     with dg.instance_for_test() as instance:
         result = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources))
         adds = [r for r in result.dynamic_partitions_requests if isinstance(r, dg.AddDynamicPartitionsRequest)]
-        assert [list(r.partition_keys) for r in adds] == [["Acme_Inc._2019_Supply"]]
-        instance.add_dynamic_partitions("documents", ["Acme_Inc._2019_Supply"])
+        # The empty file gets its partition (its run fails naming the fix); the slides are not taken.
+        assert [list(r.partition_keys) for r in adds] == [["Acme_Inc._2019_Supply", "draft"]]
+        instance.add_dynamic_partitions("documents", ["Acme_Inc._2019_Supply", "draft"])
         again = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=result.cursor))
-        assert "none added or removed; 2 file(s) not taken: draft.txt (empty (0 bytes)), slides.pptx (unsupported type '.pptx')" in again.skip_reason.skip_message
+        assert (
+            "none added or removed; 1 file(s) cannot be read (their runs fail): draft.txt (empty (0 bytes)); "
+            "1 file(s) not taken: slides.pptx (unsupported type '.pptx')"
+        ) in again.skip_reason.skip_message
         # Nothing usable: the sensor says so instead of counting 0 documents.
         (docs / "Acme, Inc. [2019] – Supply.txt").unlink()
         empty = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=again.cursor))
@@ -127,3 +161,27 @@ def test_documents_sensor_adds_real_file_names_and_names_the_files_it_does_not_t
         instance.delete_dynamic_partition("documents", "Acme_Inc._2019_Supply")
         last = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=empty.cursor))
         assert "(no usable document in the folder)" in last.skip_reason.skip_message
+
+
+def test_documents_sensor_records_the_ids_so_a_new_file_cannot_take_one(tmp_path):
+    import json
+
+    from ctxwin_dagster.defs.resources import EvaluationSettings, LanceDBResource
+    from ctxwin_dagster.defs.sensors import documents_sensor
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "x.txt").write_text("text", encoding="utf-8")
+    registry = tmp_path / "doc_ids.json"
+    resources = {
+        "settings": ProjectSettings(documents_dir=str(docs), doc_ids_file=str(registry)),
+        "lancedb": LanceDBResource(uri=str(tmp_path / "lancedb")),
+        "evaluation": EvaluationSettings(results_dir=str(tmp_path / "results")),
+    }
+    with dg.instance_for_test() as instance:
+        first = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+        assert json.loads(registry.read_text(encoding="utf-8")) == {"x.txt": "x"}
+        instance.add_dynamic_partitions("documents", ["x"])
+        (docs / "x.md").write_text("text", encoding="utf-8")  # sorts first
+        second = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=first.cursor))
+        assert [list(r.partition_keys) for r in second.dynamic_partitions_requests] == [["x_md"]]

@@ -248,12 +248,15 @@ def test_scan_takes_documents_and_names_every_file_it_does_not_take(tmp_path):
     (tmp_path / "sub.txt").mkdir()
     (tmp_path / "sub.txt" / "inner.txt").write_text("text", encoding="utf-8")
     folder = scan_documents(tmp_path)
-    assert [f.path.name for f in folder.files] == ["E.TXT", "a.md", "b.txt", "c.pdf"]
+    assert [f.path.name for f in folder.usable()] == ["E.TXT", "a.md", "b.txt", "c.pdf"]
+    # Empty files are documents with a problem (they keep their partition); the rest is not taken.
+    problems = {f.path.name: f.problem for f in folder.problems()}
+    assert set(problems) == {"empty.txt", "blank.md"}
+    assert problems["empty.txt"].startswith("empty (0 bytes)")
+    assert problems["blank.md"].startswith("empty (only white space")
     reasons = {s.path.name: s.reason for s in folder.skipped}
-    assert set(reasons) == {"d.json", "empty.txt", "blank.md", "sub.txt"}
+    assert set(reasons) == {"d.json", "sub.txt"}
     assert reasons["d.json"].startswith("unsupported type '.json'")
-    assert reasons["empty.txt"].startswith("empty (0 bytes)")
-    assert reasons["blank.md"].startswith("empty (only white space")
     assert reasons["sub.txt"].startswith("a folder")
     assert folder.files[0].path.parent == tmp_path
 
@@ -331,3 +334,27 @@ def test_html_without_text_fails(tmp_path):
     ok = tmp_path / "page.html"
     ok.write_text("<html><body><h1>Title</h1><p>First   para.</p><p>Second</p></body></html>", encoding="utf-8")
     assert read_document(ok).text == "Title\nFirst para.\nSecond\n"
+
+
+def test_utf8_with_a_few_stray_bytes_is_read_as_utf8_with_the_bytes_counted(tmp_path):
+    path = tmp_path / "sagas.txt"
+    # UTF-8 text with 6 stray bytes: read as a code page (cp775, cp949...) every ð would be garbled.
+    path.write_bytes(("Norðmaðr " * 50).encode("utf-8").replace(b" ", b" \x9d", 6))
+    doc = read_text_document(path)
+    assert doc.encoding == "utf-8" and doc.replaced_bytes == 6
+    assert doc.text.count("Norðmaðr") == 50 and doc.text.count("\ufffd") == 6
+    warning = doc.encoding_warning()
+    assert "sagas.txt" in warning and "6 byte(s) are not UTF-8" in warning and "re-save the file as UTF-8" in warning
+    clean = tmp_path / "clean.txt"
+    clean.write_text("Norðmaðr", encoding="utf-8")
+    assert read_text_document(clean).replaced_bytes == 0 and read_text_document(clean).encoding_warning() == ""
+
+
+def test_code_page_files_with_a_chance_utf8_pair_are_still_read_as_their_code_page(tmp_path):
+    # "ÓŁ" in cp1250 is d3 a3, a valid UTF-8 sequence; the many other Polish letters are not UTF-8.
+    text = "PÓŁNOCNY brzeg, żółć gęślą jaźń, źródło, łąka, ścieżka.\n"
+    path = tmp_path / "umowa.txt"
+    path.write_bytes(text.encode("cp1250"))
+    doc = read_text_document(path)
+    assert (doc.text, doc.encoding, doc.replaced_bytes) == (text, "cp1250", 0)
+    assert "read as cp1250" in doc.encoding_warning()

@@ -26,13 +26,23 @@ def document_listing(settings: Any, *, quiet: bool = False):
 
 
 def question_listing(qa_dir: str, folder: Any) -> None:
-    """Load the questions once before any run (a bad QA file stops here, naming the line) and
-    print the questions whose document name matches no document, or several."""
+    """Load the questions once before any run (a bad QA file stops here, naming the line), check
+    every reference span against its document's text (one outside it stops here too, naming
+    the file and line), and print the questions whose document name matches no document, or
+    several."""
+    from ctxwin_dagster.core.documents import read_document
     from ctxwin_dagster.core.qa.items import QAFormatError, load_qa_folder
-    from ctxwin_dagster.core.qa.resolve import resolve_questions
+    from ctxwin_dagster.core.qa.resolve import check_reference_spans, resolve_questions
+
+    def read_text(doc_id: str) -> str:
+        path = folder.path_of(doc_id)
+        if path is None:
+            raise FileNotFoundError(doc_id)
+        return read_document(path, doc_id=doc_id).text
 
     try:
         resolved = resolve_questions(load_qa_folder(qa_dir), folder)
+        check_reference_spans(resolved, read_text)
     except QAFormatError as exc:
         raise SystemExit(f"ctxwin: {exc}") from None
     n = sum(len(v) for v in resolved.by_doc.values())

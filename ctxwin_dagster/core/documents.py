@@ -16,6 +16,7 @@ Plain Python only: this module imports neither dagster, ragas nor lancedb.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import unicodedata
@@ -81,6 +82,8 @@ class Document:
             encoding told from the bytes (``windows-1252``, ``cp1251``…; see
             :mod:`ctxwin_dagster.core.encodings`); ``docx``/``pdf``/``html`` for extracted text.
         pages: For PDFs, ``(page number, start offset)`` of every page with text, in order.
+        replaced_bytes: Bytes of a UTF-8 file that were not UTF-8 (a few stray bytes) and
+            became ``U+FFFD``; 0 otherwise. See :meth:`encoding_warning`.
     """
 
     doc_id: str
@@ -92,6 +95,24 @@ class Document:
     n_tokens: int | None = None
     encoding: str = "utf-8"
     pages: tuple[tuple[int, int], ...] = ()
+    replaced_bytes: int = 0
+
+    def encoding_warning(self) -> str:
+        """What a reader should be told about how the file was decoded, with the fix ("" when
+        nothing: UTF-8 or extracted text).
+
+        >>> Document("a", "00", "x\ufffd", "x", "a.txt", 2, replaced_bytes=1).encoding_warning()
+        'a.txt: read as UTF-8, but 1 byte(s) are not UTF-8 and were replaced by U+FFFD; re-save the file as UTF-8 (fix or remove those bytes) to keep every character'
+        """
+        name = Path(self.source_path).name
+        if self.replaced_bytes:
+            return (
+                f"{name}: read as UTF-8, but {self.replaced_bytes} byte(s) are not UTF-8 and were replaced by U+FFFD; "
+                "re-save the file as UTF-8 (fix or remove those bytes) to keep every character"
+            )
+        if self.encoding in ("utf-8", "docx", "pdf", "html", "htm"):
+            return ""
+        return f"{name}: not UTF-8; read as {self.encoding} (told from its bytes). Re-save it as UTF-8 to be sure."
 
     def page_at(self, offset: int) -> int | None:
         """The page number holding character ``offset`` (PDFs), or None.
@@ -186,8 +207,8 @@ def _check_suffix(p: Path, allowed: tuple[str, ...] = TEXT_SUFFIXES) -> None:
         )
 
 
-def _decode(p: Path, data: bytes) -> tuple[str, str]:
-    """Decode document bytes into (text, encoding), raising a :class:`DocumentError` that names the fix."""
+def _decode(p: Path, data: bytes) -> tuple[str, str, int]:
+    """Decode document bytes into (text, encoding, bytes replaced), raising a :class:`DocumentError` that names the fix."""
     from ctxwin_dagster.core.encodings import EncodingUnknown, decode_text
 
     name = f"{p.name!r} ({p})"
@@ -237,7 +258,22 @@ def _decode(p: Path, data: bytes) -> tuple[str, str]:
             f"{name} holds only white space ({len(data)} bytes); put the document's text "
             "in it or remove it."
         )
-    return text, decoded.encoding
+    return text, decoded.encoding, decoded.replaced
+
+
+def _read_bytes(p: Path) -> bytes:
+    """The file's bytes; a file that exists but cannot be read is a :class:`DocumentError` naming the fix."""
+    try:
+        return p.read_bytes()
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise DocumentError(f"{p.name!r} ({p}) is a folder, not a document file; move its documents up or remove it.") from None
+    except OSError as exc:
+        raise DocumentError(
+            f"{p.name!r} ({p}) cannot be read ({exc.strerror or exc}); fix its permissions "
+            "(e.g. `chmod u+r` on it, or give the user that runs the pipeline read access), or remove it from the folder."
+        ) from None
 
 
 def _title_of(text: str, fallback: str) -> str:
@@ -253,8 +289,9 @@ def read_text_document(
 ) -> Document:
     """Read a ``.txt`` or ``.md`` file into a :class:`Document`.
 
-    The bytes are decoded as UTF-8 (a leading BOM is dropped; line endings are kept); a file
-    that is not UTF-8 is read with the encoding told from its bytes (a UTF-16/32 BOM,
+    The bytes are decoded as UTF-8 (a leading BOM is dropped; line endings are kept); a UTF-8
+    file with a few stray bytes is still read as UTF-8, those bytes replaced by ``U+FFFD`` and
+    counted in ``replaced_bytes`` (never read as another code page); a file that is not UTF-8 is read with the encoding told from its bytes (a UTF-16/32 BOM,
     Windows-1252/Latin-1, or what charset-normalizer finds with confidence; see
     :mod:`ctxwin_dagster.core.encodings`) and that encoding is recorded, or it is rejected
     with the fix. The SHA-256 is taken over the file's bytes, and the title is the first
@@ -268,8 +305,9 @@ def read_text_document(
             :func:`doc_id_from_path`.
 
     Raises:
-        DocumentError: unsupported suffix, empty or whitespace-only file, binary content, or
-            bytes in no encoding that can be told. The message names the file and the fix.
+        DocumentError: unsupported suffix, empty or whitespace-only file, a file that cannot be
+            read (permissions), binary content, or bytes in no encoding that can be told. The
+            message names the file and the fix.
         FileNotFoundError: the file does not exist.
 
     >>> import pathlib, tempfile
@@ -281,9 +319,10 @@ def read_text_document(
     """
     p = Path(path)
     _check_suffix(p)
-    data = p.read_bytes()
-    text, encoding = _decode(p, data)
-    return _document(p, doc_id or doc_id_from_path(p), data, text, count_tokens, encoding=encoding)
+    data = _read_bytes(p)
+    text, encoding, replaced = _decode(p, data)
+    doc = _document(p, doc_id or doc_id_from_path(p), data, text, count_tokens, encoding=encoding)
+    return dataclasses.replace(doc, replaced_bytes=replaced) if replaced else doc
 
 
 def _document(
@@ -407,7 +446,7 @@ def read_document(
         return read_text_document(p, count_tokens=count_tokens, doc_id=doc_id)
     _check_suffix(p, SUPPORTED_SUFFIXES)
     doc_id = doc_id or doc_id_from_path(p)
-    data = p.read_bytes()
+    data = _read_bytes(p)
     if not data:
         raise DocumentError(f"{p.name!r} ({p}) is empty (0 bytes); put the document in it or remove it.")
     pages: tuple[tuple[int, int], ...] = ()

@@ -26,7 +26,7 @@ from ctxwin_dagster.core.experiment_spec import (
     DEFAULT_RESULTS_DIR,
     SAMPLE,
 )
-from ctxwin_dagster.core.document_folder import DocumentFolder, scan_documents
+from ctxwin_dagster.core.document_folder import DocumentFolder, load_id_registry, save_id_registry, scan_documents
 from ctxwin_dagster.core.documents import DocumentError
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.core.tokens import TokenCounter, get_token_counter
@@ -45,13 +45,26 @@ class ProjectSettings(dg.ConfigurableResource):
     chunk_size: int = Field(default=PAPER.chunk_size, ge=1, description="characters per chunk (the paper: 1,000)")
     chunk_overlap: int = Field(default=PAPER.chunk_overlap, ge=0, description="characters shared by neighbouring chunks (the paper: 100)")
     token_model: str = Field(default=PAPER.answer_model, description="model whose tokenizer counts the documents' tokens")
+    doc_ids_file: str = Field(
+        default="",
+        description="JSON file that keeps the doc_id each file was given ({file name: doc_id}), so a document's id never "
+        "changes because another file was added, emptied or removed; empty: ids are derived from the folder as it is",
+    )
 
     def documents_path(self) -> Path:
         return Path(self.documents_dir).expanduser()
 
     def document_folder(self) -> DocumentFolder:
-        """The documents folder scanned: every file with its doc_id, and the files not taken."""
-        return scan_documents(self.documents_path())
+        """The documents folder scanned: every file with its doc_id, and the files not taken
+        (the ids in ``doc_ids_file``, when set, are kept)."""
+        known = load_id_registry(Path(self.doc_ids_file).expanduser()) if self.doc_ids_file else None
+        return scan_documents(self.documents_path(), known=known)
+
+    def remember_ids(self, folder: DocumentFolder) -> None:
+        """Record ``folder``'s ids in ``doc_ids_file`` (nothing when it is not set)."""
+        if self.doc_ids_file:
+            path = Path(self.doc_ids_file).expanduser()
+            save_id_registry(path, folder, load_id_registry(path))
 
     def document_ids(self) -> list[str]:
         """doc_ids of the documents in the folder (one partition each; see ``document_folder``)."""

@@ -40,9 +40,7 @@ def sync_partitions(instance: dg.DagsterInstance, settings: ProjectSettings, fol
 
 
 def _remember(settings: ProjectSettings, folder: DocumentFolder) -> None:
-    remember = getattr(settings, "remember_ids", None)
-    if remember is not None:
-        remember(folder)
+    settings.remember_ids(folder)
 
 
 # Every two minutes: the daemon logs two lines per tick, and documents arrive rarely (``ctxwin
@@ -70,13 +68,18 @@ def documents_sensor(context: dg.SensorEvaluationContext, settings: ProjectSetti
     if listing and not (context.cursor or "").endswith(seen):
         # Said once per change of the folder, not every tick.
         context.log.warning("\n".join(listing))
-    _remember(settings, folder)
+    try:
+        _remember(settings, folder)
+    except OSError as exc:
+        context.log.warning(f"could not record the document ids in {settings.doc_ids_file!r} ({exc}); check that its folder is writable")
     count = f"{len(existing) + len(added)} document partitions"
     skipped = folder.skipped
     not_taken = f"; {len(skipped)} file(s) not taken: " + ", ".join(f"{s.path.name} ({s.reason.split(';')[0]})" for s in skipped[:5]) if skipped else ""
+    problems = folder.problems()
+    unreadable = f"; {len(problems)} file(s) cannot be read (their runs fail): " + ", ".join(f"{f.path.name} ({f.problem.split(';')[0]})" for f in problems[:5]) if problems else ""
     without = f"; {len(gone)} without a file (see `ctxwin prune`)" if gone else ""
     cursor = f"{count} {seen}"
     if not added:
-        empty = " (no usable document in the folder)" if not folder.files else ""
-        return dg.SensorResult(skip_reason=f"{count}, none added{empty}{without}{not_taken}", cursor=cursor)
+        empty = " (no usable document in the folder)" if not folder.usable() else ""
+        return dg.SensorResult(skip_reason=f"{count}, none added{empty}{without}{unreadable}{not_taken}", cursor=cursor)
     return dg.SensorResult(dynamic_partitions_requests=[documents_partitions.build_add_request(added)], cursor=cursor)

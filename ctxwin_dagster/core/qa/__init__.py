@@ -7,7 +7,8 @@ One job per module:
   :func:`~.items.load_qa_folder`, :func:`~.items.write_qa_jsonl`), and checking the spans
   against the documents (:func:`~.items.validate_spans`);
 * :mod:`~ctxwin_dagster.core.qa.resolve` — which document each question names (doc_id, file
-  name or stem; :func:`~.resolve.resolve_questions`);
+  name or stem; :func:`~.resolve.resolve_questions`), and whether its reference spans lie
+  inside that document's text (:func:`~.resolve.check_reference_spans`, naming the file and line);
 * :mod:`~ctxwin_dagster.core.qa.corpora` — importers of the corpus files: SQuAD 2.0
   (:func:`~.corpora.squad_to_qa`) and CUAD (:func:`~.corpora.cuad_to_qa`).
 

@@ -137,6 +137,9 @@ class QAItem:
     (((10, 15),), False)
     >>> QAItem("q2", "doc", "Why?", "", ()).is_impossible   # inferred
     True
+
+    ``source`` and ``line`` tell where an item was read (:func:`load_qa_jsonl` sets them; ""
+    and 0 for items made in code). They are not part of the item: not compared, not written.
     """
 
     question_id: str
@@ -146,6 +149,15 @@ class QAItem:
     reference_spans: tuple[Span, ...] = ()
     is_impossible: bool | None = None
     meta: dict[str, Any] = field(default_factory=dict, hash=False)
+    source: str = field(default="", compare=False, repr=False)
+    line: int = field(default=0, compare=False, repr=False)
+
+    @property
+    def where(self) -> str:
+        """Where the item was read (``qa/set.jsonl, line 3``), or its question id when not from a file."""
+        if not self.source:
+            return f"question {self.question_id!r}"
+        return f"{self.source}, line {self.line}" if self.line else self.source
 
     def __post_init__(self) -> None:
         for name in ("question_id", "doc_id", "question"):
@@ -282,6 +294,8 @@ def load_qa_jsonl(path: str | Path) -> list[QAItem]:
                 f"line {seen[item.question_id]}; question ids must be unique"
             )
         seen[item.question_id] = lineno
+        object.__setattr__(item, "source", str(p))
+        object.__setattr__(item, "line", lineno)
         items.append(item)
     if not items:
         raise QAFormatError(

@@ -3,7 +3,8 @@
 A question's ``doc_id`` field may hold the document's doc_id, its file name or the file's stem
 (see :mod:`ctxwin_dagster.core.document_folder`). :func:`resolve_questions` rewrites each item to
 the doc_id of its document (keeping what the file said under ``meta["doc_ref"]``) and reports
-the names that match no document, or several.
+the names that match no document, or several. :func:`check_reference_spans` then checks every
+reference span against its document's text, before any run, naming the QA file and line.
 
 Plain Python only.
 """
@@ -11,14 +12,18 @@ Plain Python only.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from ctxwin_dagster.core.document_folder import DocumentFolder
 
-from .items import QAItem
+from ctxwin_dagster.core.documents import DocumentError
 
-__all__ = ["ResolvedQuestions", "resolve_questions"]
+from .items import QAFormatError, QAItem
+
+__all__ = ["ResolvedQuestions", "check_reference_spans", "resolve_questions"]
+
+_MAX_SPAN_PROBLEMS_SHOWN = 20
 
 
 @dataclass(frozen=True)
@@ -66,3 +71,54 @@ def resolve_questions(items: Iterable[QAItem], folder: DocumentFolder) -> Resolv
             item = replace(item, doc_id=doc_id, meta={**item.meta, "doc_ref": ref})
         out.by_doc.setdefault(doc_id, []).append(item)
     return out
+
+
+def check_reference_spans(resolved: ResolvedQuestions, read_text: Callable[[str], str]) -> list[str]:
+    """Check that every reference span lies inside its document's text (``0 <= start <= end <=
+    len(text)``), before any run uses the offsets.
+
+    Args:
+        resolved: the questions by doc_id (:func:`resolve_questions`).
+        read_text: ``doc_id -> the document's text`` as the pipeline reads it (the project's
+            reader); called once per document that has spans. A document it cannot read
+            (:class:`~ctxwin_dagster.core.documents.DocumentError`, ``OSError``) is not checked
+            here: its own run fails with the reason.
+
+    Returns:
+        The doc_ids that could not be read (so not checked).
+
+    Raises:
+        QAFormatError: listing every span outside its document (up to 20 shown, with the
+            total), each with the QA file, the line number and the fix.
+
+    >>> r = ResolvedQuestions(by_doc={"d": [QAItem("q", "d", "?", "b", [[1, 2]])]})
+    >>> check_reference_spans(r, lambda doc_id: "abc")
+    []
+    """
+    problems: list[str] = []
+    unread: list[str] = []
+    for doc_id, items in resolved.by_doc.items():
+        with_spans = [item for item in items if item.reference_spans]
+        if not with_spans:
+            continue
+        try:
+            text = read_text(doc_id)
+        except (DocumentError, OSError):
+            unread.append(doc_id)
+            continue
+        n = len(text)
+        for item in with_spans:
+            for i, (start, end) in enumerate(item.reference_spans):
+                if 0 <= start <= end <= n:
+                    continue
+                who = f"{item.where}: question {item.question_id!r}" if item.source else item.where
+                problems.append(
+                    f"{who}: reference_spans[{i}] = [{start}, {end}] lies outside "
+                    f"document {doc_id!r} ({n} characters; a span needs 0 <= start <= end <= {n}); fix the offsets "
+                    "(character offsets into the document's text as read, e.g. text.find(answer)), or remove the span"
+                )
+    if problems:
+        shown = problems[:_MAX_SPAN_PROBLEMS_SHOWN]
+        more = f"\n  ... and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
+        raise QAFormatError(f"{len(problems)} reference span(s) outside their document:\n  " + "\n  ".join(shown) + more)
+    return unread

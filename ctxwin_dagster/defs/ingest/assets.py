@@ -23,8 +23,9 @@ def raw_documents(context: dg.AssetExecutionContext, settings: ProjectSettings):
     path = settings.document_file(context.partition_key)
     counter = settings.token_counter()
     doc = read_document(path, count_tokens=counter.count, doc_id=context.partition_key)
-    if doc.encoding not in ("utf-8", "docx", "pdf", "html", "htm"):
-        context.log.warning(f"{path.name}: not UTF-8; read as {doc.encoding} (told from its bytes). Re-save it as UTF-8 to be sure.")
+    warning = doc.encoding_warning()
+    if warning:
+        context.log.warning(warning)
     return dg.MaterializeResult(
         value=doc,
         data_version=dg.DataVersion(doc.sha256),
@@ -37,6 +38,7 @@ def raw_documents(context: dg.AssetExecutionContext, settings: ProjectSettings):
             "n_tokens": doc.n_tokens,
             "token_encoding": counter.info.name,
             "file_encoding": doc.encoding,
+            "replaced_bytes": doc.replaced_bytes,
             "n_pages": len(doc.pages) if doc.pages else None,
             "runtime_s": round(time.perf_counter() - started, 3),
         },

@@ -1,0 +1,134 @@
+"""A document's id never changes because another file changed, and a file that cannot be read
+keeps its id (a failed partition, not a removed document). Plain Python, no Dagster runs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ctxwin_dagster.core import document_folder as document_folder_module
+from ctxwin_dagster.core.document_folder import load_id_registry, save_id_registry, scan_documents
+from ctxwin_dagster.core.documents import DocumentError, read_document
+
+
+def _scan_and_remember(docs, registry):
+    known = load_id_registry(registry)
+    folder = scan_documents(docs, known=known)
+    save_id_registry(registry, folder, known)
+    return folder
+
+
+def test_ids_stay_put_when_other_files_come_go_or_empty(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    registry = tmp_path / "state" / "doc_ids.json"
+    (docs / "x.txt").write_text("the text document", encoding="utf-8")
+    assert _scan_and_remember(docs, registry).assignments() == {"x.txt": "x"}
+    assert json.loads(registry.read_text(encoding="utf-8")) == {"x.txt": "x"}
+
+    # x.md sorts first and would take 'x' without the registry; with it x.txt keeps its id.
+    (docs / "x.md").write_text("the markdown document", encoding="utf-8")
+    assert scan_documents(docs).assignments() == {"x.md": "x", "x.txt": "x_txt"}
+    folder = _scan_and_remember(docs, registry)
+    assert folder.assignments() == {"x.md": "x_md", "x.txt": "x"}
+    assert "x.md -> x_md ('x' is taken by 'x.txt')" in "\n".join(folder.report_lines())
+
+    # An emptied file keeps its id: it is a document with a problem, not a removed one.
+    (docs / "x.md").write_bytes(b"")
+    folder = _scan_and_remember(docs, registry)
+    assert folder.assignments() == {"x.md": "x_md", "x.txt": "x"}
+    assert [(f.doc_id, f.problem.split(";")[0]) for f in folder.problems()] == [("x_md", "empty (0 bytes)")]
+
+    # A file that is gone keeps its id in the registry; nobody else gets it, and it comes back with it.
+    (docs / "x.md").unlink()
+    folder = _scan_and_remember(docs, registry)
+    assert folder.assignments() == {"x.txt": "x"}
+    assert json.loads(registry.read_text(encoding="utf-8")) == {"x.md": "x_md", "x.txt": "x"}
+    (docs / "x.md").write_text("back again", encoding="utf-8")
+    assert _scan_and_remember(docs, registry).assignments() == {"x.md": "x_md", "x.txt": "x"}
+
+
+def test_a_new_file_never_takes_the_id_of_a_known_file_that_is_gone(tmp_path):
+    (tmp_path / "x md.txt").write_text("text", encoding="utf-8")  # would be 'x_md' on its own
+    folder = scan_documents(tmp_path, known={"x.md": "x_md", "old.txt": "old"})
+    [f] = folder.files
+    assert f.doc_id == "x_md_txt" and "kept for it while the file is gone" in f.note
+
+
+def test_two_files_the_registry_gives_one_id_the_first_by_name_keeps_it(tmp_path):
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / name).write_text("text", encoding="utf-8")
+    folder = scan_documents(tmp_path, known={"a.txt": "same", "b.txt": "same", "c.txt": "../bad id"})
+    assert folder.assignments() == {"a.txt": "same", "b.txt": "b"}
+
+
+def test_registry_missing_or_corrupt_reads_as_empty_and_is_written_whole(tmp_path):
+    registry = tmp_path / "doc_ids.json"
+    assert load_id_registry(registry) == {}
+    registry.write_text("{not json", encoding="utf-8")
+    with pytest.warns(UserWarning, match="cannot be read"):
+        assert load_id_registry(registry) == {}
+    registry.write_text("[1, 2]", encoding="utf-8")
+    with pytest.warns(UserWarning, match="not a JSON object"):
+        assert load_id_registry(registry) == {}
+    registry.write_text('{"a.txt": "a", "b.txt": 3}', encoding="utf-8")
+    assert load_id_registry(registry) == {"a.txt": "a"}
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "c.txt").write_text("text", encoding="utf-8")
+    assert save_id_registry(registry, scan_documents(docs), {"a.txt": "a"}) == {"a.txt": "a", "c.txt": "c"}
+    assert json.loads(registry.read_text(encoding="utf-8")) == {"a.txt": "a", "c.txt": "c"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["doc_ids.json", "docs"]  # no temporary file left
+
+
+def test_empty_and_unreadable_document_files_keep_an_id_with_their_problem(tmp_path, monkeypatch):
+    (tmp_path / "good.txt").write_text("text", encoding="utf-8")
+    (tmp_path / "blank.md").write_text(" \n", encoding="utf-8")
+    (tmp_path / "locked.txt").write_text("secret", encoding="utf-8")
+    (tmp_path / "sheet.xlsx").write_bytes(b"PK")
+    real_access = os.access
+    monkeypatch.setattr(document_folder_module.os, "access", lambda p, mode: _basename(p) != "locked.txt" and real_access(p, mode))
+    folder = scan_documents(tmp_path)
+    assert folder.ids() == ["blank", "good", "locked"]
+    assert {f.path.name: f.problem.split(" (")[0] for f in folder.problems()} == {"blank.md": "empty", "locked.txt": "unreadable"}
+    assert [s.path.name for s in folder.skipped] == ["sheet.xlsx"]
+    report = "\n".join(folder.report_lines())
+    assert "2 document file(s)" in report and "locked.txt: unreadable (permission denied); fix its permissions" in report
+    folder.require_documents()  # good.txt is usable
+    (tmp_path / "good.txt").unlink()
+    with pytest.raises(DocumentError, match=r"no usable document: blank\.md: empty .*locked\.txt: unreadable.*sheet\.xlsx: unsupported"):
+        scan_documents(tmp_path).require_documents()
+
+
+def _basename(p) -> str:
+    return os.path.basename(os.fspath(p))
+
+
+def test_reading_an_unreadable_file_is_a_document_error_naming_the_fix(tmp_path, monkeypatch):
+    path = tmp_path / "locked.txt"
+    path.write_text("secret", encoding="utf-8")
+
+    def denied(self):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(type(path), "read_bytes", denied)
+    with pytest.raises(DocumentError, match=r"'locked\.txt' .* cannot be read \(Permission denied\); fix its permissions"):
+        read_document(path)
+
+
+def test_project_settings_keep_ids_in_their_registry_file(tmp_path):
+    from ctxwin_dagster.defs.resources import ProjectSettings
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "x.txt").write_text("text", encoding="utf-8")
+    plain = ProjectSettings(documents_dir=str(docs))
+    plain.remember_ids(plain.document_folder())  # no registry set: nothing written
+    assert list(tmp_path.iterdir()) == [docs]
+    settings = ProjectSettings(documents_dir=str(docs), doc_ids_file=str(tmp_path / "ids.json"))
+    settings.remember_ids(settings.document_folder())
+    (docs / "x.md").write_text("text", encoding="utf-8")
+    assert settings.document_ids() == ["x_md", "x"]
+    assert settings.document_file("x") == docs / "x.txt"
