@@ -166,6 +166,9 @@ def test_index_window_check(tmp_path, oversize):
         assert not check.passed and meta["chunk_tokens_cut"] > 0 and meta["rows_with_chunk_cut"] == meta["rows_over_window"]
     from ctxwin_dagster.models.vectorstore import ChunkIndex
 
-    rows = ChunkIndex(str(tmp_path / "lancedb")).rows("t_rag", doc_id="contract")
+    index = ChunkIndex(str(tmp_path / "lancedb"))
+    rows = index.rows("t_rag", doc_id="contract")
+    record = index.record("t_rag")  # the table records what built it
+    assert (record.model, record.dim, record.provider, record.row_strategy) == ("all-MiniLM-L6-v2", 384, "local", "chunk only")
     assert sum(r["chunk_tokens_cut"] for r in rows) == meta["chunk_tokens_cut"]
     assert all(r["embed_pieces"] >= 1 for r in rows)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -107,6 +107,7 @@ class Asker:
         api_key: str | None = None,
         cache_dir: str | Path | None = "data/cache",
         embedder: Any | None = None,
+        embeddings: Mapping[str, Any] | None = None,
         max_concurrency: int = 8,
         max_tokens: int | None = None,
     ) -> Asker:
@@ -118,11 +119,19 @@ class Asker:
         ``max_tokens`` caps each answer's tokens (default the paper's 2,048, and a local model's 512). Question vectors are cached in
         ``cache_dir/embeddings.sqlite`` (None: no caches).
 
+        Questions are embedded by ``embedder``, else by the one ``embeddings`` describes (the
+        keys of the ``EmbeddingsResource``'s fields: ``provider``, ``model``, ``base_url``,
+        ``api_key``, ``batch_size``, ``cache_dir``, ``oversize``, ``max_input_tokens``;
+        ``row_strategy`` and ``context_weight`` are accepted and change nothing here), built by
+        :func:`~ctxwin_dagster.models.embeddings.factory.make_embedder` as the index assets
+        build theirs; with neither, the local ``all-MiniLM-L6-v2``. A search with another model
+        than the one that built the index is refused (:class:`AskError` naming both).
+
         Raises:
-            AskError: there is no index at ``lancedb``.
+            AskError: there is no index at ``lancedb``, or ``embeddings`` is not valid.
         """
         from ctxwin_dagster.models.cache import ResponseCache
-        from ctxwin_dagster.models.embeddings.local import LocalEmbedder
+        from ctxwin_dagster.models.embeddings.factory import embedder_from_settings
         from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
         from ctxwin_dagster.models.tasks.llm import LLMTasks
         from ctxwin_dagster.models.vectorstore import ChunkIndex
@@ -134,9 +143,13 @@ class Asker:
                 "that holds the *_chunks.lance tables (--lancedb)"
             )
         cache_folder = None if cache_dir is None else Path(cache_dir).expanduser()
+        if embedder is not None and embeddings is not None:
+            raise AskError("pass embedder= or embeddings= (the settings of one), not both")
         if embedder is None:
-            emb_cache = None if cache_folder is None else ResponseCache(cache_folder / "embeddings.sqlite")
-            embedder = LocalEmbedder(cache=emb_cache)
+            try:
+                embedder = embedder_from_settings(embeddings or {}, cache_dir=cache_folder)
+            except ValueError as exc:
+                raise AskError(str(exc)) from exc
         closers: list[Callable[[], None]] = []
         if model:
             from ctxwin_dagster.models.chat.factory import make_chat_backend
@@ -251,7 +264,12 @@ class Asker:
             self._check_doc(variant, doc_id)
         elif index.count(variant) == 0:
             raise AskError(f"the {variant} table in {index.uri} is empty or missing; materialize it with `ctxwin run`")
-        return index.search(variant, vector, k=k, doc_id=doc_id or None, query_text=question, hybrid=hybrid)
+        from ctxwin_dagster.models.vectorstore import EmbedderMismatchError
+
+        try:
+            return index.search(variant, vector, k=k, doc_id=doc_id or None, query_text=question, hybrid=hybrid, embedder=self.embedder)
+        except EmbedderMismatchError as exc:
+            raise AskError(str(exc)) from exc
 
     def assemble(
         self,

@@ -163,7 +163,7 @@ class EmbeddingsResource(dg.ConfigurableResource):
     and how index rows fit its window (nothing is cut silently; see ``core/embedding_window.py``)."""
 
     provider: Literal["local", "openai"] = Field(default="local", description="'local' (sentence-transformers, offline) or 'openai' (any OpenAI-compatible server)")
-    model: str = Field(default="all-MiniLM-L6-v2", description="embedding model name (for provider 'openai': the name the server knows)")
+    model: str = Field(default="all-MiniLM-L6-v2", description="embedding model: for provider 'local' all-MiniLM-L6-v2 or a folder with a sentence-transformers model; for 'openai' the name the server knows")
     base_url: str = Field(default="", description="OpenAI-compatible server for provider 'openai' (empty: OpenAI)")
     api_key: str | None = Field(default=None, description="leave unset to read OPENAI_API_KEY at run time, or bind an EnvVar")
     batch_size: int = Field(default=64, ge=1, description="texts per forward pass or request")
@@ -193,17 +193,15 @@ class EmbeddingsResource(dg.ConfigurableResource):
         return self._embedder
 
     def _new_embedder(self):
-        if self.provider == "local":
-            from ctxwin_dagster.models.embeddings.local import LocalEmbedder
+        from ctxwin_dagster.models.embeddings.factory import make_embedder
 
-            return LocalEmbedder(batch_size=self.batch_size, cache=_cache(self.cache_dir, "embeddings.sqlite"), oversize=self.oversize)
-        from ctxwin_dagster.models.embeddings.openai import OpenAIEmbedder
-
-        return OpenAIEmbedder(
+        return make_embedder(
+            provider=self.provider,
             model=self.model,
             base_url=self.base_url or None,
             api_key=self.api_key or None,
-            cache=_cache(self.cache_dir, "embeddings.sqlite"),
+            batch_size=self.batch_size,
+            cache_dir=self.cache_dir,
             oversize=self.oversize,
             max_input_tokens=self.max_input_tokens or None,
         )

@@ -16,6 +16,18 @@ the table (see :mod:`ctxwin_dagster.models.index_upkeep`). Search within one doc
 (a flat scan of that document's rows, found by the ``doc_id`` index); search over the whole
 table uses the ANN index once there is one, and still finds rows written since it was trained.
 
+Each table records what built it, in its vector column's metadata (``ctxwin:embedder:*``, beside
+the ANN record): the embedding model, its dimension, its provider and the row strategy (how a
+contextualized row was fitted into the model's window); see :class:`IndexRecord`. A table made
+by a writer that names its embedder carries the record from its creation; a write with another
+model (or another row strategy) is refused, and so is a search whose question was embedded by
+another model (:class:`EmbedderMismatchError`, naming the table, both models and the fix).
+LanceDB keeps field metadata through ``merge_insert``, ``add``, ``add_columns``, index builds and
+reopening, and (unlike table-wide schema metadata) lets it be added to an existing table. Tables
+made before the record existed carry none: the first writer that names its embedder writes it,
+and until then a search is accepted as before, without a warning (nothing tells which model built
+such a table; a question vector of another size is still refused).
+
 Example::
 
     >>> import numpy as np, tempfile
@@ -26,12 +38,18 @@ Example::
     1
     >>> idx.count("t_rag", doc_id="d")
     1
+    >>> idx.replace_document("cc_rag", "d", rows, np.ones((1, 4), dtype="float32") / 2,
+    ...                      embedder=EmbedderIdentity("toy-embedder", 4, "local"), row_strategy="context_budget")["rows"]
+    1
+    >>> idx.record("cc_rag").describe()
+    'toy-embedder (4 dimensions, local), row strategy context_budget'
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,9 +57,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ctxwin_dagster.core.defaults import VARIANTS
-from ctxwin_dagster.models.index_upkeep import IndexPolicy, UpkeepReport, ann_state, maintain, retry_on_conflict
+from ctxwin_dagster.models.embeddings.identity import EmbedderIdentity, identity_of
+from ctxwin_dagster.models.index_upkeep import VECTOR, IndexPolicy, UpkeepReport, ann_state, maintain, retry_on_conflict
 
-__all__ = ["ChunkIndex", "IndexError_", "IndexPolicy"]
+__all__ = ["ChunkIndex", "EmbedderIdentity", "EmbedderMismatchError", "IndexError_", "IndexPolicy", "IndexRecord"]
 
 _STR_FIELDS = ("chunk_id", "doc_id", "doc_sha256", "section", "text", "context", "embedded_text", "context_engine")
 _INT_FIELDS = ("chunk_index", "start", "end")
@@ -55,14 +74,62 @@ class IndexError_(RuntimeError):
     """An index operation failed; the message names the table and what to do."""
 
 
-def _schema(dim: int) -> pa.Schema:
+class EmbedderMismatchError(IndexError_):
+    """A table is written or searched with another embedding model than the one that built it."""
+
+
+_RECORD = "ctxwin:embedder:"
+
+
+@dataclass(frozen=True)
+class IndexRecord:
+    """What built a table: the embedding model, its vector size, its provider (``local``,
+    ``openai``) and the row strategy (how a contextualized row was fitted into the model's window;
+    ``chunk only`` for a table of bare chunks, empty when the writer did not say)."""
+
+    model: str
+    dim: int
+    provider: str = ""
+    row_strategy: str = ""
+
+    @property
+    def embedder(self) -> EmbedderIdentity:
+        return EmbedderIdentity(self.model, self.dim, self.provider)
+
+    def describe(self) -> str:
+        text = self.embedder.describe()
+        return f"{text}, row strategy {self.row_strategy}" if self.row_strategy else text
+
+    def to_metadata(self) -> dict[str, str]:
+        return {_RECORD + "model": self.model, _RECORD + "dim": str(self.dim), _RECORD + "provider": self.provider,
+                _RECORD + "row_strategy": self.row_strategy}
+
+    @classmethod
+    def from_metadata(cls, meta: Mapping[Any, Any] | None) -> IndexRecord | None:
+        """The record in a vector field's metadata; None for a table made before records."""
+        text = {_text(k): _text(v) for k, v in (meta or {}).items()}
+        model = text.get(_RECORD + "model", "")
+        if not model:
+            return None
+        return cls(model, int(text.get(_RECORD + "dim") or 0), text.get(_RECORD + "provider", ""), text.get(_RECORD + "row_strategy", ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "dim": self.dim, "provider": self.provider, "row_strategy": self.row_strategy}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _schema(dim: int, record: IndexRecord | None = None) -> pa.Schema:
+    vector_meta = record.to_metadata() if record is not None else None
     return pa.schema(
         [pa.field(f, pa.string()) for f in _STR_FIELDS[:2]]
         + [pa.field(f, pa.int64()) for f in _INT_FIELDS]
         + [pa.field(f, pa.string()) for f in _STR_FIELDS[2:]]
         + [pa.field(f, pa.string()) for f in _EMBED_STR_FIELDS]
         + [pa.field(f, pa.int64()) for f in _EMBED_INT_FIELDS]
-        + [pa.field("vector", pa.list_(pa.float32(), dim))]
+        + [pa.field(VECTOR, pa.list_(pa.float32(), dim), metadata=vector_meta)]
     )
 
 
@@ -113,7 +180,7 @@ class ChunkIndex:
             raise ValueError(f"variant {variant!r} must be letters, digits, '_' or '-'; e.g. one of {VARIANTS}")
         return f"{variant}{self.table_suffix}"
 
-    def _table(self, variant: str, dim: int | None = None, *, create: bool = False):
+    def _table(self, variant: str, dim: int | None = None, *, create: bool = False, record: IndexRecord | None = None):
         name = self.table_name(variant)
         if name in self._table_names():
             return self._db.open_table(name)
@@ -121,10 +188,11 @@ class ChunkIndex:
             return None
         if dim is None:
             raise ValueError("dim is needed to create a table")
+        # A new table carries its record from its creation (in the vector field's metadata).
         try:
-            return self._db.create_table(name, schema=_schema(dim), exist_ok=True)
+            return self._db.create_table(name, schema=_schema(dim, record), exist_ok=True)
         except TypeError:  # older LanceDB without exist_ok
-            return self._db.create_table(name, schema=_schema(dim))
+            return self._db.create_table(name, schema=_schema(dim, record))
 
     def _table_names(self) -> list[str]:
         lister = getattr(self._db, "list_tables", None)
@@ -143,11 +211,22 @@ class ChunkIndex:
         *,
         doc_sha256: str = "",
         retries: int = 8,
+        embedder: Any | None = None,
+        row_strategy: str | None = None,
     ) -> dict[str, int]:
         """Make the table's rows for ``doc_id`` exactly ``rows`` (merge on ``chunk_id``).
 
+        ``embedder`` (the embedder that made ``vectors``, its
+        :class:`~ctxwin_dagster.models.embeddings.identity.EmbedderIdentity` or its model name)
+        and ``row_strategy`` are recorded in a new table, or in an older one without a record,
+        and checked against the record of a table that has one. Without ``embedder`` nothing is
+        recorded or checked but the vector size.
+
         Returns counts: ``rows`` now stored for the document, ``inserted``, ``updated`` and
         ``deleted`` (rows of the document that are no longer produced).
+
+        Raises:
+            EmbedderMismatchError: the table was built with another model or row strategy.
         """
         if len(rows) != len(vectors):
             raise ValueError(f"{len(rows)} rows but {len(vectors)} vectors for {doc_id!r}; they must match")
@@ -179,12 +258,26 @@ class ChunkIndex:
             for field in schema
         ]
         batch = pa.Table.from_arrays(arrays, schema=schema)
-        table = self._table(variant, dim, create=True)
-        existing_dim = table.schema.field("vector").type.list_size
+        record = None
+        if embedder is not None:
+            ident = identity_of(embedder, dim=dim)
+            record = IndexRecord(ident.model, dim, ident.provider, row_strategy or "")
+        table = self._table(variant, dim, create=True, record=record)
+        have = IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
+        if record is not None and have is not None:
+            self._check_write(variant, have, record)
+        existing_dim = table.schema.field(VECTOR).type.list_size
         if existing_dim != dim:
             raise IndexError_(
                 f"table {self.table_name(variant)!r} in {self.uri} holds {existing_dim}-dim vectors but the embedder "
-                f"gives {dim}; use the same embedding model, or drop the table (or use another uri) to re-index"
+                f"gives {dim}; use the same embedding model, or build into another LanceDB folder, or delete the table "
+                f"explicitly (ChunkIndex({self.uri!r}).drop_table({variant!r})) and re-index"
+            )
+        if record is not None and have is None:
+            # A table made before records: the first writer that names its embedder records it.
+            retry_on_conflict(
+                lambda: table.update_field_metadata({"path": VECTOR, "metadata": record.to_metadata()}),
+                retries=retries, refresh=table.checkout_latest,
             )
         _add_missing_fields(table, schema)
         holder = [table]
@@ -302,15 +395,32 @@ class ChunkIndex:
         query_text: str | None = None,
         hybrid: bool = False,
         rrf_k: int = 60,
+        embedder: Any | None = None,
     ) -> list[dict[str, Any]]:
         """Top-``k`` rows by cosine similarity (``score`` = similarity), optionally fused with
-        full-text search by reciprocal rank fusion (``hybrid=True`` with ``query_text``)."""
+        full-text search by reciprocal rank fusion (``hybrid=True`` with ``query_text``).
+
+        ``embedder`` (the one that embedded ``vector``) is checked against the table's record
+        (see :meth:`check_embedder`); a vector of another size than the table's is refused.
+
+        Raises:
+            EmbedderMismatchError: the table was built with another embedding model.
+        """
         if k < 1:
             raise ValueError(f"k must be >= 1; got {k}")
         table = self._table(variant)
         if table is None:
             raise IndexError_(
                 f"no table {self.table_name(variant)!r} in {self.uri}; materialize the {variant}_index asset first"
+            )
+        width = int(np.asarray(vector).reshape(-1).shape[0])
+        if embedder is not None:
+            self._check_search(variant, table, identity_of(embedder, dim=width))
+        table_dim = table.schema.field(VECTOR).type.list_size
+        if width != table_dim:
+            raise IndexError_(
+                f"the index {self.table_name(variant)!r} in {self.uri} holds {table_dim}-dim vectors but the question vector "
+                f"has {width}; search it with the embedding model that built it"
             )
         where = f"doc_id = {_quote(doc_id)}" if doc_id else None
         depth = k * 4 if hybrid else k
@@ -346,6 +456,64 @@ class ChunkIndex:
             h.setdefault("score", 0.0)
             out.append(h)
         return out
+
+    def record(self, variant: str) -> IndexRecord | None:
+        """What built the table (model, dimension, provider, row strategy); None when there is
+        no table, or it was made before records and no writer has named its embedder since."""
+        table = self._table(variant)
+        return None if table is None else IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
+
+    def check_embedder(self, variant: str, embedder: Any, *, dim: int | None = None) -> IndexRecord | None:
+        """Refuse to search the table with another model than the one that built it; returns
+        the table's record (None for a table without one, which is accepted: see the module's
+        docstring). ``dim`` is the width of the question vectors when the embedder does not know
+        its own yet.
+
+        Raises:
+            EmbedderMismatchError: the table was built with another embedding model.
+        """
+        table = self._table(variant)
+        return None if table is None else self._check_search(variant, table, identity_of(embedder, dim=dim))
+
+    def _check_search(self, variant: str, table: Any, asking: EmbedderIdentity) -> IndexRecord | None:
+        have = IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
+        if have is not None and not have.embedder.same_model(asking):
+            raise EmbedderMismatchError(
+                f"the index {self.table_name(variant)!r} in {self.uri} was built with {have.embedder.describe()}, but this "
+                f"search embeds the question with {asking.describe()}; vectors of different models cannot be compared. "
+                f"Search with {have.model} (embeddings provider={have.provider or 'local'!r}, model={have.model!r}: the "
+                f"experiment's embeddings settings, or Asker.open(embeddings={{'provider': {have.provider or 'local'!r}, "
+                f"'model': {have.model!r}}})), or build an index with {asking.model} into another LanceDB folder"
+            )
+        return have
+
+    def _check_write(self, variant: str, have: IndexRecord, writing: IndexRecord) -> None:
+        name = self.table_name(variant)
+        fix = (
+            f"build into another LanceDB folder (the lancedb resource's uri), or delete the table explicitly "
+            f"(ChunkIndex({self.uri!r}).drop_table({variant!r})) and rebuild it"
+        )
+        if not have.embedder.same_model(writing.embedder):
+            raise EmbedderMismatchError(
+                f"table {name!r} in {self.uri} was built with {have.embedder.describe()}; refusing to write vectors of "
+                f"{writing.embedder.describe()} into it (a table holds one model's vectors). Use the recorded embedder "
+                f"(embeddings provider={have.provider or 'local'!r}, model={have.model!r}), or {fix}"
+            )
+        if have.row_strategy and writing.row_strategy and have.row_strategy != writing.row_strategy:
+            raise EmbedderMismatchError(
+                f"table {name!r} in {self.uri} holds rows fitted to {have.model}'s window with row strategy "
+                f"{have.row_strategy!r}; refusing to write rows fitted with {writing.row_strategy!r} into it. Use the "
+                f"recorded row strategy (embeddings row_strategy={have.row_strategy!r}), or {fix}"
+            )
+
+    def drop_table(self, variant: str) -> bool:
+        """Delete the variant's table and every row in it (explicit: nothing else deletes a
+        table); True if there was one."""
+        name = self.table_name(variant)
+        if name not in self._table_names():
+            return False
+        self._db.drop_table(name)
+        return True
 
     def ensure_fts(self, variant: str) -> bool:
         """Create the full-text index on ``embedded_text`` if it is missing; True if created."""

@@ -111,6 +111,8 @@ def _answers_asset(variant: str):
         retrieval = evaluation.retrieval_settings()
         ask_options = retrieval.ask_kwargs()
         embedder = embeddings.embedder()
+        # Refused before any question is answered when the index was built with another model.
+        lancedb.index().check_embedder(variant, embedder)
         question_fit = _question_window(embedder, [q["question"] for q in questions], embeddings.oversize)
         records = []
         with build_tasks(answerer, embeddings, pipeline) as tasks:

@@ -55,7 +55,10 @@ def write_index(context, variant: str, chunks: list[Chunk], contexts, embeddings
     encoded_before = embedder.stats.texts_encoded
     vectors = embedder.embed_plans(plans)
     index = lancedb.index()
-    stats = index.replace_document(variant, doc_id, rows, vectors)
+    # The table records (or, if it has a record, checks) the embedder and the row strategy.
+    row_strategy = embeddings.row_strategy if contexts is not None else "chunk only"
+    stats = index.replace_document(variant, doc_id, rows, vectors, embedder=embedder, row_strategy=row_strategy)
+    record = index.record(variant)
     upkeep = index.maintain(variant)
     stored = index.count(variant, doc_id=doc_id)
     duplicates = index.duplicate_ids(variant, doc_id=doc_id)
@@ -70,8 +73,10 @@ def write_index(context, variant: str, chunks: list[Chunk], contexts, embeddings
             "deleted": stats["deleted"],
             "embedded_chars": sum(len(r["embedded_text"]) for r in rows),
             "embedding_model": embedder.model,
+            "embedding_dim": int(vectors.shape[1]) if len(vectors) else int(embedder.identity.dim),
             "embedding_window": embedder.limits.describe(),
-            "embed_strategy": embeddings.row_strategy if contexts else "chunk only",
+            "embed_strategy": row_strategy,
+            "table_built_with": record.describe() if record is not None else "no record (no rows written yet)",
             "rows_over_window": window["rows_over_window"],
             "rows_pooled": window["rows_pooled"],
             "chunk_tokens_cut": window["chunk_tokens_cut"],

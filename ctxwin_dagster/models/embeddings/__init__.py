@@ -20,7 +20,12 @@ One job per module:
   server speaking the OpenAI embeddings API (OpenAI, vLLM, Ollama, llama.cpp, LM Studio),
   chosen by ``base_url``;
 * :mod:`~ctxwin_dagster.models.embeddings.tokenizers` — the models' own tokenizers, which count
-  what the window holds.
+  what the window holds;
+* :mod:`~ctxwin_dagster.models.embeddings.identity` — :class:`~.identity.EmbedderIdentity`,
+  which model made a vector (name, dimension, provider): every embedder's ``identity``, recorded
+  by each LanceDB table and compared on every write and search;
+* :mod:`~ctxwin_dagster.models.embeddings.factory` — :func:`~.factory.make_embedder`, the one
+  place embedders are built from settings (the ``EmbeddingsResource`` and ``Asker.open``).
 
 Example::
 

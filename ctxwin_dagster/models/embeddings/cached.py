@@ -29,6 +29,7 @@ from ctxwin_dagster.core.embedding_window import (
 )
 
 from ..cache import NullCache, ResponseCache
+from .identity import EmbedderIdentity
 
 __all__ = [
     "CachedEmbedder",
@@ -94,6 +95,8 @@ class CachedEmbedder:
 
     model: str
     dim: int
+    #: who serves the model: ``"local"`` or ``"openai"`` (an OpenAI-compatible server)
+    provider: str = ""
 
     def __init__(self, cache: ResponseCache | NullCache | None, progress: ProgressFn | None, oversize: str = "pool") -> None:
         if oversize not in OVERSIZE_MODES:
@@ -112,6 +115,12 @@ class CachedEmbedder:
 
     def _make_tokenizer(self) -> EmbeddingTokenizer:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    @property
+    def identity(self) -> EmbedderIdentity:
+        """The model's name, vector size (0 while a server's is not known yet) and provider:
+        what an index records and compares (:mod:`~ctxwin_dagster.models.embeddings.identity`)."""
+        return EmbedderIdentity(self.model, int(self._known_dim() or 0), self.provider)
 
     @property
     def tokenizer(self) -> EmbeddingTokenizer:

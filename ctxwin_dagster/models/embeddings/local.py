@@ -115,6 +115,7 @@ class LocalEmbedder(CachedEmbedder):
     Attributes:
         model: ``"all-MiniLM-L6-v2"`` (the name used in cache keys and records).
         dim: 384.
+        provider: ``"local"``; :attr:`identity` is model, dim and provider together.
         stats: an :class:`EmbeddingStats`.
 
     Example::
@@ -122,7 +123,11 @@ class LocalEmbedder(CachedEmbedder):
         >>> emb = LocalEmbedder(batch_size=32)       # nothing is loaded yet
         >>> emb.model, emb.dim
         ('all-MiniLM-L6-v2', 384)
+        >>> emb.identity.describe()
+        'all-MiniLM-L6-v2 (384 dimensions, local)'
     """
+
+    provider = "local"
 
     def __init__(
         self,

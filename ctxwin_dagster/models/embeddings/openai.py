@@ -60,6 +60,8 @@ class OpenAIEmbedder(CachedEmbedder):
         1536
     """
 
+    provider = "openai"
+
     def __init__(
         self,
         *,
