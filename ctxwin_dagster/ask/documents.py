@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ctxwin_dagster.core.document_folder import scan_documents
+from ctxwin_dagster.core.document_folder import load_id_registry, scan_documents
 from ctxwin_dagster.core.documents import DocumentError, read_document
 from ctxwin_dagster.core.enhance import chunks_from_rows
 from ctxwin_dagster.core.splitting import Chunk
@@ -24,9 +24,10 @@ class IndexedDocuments:
         documents_dir: the documents folder; None: text is rebuilt from the index rows.
     """
 
-    def __init__(self, index: Any | None, documents_dir: str | Path | None) -> None:
+    def __init__(self, index: Any | None, documents_dir: str | Path | None, *, doc_ids_file: str | Path | None = None) -> None:
         self.index = index
         self.documents_dir = None if documents_dir is None else Path(documents_dir).expanduser()
+        self.doc_ids_file = None if not doc_ids_file else Path(doc_ids_file)
         self._cache: dict[str, tuple[float, str, str]] = {}
         self._folder: tuple[int, Any] | None = None
 
@@ -36,10 +37,23 @@ class IndexedDocuments:
             return None
         # The scan is kept while the folder's entries are the same (its mtime changes when a
         # file is added, removed or renamed), so asking many questions reads the folder once.
+        return self._scan().path_of(doc_id)
+
+    def _scan(self) -> Any:
+        assert self.documents_dir is not None
         stamp = self.documents_dir.stat().st_mtime_ns
         if self._folder is None or self._folder[0] != stamp:
-            self._folder = (stamp, scan_documents(self.documents_dir))
-        return self._folder[1].path_of(doc_id)
+            known = load_id_registry(self.doc_ids_file) if self.doc_ids_file is not None else None
+            self._folder = (stamp, scan_documents(self.documents_dir, known=known))
+        return self._folder[1]
+
+    def present_ids(self) -> list[str] | None:
+        """doc_ids of the documents whose file is in the folder now (None: no folder given, so
+        every indexed document counts). A folder that is missing gives None too: asking falls
+        back to the whole index rather than to nothing."""
+        if self.documents_dir is None or not self.documents_dir.is_dir():
+            return None
+        return self._scan().ids()
 
     def resolve(self, ref: str) -> str:
         """The doc_id a user means by ``ref`` (a file name, its stem or the id); ``ref`` itself

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from ctxwin_dagster.core.defaults import PAPER
+from ctxwin_dagster.core.experiment_spec import DEFAULT_CACHE_DIR, DEFAULT_DOCUMENTS_DIR, DEFAULT_LANCEDB_URI
 from ctxwin_dagster.core.enhance import (
     EnhancedContext,
     EnhanceMode,
@@ -100,16 +101,17 @@ class Asker:
     def open(
         cls,
         *,
-        lancedb: str | Path = "data/lancedb",
-        documents: str | Path | None = "data/documents",
+        lancedb: str | Path = DEFAULT_LANCEDB_URI,
+        documents: str | Path | None = DEFAULT_DOCUMENTS_DIR,
         model: str | None = None,
         base_url: str | None = None,
         api_key: str | None = None,
-        cache_dir: str | Path | None = "data/cache",
+        cache_dir: str | Path | None = DEFAULT_CACHE_DIR,
         embedder: Any | None = None,
         embeddings: Mapping[str, Any] | None = None,
         max_concurrency: int = 8,
         max_tokens: int | None = None,
+        doc_ids_file: str | Path | None = None,
     ) -> Asker:
         """An asker over the indexes at ``lancedb`` with the documents in ``documents``.
 
@@ -166,6 +168,8 @@ class Asker:
         else:
             tasks = ExtractiveTasks(embedder)
         asker = cls(index=ChunkIndex(uri), embedder=embedder, tasks=tasks, documents_dir=documents)
+        if doc_ids_file:  # the ids the experiment's runs gave the files (see core/document_folder.py)
+            asker.documents.doc_ids_file = Path(doc_ids_file)
         asker._closers.extend(closers)
         return asker
 
@@ -267,7 +271,12 @@ class Asker:
         from ctxwin_dagster.models.vectorstore import EmbedderMismatchError
 
         try:
-            return index.search(variant, vector, k=k, doc_id=doc_id or None, query_text=question, hybrid=hybrid, embedder=self.embedder)
+            # Over every document: only those whose file is in the folder (a document whose file
+            # is gone keeps its rows until `ctxwin prune`, but is not searched).
+            present = None if doc_id else self.documents.present_ids()
+            return index.search(
+                variant, vector, k=k, doc_id=doc_id or None, query_text=question, hybrid=hybrid, embedder=self.embedder, doc_ids=present
+            )
         except EmbedderMismatchError as exc:
             raise AskError(str(exc)) from exc
 

@@ -44,15 +44,19 @@ def add_ask_arguments(parser: Any) -> None:
     parser.add_argument("--base-url", help="OpenAI-compatible server for --model (default OpenAI; key from OPENAI_API_KEY)")
 
 
+def experiment_home(args: argparse.Namespace) -> Path:
+    from .homes import default_home
+
+    return Path(args.dagster_home) if getattr(args, "dagster_home", None) else default_home(getattr(args, "experiment", None) or "sample")
+
+
 def experiment_of(args: argparse.Namespace):
     """The experiment ``ctxwin ask`` asks: the one kept in the Dagster home of ``--experiment``
     (or ``--dagster-home``), the sample by default: the same settings its runs used."""
     from ctxwin_dagster.core.experiment_spec import EXPERIMENT_FILE, home_experiment
 
-    from .homes import default_home
-
     name = getattr(args, "experiment", None) or "sample"
-    home = Path(args.dagster_home) if getattr(args, "dagster_home", None) else default_home(name)
+    home = experiment_home(args)
     if name != "sample" and not (home / EXPERIMENT_FILE).is_file():
         raise AskError(f"no experiment {name!r} in {home}; build it first (ctxwin evaluate / ctxwin run --documents), or pass --lancedb")
     return home_experiment(home)
@@ -149,6 +153,8 @@ def run_cli(args: Any, *, stdin: Any = None, stdout: Any = None, stderr: Any = N
             base_url=args.base_url if args.model is not None else (answerer.get("base_url") or None),
             cache_dir=(exp.cache_dir if args.cache_dir is None else args.cache_dir) or None,
             max_tokens=getattr(args, "max_tokens", None),
+            embeddings={**(exp.sections.get("embeddings") or {}), "cache_dir": (exp.cache_dir if args.cache_dir is None else args.cache_dir) or None},
+            doc_ids_file=home / "ctxwin_doc_ids.json" if (home := experiment_home(args)).is_dir() else None,
         )
     except (AskError, ValueError) as exc:
         print(f"ctxwin ask: {exc}", file=stderr)

@@ -167,7 +167,7 @@ class EmbeddingsResource(dg.ConfigurableResource):
     base_url: str = Field(default="", description="OpenAI-compatible server for provider 'openai' (empty: OpenAI)")
     api_key: str | None = Field(default=None, description="leave unset to read OPENAI_API_KEY at run time, or bind an EnvVar")
     batch_size: int = Field(default=64, ge=1, description="texts per forward pass or request")
-    cache_dir: str = Field(default="data/cache", description="folder of the vector cache (embeddings.sqlite)")
+    cache_dir: str = Field(default=DEFAULT_CACHE_DIR, description="folder of the vector cache (embeddings.sqlite)")
     row_strategy: Literal[ROW_STRATEGIES] = Field(  # type: ignore[valid-type]
         default=DEFAULT_ROW_STRATEGY,
         description="how a contextualized row fits the embedding window: context_budget (context trimmed to what the "

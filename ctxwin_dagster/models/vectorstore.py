@@ -396,9 +396,13 @@ class ChunkIndex:
         hybrid: bool = False,
         rrf_k: int = 60,
         embedder: Any | None = None,
+        doc_ids: Sequence[str] | None = None,
     ) -> list[dict[str, Any]]:
         """Top-``k`` rows by cosine similarity (``score`` = similarity), optionally fused with
         full-text search by reciprocal rank fusion (``hybrid=True`` with ``query_text``).
+
+        ``doc_id`` searches one document; ``doc_ids`` (when ``doc_id`` is not given) only these
+        documents — e.g. those whose file is still in the folder.
 
         ``embedder`` (the one that embedded ``vector``) is checked against the table's record
         (see :meth:`check_embedder`); a vector of another size than the table's is refused.
@@ -423,9 +427,12 @@ class ChunkIndex:
                 f"has {width}; search it with the embedding model that built it"
             )
         where = f"doc_id = {_quote(doc_id)}" if doc_id else None
+        among = None if doc_id or doc_ids is None else f"doc_id IN ({', '.join(_quote(d) for d in doc_ids) or _quote('')})"
         depth = k * 4 if hybrid else k
         q = table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector").metric("cosine").limit(depth)
-        if where:
+        if among:
+            q = q.where(among, prefilter=True).nprobes(self.policy.nprobes).refine_factor(self.policy.refine_factor)
+        elif where:
             # One document's rows (a few hundred, found by the doc_id index): exact search.
             q = q.where(where, prefilter=True).bypass_vector_index()
         else:
@@ -437,8 +444,8 @@ class ChunkIndex:
             return hits[:k]
         self.ensure_fts(variant)
         fq = table.search(query_text, query_type="fts", fts_columns="embedded_text").limit(depth)
-        if where:
-            fq = fq.where(where, prefilter=True)
+        if where or among:
+            fq = fq.where(where or among, prefilter=True)
         text_hits = fq.to_list()
         fused: dict[str, dict[str, Any]] = {}
         rank_score: dict[str, float] = {}
