@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import shutil
+
 import dagster as dg
 import pytest
 
@@ -151,16 +153,20 @@ def test_documents_sensor_adds_real_file_names_and_names_the_files_it_does_not_t
         instance.add_dynamic_partitions("documents", ["Acme_Inc._2019_Supply", "draft"])
         again = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=result.cursor))
         assert (
-            "none added or removed; 1 file(s) cannot be read (their runs fail): draft.txt (empty (0 bytes)); "
+            "none added; 1 file(s) cannot be read (their runs fail): draft.txt (empty (0 bytes)); "
             "1 file(s) not taken: slides.pptx (unsupported type '.pptx')"
         ) in again.skip_reason.skip_message
-        # Nothing usable: the sensor says so instead of counting 0 documents.
+        # Nothing usable: the sensor says so instead of counting 0 documents, and removes nothing.
         (docs / "Acme, Inc. [2019] – Supply.txt").unlink()
-        empty = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=again.cursor))
-        assert [list(r.partition_keys) for r in empty.dynamic_partitions_requests] == [["Acme_Inc._2019_Supply"]]
-        instance.delete_dynamic_partition("documents", "Acme_Inc._2019_Supply")
-        last = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=empty.cursor))
-        assert "(no usable document in the folder)" in last.skip_reason.skip_message
+        last = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=again.cursor))
+        assert not last.dynamic_partitions_requests
+        assert "(no usable document in the folder); 1 without a file (see `ctxwin prune`)" in last.skip_reason.skip_message
+        assert sorted(instance.get_dynamic_partitions("documents")) == ["Acme_Inc._2019_Supply", "draft"]
+        # A folder that is gone on a tick changes nothing either.
+        shutil.rmtree(docs)
+        gone = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=last.cursor))
+        assert not gone.dynamic_partitions_requests and "nothing was changed" in gone.skip_reason.skip_message
+        assert sorted(instance.get_dynamic_partitions("documents")) == ["Acme_Inc._2019_Supply", "draft"]
 
 
 def test_documents_sensor_records_the_ids_so_a_new_file_cannot_take_one(tmp_path):

@@ -129,10 +129,12 @@ def test_whole_graph_idempotent_and_document_removal(project, server):
         for variant in VARIANTS:
             assert index.count(variant, doc_id="squad_Normans") == n_chunks["squad_Normans"]
         # what `ctxwin prune` does with its rows, and how it puts them back
-        kept = index.export_rows("t_rag", ["squad_Normans"])
+        from ctxwin_dagster.models.index_rows import export_rows, restore_rows
+
+        kept = export_rows(index, "t_rag", ["squad_Normans"])
         assert kept.num_rows == n_chunks["squad_Normans"]
         assert index.delete_document("t_rag", "squad_Normans") == n_chunks["squad_Normans"]
-        assert index.restore_rows("t_rag", kept) == n_chunks["squad_Normans"]
+        assert restore_rows(index, "t_rag", kept) == n_chunks["squad_Normans"]
         assert index.count("t_rag", doc_id="squad_Normans") == n_chunks["squad_Normans"] and index.duplicate_ids("t_rag") == 0
         assert index.count("t_rag", doc_id="cuad_todos_medical_reseller") == n_chunks["cuad_todos_medical_reseller"]
 

@@ -73,15 +73,19 @@ def test_every_kind_of_span_outside_the_text_is_caught_for_items_made_in_code(sp
 
 
 def test_ctxwin_evaluate_stops_before_any_run_on_a_span_outside_its_document(tmp_path, monkeypatch, capsys):
-    from ctxwin_dagster.cli import main, pipeline
+    from ctxwin_dagster.cli import main
 
     docs, qa = _folders(tmp_path, [[20, 500]])
     monkeypatch.chdir(tmp_path)
 
-    def no_run(**kwargs):
+    def no_run(*args, **kwargs):
         raise AssertionError("no run may start")
 
-    monkeypatch.setattr(pipeline, "run_pipeline", no_run)
+    from ctxwin_dagster.cli.runs import RunPlanner
+
+    monkeypatch.setattr(RunPlanner, "run", no_run)
+    monkeypatch.chdir(tmp_path)  # the experiment's home is made under data/experiments/ here
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "unused"))  # restored after the command sets its own
     with pytest.raises(SystemExit) as info:
         main(["evaluate", "--name", "spans", "--documents", str(docs), "--qa", str(qa)])
     assert info.value.code not in (0, None)

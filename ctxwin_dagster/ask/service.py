@@ -132,46 +132,12 @@ class Asker:
         Raises:
             AskError: there is no index at ``lancedb``, or ``embeddings`` is not valid.
         """
-        from ctxwin_dagster.models.cache import ResponseCache
-        from ctxwin_dagster.models.embeddings.factory import embedder_from_settings
-        from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
-        from ctxwin_dagster.models.tasks.llm import LLMTasks
-        from ctxwin_dagster.models.vectorstore import ChunkIndex
+        from .opening import open_asker
 
-        uri = str(lancedb)
-        if "://" not in uri and not Path(uri).expanduser().is_dir():
-            raise AskError(
-                f"no index at {uri!r}: build it with `ctxwin run` (it writes data/lancedb), or pass the folder "
-                "that holds the *_chunks.lance tables (--lancedb)"
-            )
-        cache_folder = None if cache_dir is None else Path(cache_dir).expanduser()
-        if embedder is not None and embeddings is not None:
-            raise AskError("pass embedder= or embeddings= (the settings of one), not both")
-        if embedder is None:
-            try:
-                embedder = embedder_from_settings(embeddings or {}, cache_dir=cache_folder)
-            except ValueError as exc:
-                raise AskError(str(exc)) from exc
-        closers: list[Callable[[], None]] = []
-        if model:
-            from ctxwin_dagster.models.chat.factory import make_chat_backend
-
-            chat = make_chat_backend(
-                model,
-                base_url=base_url or None,
-                api_key=api_key,
-                cache=None if cache_folder is None else ResponseCache(cache_folder / "responses.sqlite"),
-                max_concurrency=max_concurrency,
-            )
-            closers.append(chat.close)
-            tasks: Any = LLMTasks(chat, **({"max_tokens": max_tokens} if max_tokens else {}))
-        else:
-            tasks = ExtractiveTasks(embedder)
-        asker = cls(index=ChunkIndex(uri), embedder=embedder, tasks=tasks, documents_dir=documents)
-        if doc_ids_file:  # the ids the experiment's runs gave the files (see core/document_folder.py)
-            asker.documents.doc_ids_file = Path(doc_ids_file)
-        asker._closers.extend(closers)
-        return asker
+        return open_asker(
+            cls, lancedb=lancedb, documents=documents, model=model, base_url=base_url, api_key=api_key, cache_dir=cache_dir,
+            embedder=embedder, embeddings=embeddings, max_concurrency=max_concurrency, max_tokens=max_tokens, doc_ids_file=doc_ids_file,
+        )
 
     def close(self) -> None:
         """Close the chat backend this asker opened (if any)."""

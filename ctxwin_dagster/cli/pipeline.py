@@ -138,7 +138,6 @@ def run_pipeline(
     workers: int | None = None,
     force: bool = False,
     workspace: str | None = None,
-    before_run: Any = None,
 ) -> int:
     """Bind ``experiment`` to the Dagster home ``home`` (the code location loads it from there),
     add a partition for every new document, then launch a run of ``job_name`` for every
@@ -169,8 +168,6 @@ def run_pipeline(
 
         # 1. The document list, resolved before anything is launched.
         folder = document_listing(settings, quiet=not print_listing)
-        if before_run is not None:
-            before_run(settings, folder)
         added, gone = sync_partitions(instance, settings, folder)
         keys = folder.ids()
         if doc_filter:
@@ -213,18 +210,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"experiment {exp.name}: documents {exp.documents_dir}, questions {exp.qa_dir}")
     home = Path(args.dagster_home) if args.dagster_home else default_home(exp.name)
 
-    def check_questions(settings: Any, folder: Any) -> None:
-        question_listing(settings.qa_dir, folder)
+    # Documents and questions checked before anything is written (the home included): a bad
+    # QA line or a span outside its document stops here, naming the file and the line.
+    from ctxwin_dagster.definitions import default_resources
 
+    settings = default_resources(exp.resolved(Path.cwd()), home)["settings"]
+    question_listing(settings.qa_dir, document_listing(settings))
     return run_pipeline(
         exp,
         home,
         log_level=args.log_level,
-        print_listing=True,
+        print_listing=False,
         workers=args.workers,
         force=args.force,
         workspace=args.workspace,
-        before_run=check_questions,
     )
 
 

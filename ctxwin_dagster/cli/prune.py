@@ -58,6 +58,7 @@ def prune(home: Path, *, delete: bool, out: Any = sys.stdout) -> dict[str, Any]:
     from ctxwin_dagster.core.documents import DocumentError
     from ctxwin_dagster.definitions import home_definitions
     from ctxwin_dagster.defs.partitions import documents_partitions
+    from ctxwin_dagster.models.index_rows import export_rows, table_version, write_rows
 
     instance = DagsterInstance.get()
     defs = home_definitions(home)
@@ -89,12 +90,11 @@ def prune(home: Path, *, delete: bool, out: Any = sys.stdout) -> dict[str, Any]:
     for v in VARIANTS:
         if not sum(rows[v].values()):
             continue
-        before = index.table_version(v)
-        kept = index.export_rows(v, gone)
-        index.write_arrow(trash / "rows" / f"{v}.arrow", kept)
+        before = table_version(index, v)
+        write_rows(trash / "rows" / f"{v}.arrow", export_rows(index, v, gone))
         for d in gone:
             index.delete_document(v, d)
-        versions[v] = [before, index.table_version(v)]
+        versions[v] = [before, table_version(index, v)]
     moved = []
     root = evaluation.results_path()
     for p in files:
@@ -118,6 +118,7 @@ def undo(home: Path, *, out: Any = sys.stdout) -> dict[str, Any]:
 
     from ctxwin_dagster.definitions import home_definitions
     from ctxwin_dagster.defs.partitions import documents_partitions
+    from ctxwin_dagster.models.index_rows import read_rows, restore_rows
 
     manifests = sorted((home / TRASH).glob("*/manifest.json"))
     if not manifests:
@@ -130,7 +131,7 @@ def undo(home: Path, *, out: Any = sys.stdout) -> dict[str, Any]:
     for v in VARIANTS:
         stored = path.parent / "rows" / f"{v}.arrow"
         if stored.is_file():
-            restored[v] = index.restore_rows(v, index.read_arrow(stored))
+            restored[v] = restore_rows(index, v, read_rows(stored))
     for original, moved in manifest["files"]:
         Path(original).parent.mkdir(parents=True, exist_ok=True)
         shutil.move(moved, original)

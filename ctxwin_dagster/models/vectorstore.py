@@ -314,45 +314,6 @@ class ChunkIndex:
             table.delete(where)
         return before
 
-    def table_version(self, variant: str) -> int | None:
-        """The table's current LanceDB version (None when there is no table)."""
-        table = self._table(variant)
-        return None if table is None else int(table.version)
-
-    def export_rows(self, variant: str, doc_ids: Sequence[str]) -> pa.Table:
-        """Every row of ``doc_ids`` with all its columns (vectors included), as Arrow."""
-        table = self._table(variant)
-        if table is None or not doc_ids:
-            return pa.table({})
-        where = f"doc_id IN ({', '.join(_quote(d) for d in doc_ids)})"
-        n = table.count_rows(where)
-        if not n:
-            return table.schema.empty_table()
-        return table.search().where(where).limit(n).to_arrow()
-
-    def restore_rows(self, variant: str, rows: pa.Table) -> int:
-        """Merge ``rows`` (from :meth:`export_rows`) back on ``chunk_id``; returns how many."""
-        if rows.num_rows == 0:
-            return 0
-        dim = rows.schema.field("vector").type.list_size
-        table = self._table(variant, dim, create=True)
-        rows = rows.select([f.name for f in table.schema if f.name in rows.schema.names])
-        table.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
-        return rows.num_rows
-
-    @staticmethod
-    def write_arrow(path: Any, rows: pa.Table) -> None:
-        """Keep ``rows`` in an Arrow IPC file (what ``ctxwin prune`` sets aside)."""
-        import pyarrow.feather as feather
-
-        feather.write_feather(rows, str(path))
-
-    @staticmethod
-    def read_arrow(path: Any) -> pa.Table:
-        import pyarrow.feather as feather
-
-        return feather.read_table(str(path))
-
     def count(self, variant: str, *, doc_id: str | None = None) -> int:
         table = self._table(variant)
         if table is None:
