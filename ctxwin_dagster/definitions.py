@@ -39,6 +39,7 @@ from ctxwin_dagster.defs.resources import (
 )
 from ctxwin_dagster.defs.schedules import stale_documents_schedule
 from ctxwin_dagster.defs.sensors import documents_sensor
+from ctxwin_dagster.defs.staleness import with_settings_versions
 
 
 #: The file in a Dagster home that remembers which doc_id each file name was given.
@@ -72,8 +73,9 @@ def build_definitions(
     A deployment that spreads steps over machines passes its executor (e.g. dagster-celery's
     ``celery_executor``, see ``deploy/celery/definitions.py``); nothing else changes.
     """
+    resources = default_resources(experiment, home)
     return dg.Definitions(
-        assets=[
+        assets=with_settings_versions([
             raw_documents,
             chunks,
             global_summaries,
@@ -90,11 +92,11 @@ def build_definitions(
             cc_rag_ragas_scores,
             swb_rag_ragas_scores,
             experiment_comparison,
-        ],
+        ], resources),
         jobs=[all_assets_job, *VARIANT_JOBS],
         schedules=[stale_documents_schedule],
         sensors=[documents_sensor],
-        resources=default_resources(experiment, home),
+        resources=resources,
         executor=executor,
     )
 

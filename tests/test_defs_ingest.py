@@ -109,26 +109,37 @@ def test_missing_document_file_error_names_the_fix(tmp_path):
 
 
 @pytest.mark.slow
-def test_stale_partitions_follow_the_document_hash(tmp_path):
-    from ctxwin_dagster.defs.schedules import stale_partitions
+def test_stale_documents_follow_the_document_hash_and_the_settings(tmp_path):
+    from ctxwin_dagster.defs.staleness import stale_documents, with_settings_versions
 
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "a.txt").write_text("Article 1\n\nFirst version of the text.", encoding="utf-8")
     (docs / "b.txt").write_text("Another document.", encoding="utf-8")
     settings = ProjectSettings(documents_dir=str(docs))
-    keys = [raw_documents.key, chunks.key]
+    assets = with_settings_versions([raw_documents, chunks], {"settings": settings})
+    graph = dg.Definitions(assets=assets, resources={"settings": settings}).resolve_asset_graph()
+    keys = {raw_documents.key, chunks.key}
+
+    def why():
+        found, _ = stale_documents(instance, graph, settings, None, keys, ["a", "b"])
+        return {d: st.summary() for d, st in found.items() if st.stale}
+
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(documents_partitions.name, ["a", "b"])
-        assert stale_partitions(instance, settings, keys) == {"a": "never materialized", "b": "never materialized"}
+        assert why() == {"a": "raw_documents: never materialized (+1 assets downstream)", "b": "raw_documents: never materialized (+1 assets downstream)"}
         for key in ("a", "b"):
-            assert dg.materialize([raw_documents, chunks], resources={"settings": settings}, partition_key=key, instance=instance).success
-        assert stale_partitions(instance, settings, keys) == {}
+            assert dg.materialize(assets, resources={"settings": settings}, partition_key=key, instance=instance).success
+        assert why() == {}
         (docs / "a.txt").write_text("Article 1\n\nSecond version of the text.", encoding="utf-8")
-        assert stale_partitions(instance, settings, keys) == {"a": "document changed"}
+        assert why() == {"a": "raw_documents: document changed (+1 assets downstream)"}
         # a run that stopped after raw_documents leaves the partition stale until chunks catch up
-        assert dg.materialize([raw_documents, chunks], resources={"settings": settings}, partition_key="a", instance=instance, selection=[raw_documents]).success
-        assert stale_partitions(instance, settings, keys) == {"a": "chunks not materialized since the document was read"}
+        assert dg.materialize(assets, resources={"settings": settings}, partition_key="a", instance=instance, selection=[raw_documents.key]).success
+        assert why() == {"a": "chunks: upstream raw_documents rematerialized since"}
+        # other chunking settings: the chunks of every document are stale, the texts are not
+        wider = ProjectSettings(documents_dir=str(docs), chunk_size=500)
+        graph = dg.Definitions(assets=with_settings_versions([raw_documents, chunks], {"settings": wider}), resources={"settings": wider}).resolve_asset_graph()
+        assert why() == {"a": "raw_documents: settings changed (+1 assets downstream)", "b": "raw_documents: settings changed (+1 assets downstream)"}
 
 
 def test_documents_sensor_adds_real_file_names_and_names_the_files_it_does_not_take(tmp_path):

@@ -109,7 +109,7 @@ class RunPlanner:
     def __init__(
         self, instance: Any, defs: Any, *, home: Path, settings: Any, run_config: dict[str, Any], workers: int, workspace: Path | None = None
     ) -> None:
-        from ctxwin_dagster.defs.staleness import StalenessChecker, resource_versions
+        from ctxwin_dagster.defs.staleness import StalenessChecker
 
         if workers < 1:
             raise SystemExit(f"ctxwin: --workers must be at least 1; got {workers}")
@@ -120,86 +120,42 @@ class RunPlanner:
         self.run_config = run_config
         self.workers = workers
         self.workspace = workspace
-        self.versions = resource_versions(defs.resources, run_config.get("resources"))
         self.index = defs.resources["lancedb"].index()
         self.command = command_id()
-        self.checker = StalenessChecker(instance, defs.resolve_asset_graph(), self.versions)
+        self.checker = StalenessChecker(instance, defs.resolve_asset_graph())
         self.totals: dict[str, dict[str, float]] = {}
         self._has_questions: dict[str, bool] = {}
         self.out = sys.stdout
         self.launched: list[Planned] = []
 
     # ------------------------------------------------------------------ planning
-    def _qa_versions(self, keys: list[str]) -> dict[str, str]:
-        from ctxwin_dagster.defs.staleness import qa_versions
-
-        versions, self._has_questions = qa_versions(Path(self.settings.qa_dir), keys, self.settings.document_folder())
-        return versions
-
     def plan(self, job_name: str, keys: list[str], *, force: bool) -> tuple[list[Planned], list[str]]:
         """(runs to launch, partitions up to date)."""
-        from ctxwin_dagster.defs.staleness import REASON_TAG, config_tags, file_sha256
+        from ctxwin_dagster.defs.staleness import REASON_TAG, stale_documents
 
         job_keys = set(self.defs.resolve_job_def(job_name).asset_layer.executable_asset_keys)
-        uses_qa = any(k.to_user_string() == "qa_sets" for k in job_keys)
-        qa = self._qa_versions(keys) if uses_qa else {}
+        staleness, self._has_questions = stale_documents(self.instance, self.defs.resolve_asset_graph(), self.settings, self.index, job_keys, keys)
         planned: list[Planned] = []
         fresh: list[str] = []
-        folder = self.settings.document_folder()  # scanned once, not once per document
         for key in keys:
-            extra = {"qa": qa[key]} if uses_qa else {}
-            try:
-                path = folder.path_of(key)
-                sha: str | None = file_sha256(path) if path is not None else None
-            except OSError:
-                sha = None  # the partition's raw_documents reports the file's problem
+            st = staleness[key]
             if force:
                 reason, selection = "--force", None
+            elif not st.stale:
+                fresh.append(key)
+                continue
             else:
-                st = self.checker.check(job_keys, key, document_sha256=sha, extra=extra)
-                if not st.stale:
-                    st.reasons.update(self.missing_rows(job_keys, key))
-                if not st.stale:
-                    fresh.append(key)
-                    continue
                 closure = self.checker.downstream_closure(st.reasons, job_keys)
                 reason, selection = st.summary(), (None if closure == job_keys else closure)
-            tags = {**config_tags({**self.versions, **extra}), REASON_TAG: reason[:200], COMMAND_TAG: self.command}
-            planned.append(Planned(key, selection, reason, tags))
+            planned.append(Planned(key, selection, reason, {REASON_TAG: reason[:200], COMMAND_TAG: self.command}))
         return planned, fresh
-
-    def missing_rows(self, job_keys: set[Any], partition: str) -> dict[Any, str]:
-        """Staleness that the event log cannot see: an index asset whose table holds another
-        number of rows for the document than its latest ``chunks`` materialization made (rows
-        deleted or lost behind the project's back)."""
-        import dagster as dg
-
-        from ctxwin_dagster.core.defaults import VARIANTS
-
-        keys = {dg.AssetKey(f"{v}_index"): v for v in VARIANTS}
-        wanted = {k: v for k, v in keys.items() if k in job_keys}
-        if not wanted:
-            return {}
-        latest = self.instance.fetch_materializations(
-            dg.AssetRecordsFilter(asset_key=dg.AssetKey("chunks"), asset_partitions=[partition]), limit=1
-        ).records
-        meta = latest[0].asset_materialization.metadata if latest else {}
-        expected = getattr(meta.get("n_chunks"), "value", None)
-        if not isinstance(expected, int):
-            return {}
-        out = {}
-        for key, variant in wanted.items():
-            have = self.index.count(variant, doc_id=partition)
-            if have != expected:
-                out[key] = f"{have} of {expected} rows in the {variant} index"
-        return out
 
     def plan_comparison(self, ran_any: bool, force: bool) -> Planned | None:
         """The comparison's run, when its inputs or settings changed (or documents ran now)."""
         import dagster as dg
 
         from ctxwin_dagster.defs.partitions import documents_partitions
-        from ctxwin_dagster.defs.staleness import REASON_TAG, config_tags
+        from ctxwin_dagster.defs.staleness import REASON_TAG
 
         key = dg.AssetKey("experiment_comparison")
         scores = [k for k in self.defs.resolve_asset_graph().get(key).parent_keys]
@@ -214,7 +170,7 @@ class RunPlanner:
                 reason = f"documents removed since: {', '.join(sorted(recorded - now))}"
         if not reason:
             return None
-        return Planned(None, None, reason, {**config_tags(self.versions), REASON_TAG: reason[:200], COMMAND_TAG: self.command})
+        return Planned(None, None, reason, {REASON_TAG: reason[:200], COMMAND_TAG: self.command})
 
     # ------------------------------------------------------------------ running
     def run(self, job_name: str, keys: list[str], *, force: bool = False) -> int:

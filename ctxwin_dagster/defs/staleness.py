@@ -10,10 +10,12 @@ An asset partition is up to date when its latest materialization was made
   input asset across all partitions, so they cannot tell partitions apart), and for
   ``raw_documents`` from the file as it is now (its data version is the file's SHA-256, so a
   changed file changes everything downstream of it),
-* with the same settings: each run launched by ``ctxwin run`` carries one tag per resource
-  (``ctxwin/config/<resource>``) holding a hash of the resource's settings that change results
-  (models, chunking, retrieval; not keys, caches or timeouts), and the question set of a
-  document is hashed into ``qa_sets``'s own entry.
+* with the same settings: the code location folds a hash of the settings an asset's resources
+  hold that change results (models, chunking, retrieval; not keys, caches or timeouts) into the
+  asset's code version (:func:`with_settings_versions`: ``2+settings.1a2b3c4d``), so Dagster
+  itself records them with every materialization, whoever launched it — ``ctxwin run``, the UI,
+  the schedule — and the UI marks the asset changed when the experiment's settings change; and
+  ``qa_sets`` records the hash of its document's questions in its metadata (``qa_version``).
 
 Anything else — never materialized, a different code version, a changed document, changed
 settings, an upstream asset rematerialized since — makes the asset stale, and everything
@@ -31,13 +33,13 @@ from typing import Any
 
 import dagster as dg
 
-CONFIG_TAG_PREFIX = "ctxwin/config/"
 #: A run's tag naming why it was launched.
 REASON_TAG = "ctxwin/reason"
 #: Resource fields that never change a result (keys, caches, transport).
 NOT_RESULT_FIELDS = frozenset({"api_key", "cache_dir", "max_concurrency", "max_retries", "timeout_s", "batch_size"})
-#: Entries that are not resources but inputs an asset reads outside Dagster (per asset key).
-EXTRA_INPUTS = {"qa_sets": "qa"}
+#: Inputs an asset reads outside Dagster, per asset key: {name: the metadata entry that records
+#: its version}; the caller passes the current versions as ``extra``.
+EXTRA_INPUTS = {"qa_sets": {"qa": "qa_version"}}
 
 _DATA_VERSION = "dagster/data_version"
 _CODE_VERSION = "dagster/code_version"
@@ -48,19 +50,27 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def resource_versions(defaults: Mapping[str, Any], overrides: Mapping[str, Any] | None = None) -> dict[str, str]:
-    """resource key -> hash of the settings that change results.
-
-    ``defaults`` are the resource objects of the :class:`~dagster.Definitions`;
-    ``overrides`` the ``resources`` section of a run config (``{key: {"config": {...}}}``).
-    """
-    overrides = overrides or {}
+def resource_versions(defaults: Mapping[str, Any]) -> dict[str, str]:
+    """resource key -> hash of the settings that change results (``defaults``: the resource
+    objects of the :class:`~dagster.Definitions`)."""
     out: dict[str, str] = {}
     for key, resource in defaults.items():
         fields = getattr(type(resource), "model_fields", {})
         values = {name: getattr(resource, name, None) for name in fields}
-        values.update((overrides.get(key) or {}).get("config") or {})
         out[key] = _digest({k: v for k, v in values.items() if k not in NOT_RESULT_FIELDS})
+    return out
+
+
+def with_settings_versions(assets: Iterable[dg.AssetsDefinition], resources: Mapping[str, Any]) -> list[dg.AssetsDefinition]:
+    """``assets`` with the hash of the settings of the resources each one uses added to its code
+    version (``"2"`` -> ``"2+settings.1a2b3c4d"``). Dagster then records the settings with every
+    materialization, and "code version changed" is also "settings changed"."""
+    versions = resource_versions(resources)
+    out = []
+    for asset in assets:
+        used = sorted(set(asset.required_resource_keys) & set(versions))
+        digest = _digest({k: versions[k] for k in used})[:8]
+        out.append(asset.map_asset_specs(lambda spec, d=digest: spec.replace_attributes(code_version=f"{spec.code_version or '0'}+settings.{d}")))
     return out
 
 
@@ -106,11 +116,6 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def config_tags(versions: Mapping[str, str]) -> dict[str, str]:
-    """The run tags that record ``versions``."""
-    return {CONFIG_TAG_PREFIX + key: value for key, value in versions.items()}
-
-
 @dataclass
 class Staleness:
     """Why each asset of one partition needs a run (empty: nothing to do)."""
@@ -136,36 +141,21 @@ class StalenessChecker:
 
     Args:
         instance: the Dagster instance.
-        graph: the project's asset graph (``Definitions.resolve_asset_graph()``).
-        versions: :func:`resource_versions` of the run to be launched, plus the extra
-            entries of :data:`EXTRA_INPUTS` (e.g. ``"qa"``) per partition via ``extra``.
+        graph: the project's asset graph (``Definitions.resolve_asset_graph()``), whose code
+            versions carry the settings (:func:`with_settings_versions`).
     """
 
-    def __init__(self, instance: dg.DagsterInstance, graph: Any, versions: Mapping[str, str]) -> None:
+    def __init__(self, instance: dg.DagsterInstance, graph: Any) -> None:
         self.instance = instance
         self.graph = graph
-        self.versions = dict(versions)
-        self._run_tags: dict[str, Mapping[str, str]] = {}
 
     def _latest(self, key: dg.AssetKey, partition: str | None):
         flt = dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None)
         records = self.instance.fetch_materializations(flt, limit=1).records
         return records[0] if records else None
 
-    def _tags_of_run(self, run_id: str) -> Mapping[str, str]:
-        if run_id not in self._run_tags:
-            run = self.instance.get_run_by_id(run_id)
-            self._run_tags[run_id] = dict(run.tags) if run is not None else {}
-        return self._run_tags[run_id]
-
     def _code_version(self, key: dg.AssetKey) -> str | None:
         return self.graph.get(key).code_version
-
-    def _needs(self, key: dg.AssetKey) -> list[str]:
-        node = self.graph.get(key)
-        needed = sorted(getattr(node.assets_def, "required_resource_keys", set()) & set(self.versions))
-        extra = EXTRA_INPUTS.get(key.to_user_string())
-        return needed + ([extra] if extra else [])
 
     def check(
         self,
@@ -182,7 +172,7 @@ class StalenessChecker:
         versions of :data:`EXTRA_INPUTS` for this partition; ``rerun_upstream`` assets outside
         ``keys`` that will run first (e.g. the partitions feeding a comparison).
         """
-        versions = {**self.versions, **(extra or {})}
+        versions = dict(extra or {})
         selected = set(keys)
         order = [k for k in self.graph.toposorted_asset_keys if k in selected]
         out = Staleness(partition)
@@ -204,15 +194,18 @@ class StalenessChecker:
             return "never materialized"
         tags = rec.asset_materialization.tags or {}
         current[key] = rec.storage_id
-        if tags.get(_CODE_VERSION) != self._code_version(key):
-            return f"code version {tags.get(_CODE_VERSION)} -> {self._code_version(key)}"
+        recorded, now = tags.get(_CODE_VERSION) or "", self._code_version(key) or ""
+        if recorded != now:
+            (code_then, _, settings_then), (code_now, _, _) = recorded.partition("+settings."), now.partition("+settings.")
+            if code_then == code_now:
+                return "settings changed" if settings_then else "settings unknown (materialized before they were recorded)"
+            return f"code version {code_then or None} -> {code_now}"
         if key.to_user_string() == "raw_documents" and document_sha256 is not None and tags.get(_DATA_VERSION) != document_sha256:
             return "document changed"
-        run_tags = self._tags_of_run(rec.run_id)
-        for need in self._needs(key):
-            recorded = run_tags.get(CONFIG_TAG_PREFIX + need)
-            if recorded != versions.get(need):
-                return f"{need} settings changed" if recorded else f"{need} settings unknown (materialized outside ctxwin)"
+        for name, recorded_key in EXTRA_INPUTS.get(key.to_user_string(), {}).items():
+            recorded = getattr((rec.asset_materialization.metadata or {}).get(recorded_key), "value", None)
+            if name in versions and recorded != versions[name]:
+                return f"{name} changed" if recorded else f"{name} unknown (materialized before it was recorded)"
         for parent in parents:
             parent_partitioned = self.graph.get(parent).is_partitioned
             if parent_partitioned and not self.graph.get(key).is_partitioned:
@@ -240,3 +233,52 @@ class StalenessChecker:
                     out.add(child)
                     frontier.append(child)
         return out
+
+
+def missing_rows(instance: dg.DagsterInstance, index: Any, job_keys: Iterable[dg.AssetKey], partition: str) -> dict[dg.AssetKey, str]:
+    """Staleness the event log cannot see: an index asset whose table holds another number of
+    rows for the document than its latest ``chunks`` materialization made (rows deleted or lost
+    behind the project's back)."""
+    from ctxwin_dagster.core.defaults import VARIANTS
+
+    wanted = {dg.AssetKey(f"{v}_index"): v for v in VARIANTS}
+    wanted = {k: v for k, v in wanted.items() if k in set(job_keys)}
+    if not wanted:
+        return {}
+    latest = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey("chunks"), asset_partitions=[partition]), limit=1).records
+    expected = getattr((latest[0].asset_materialization.metadata if latest else {}).get("n_chunks"), "value", None)
+    if not isinstance(expected, int):
+        return {}
+    out = {}
+    for key, variant in wanted.items():
+        have = index.count(variant, doc_id=partition)
+        if have != expected:
+            out[key] = f"{have} of {expected} rows in the {variant} index"
+    return out
+
+
+def stale_documents(
+    instance: dg.DagsterInstance, graph: Any, settings: Any, index: Any, job_keys: Iterable[dg.AssetKey], doc_ids: Iterable[str]
+) -> tuple[dict[str, Staleness], dict[str, bool]]:
+    """The one staleness algorithm of ``ctxwin run`` and the schedule: per document, why the
+    assets of ``job_keys`` need a run (an empty :class:`Staleness` when up to date) — the file's
+    SHA-256, code and settings versions, the questions' hash, the event log's order, and the
+    index rows (:func:`missing_rows`); and whether each document has questions."""
+    job_keys = set(job_keys)
+    doc_ids = list(doc_ids)
+    folder = settings.document_folder()  # scanned once, not once per document
+    uses_qa = any(k.to_user_string() == "qa_sets" for k in job_keys)
+    qa, has_questions = qa_versions(Path(settings.qa_dir), doc_ids, folder) if uses_qa else ({}, {})
+    checker = StalenessChecker(instance, graph)
+    out = {}
+    for doc_id in doc_ids:
+        try:
+            path = folder.path_of(doc_id)
+            sha: str | None = file_sha256(path) if path is not None else None
+        except OSError:
+            sha = None  # the partition's raw_documents reports the file's problem
+        st = checker.check(job_keys, doc_id, document_sha256=sha, extra={"qa": qa[doc_id]} if uses_qa else {})
+        if not st.stale:
+            st.reasons.update(missing_rows(instance, index, job_keys, doc_id))
+        out[doc_id] = st
+    return out, has_questions

@@ -12,6 +12,7 @@ from ctxwin_dagster.core.qa.items import load_qa_folder
 from ctxwin_dagster.core.qa.resolve import resolve_questions
 from ctxwin_dagster.core.splitting import Chunk
 from ctxwin_dagster.defs.partitions import documents_partitions
+from ctxwin_dagster.defs.staleness import qa_version
 from ctxwin_dagster.defs.resources import (
     ChatModelResource,
     EmbeddingsResource,
@@ -68,6 +69,8 @@ def qa_sets(context: dg.AssetExecutionContext, settings: ProjectSettings, raw_do
             "n_answerable": sum(1 for r in rows if not r["is_impossible"]),
             "n_named_by_file": sum(1 for q in items if "doc_ref" in q.meta),
             "qa_dir": str(qa_dir),
+            # what `ctxwin run` compares to tell a changed question set (defs/staleness.py)
+            "qa_version": qa_version([q.to_dict() for q in items]),
         },
         check_results=[dg.AssetCheckResult(check_name="reference_spans_valid", passed=not bad, metadata={"invalid": len(bad), "first_invalid": str(bad[:5])})],
     )
