@@ -54,8 +54,10 @@ bench: setup
 	$(BIN)/python benchmarks/bench_chat.py
 	$(BIN)/python benchmarks/bench_embeddings.py
 
+# The Dagster UI and daemon on an experiment's home (default: the sample; make dev EXPERIMENT=mine).
+EXPERIMENT ?= sample
 dev: setup
-	$(BIN)/dagster dev -w workspace.yaml
+	$(BIN)/ctxwin dev $(EXPERIMENT)
 
 clean:
 	rm -rf $(VENV) .dagster_home data/lancedb data/cache

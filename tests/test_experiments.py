@@ -11,7 +11,6 @@ counted again: they must never change.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -23,6 +22,7 @@ import dagster as dg
 import pytest
 
 from ctxwin_dagster.core.defaults import VARIANTS
+from ctxwin_dagster.testing.projects import ctxwin_env, make_project, run_ctxwin
 
 pytestmark = pytest.mark.slow
 
@@ -31,16 +31,8 @@ SAMPLE_DOC = "squad_Normans"
 OWN_DOC = "squad_1973_oil_crisis"
 
 
-def _env(home: Path | None = None) -> dict[str, str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env.pop("DAGSTER_HOME", None)
-    if home is not None:
-        env["DAGSTER_HOME"] = str(home)
-    return env
-
-
-def ctxwin(args, cwd, home: Path | None = None, *, timeout: float = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ctxwin_dagster.cli", *args], cwd=cwd, env=_env(home), capture_output=True, text=True, timeout=timeout)
+_env = ctxwin_env
+ctxwin = run_ctxwin
 
 
 def ok(result: subprocess.CompletedProcess) -> str:
@@ -73,13 +65,7 @@ def _question(doc_text: str, doc_ref: str, qid: str, needle: str, question: str)
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     """A project folder with a one-document sample, built by ``ctxwin run`` in its own home."""
-    root = tmp_path_factory.mktemp("project")
-    shutil.copy(ROOT / "workspace.yaml", root / "workspace.yaml")
-    (root / "data" / "documents").mkdir(parents=True)
-    (root / "data" / "qa").mkdir(parents=True)
-    shutil.copy(ROOT / "data" / "documents" / f"{SAMPLE_DOC}.txt", root / "data" / "documents")
-    lines = [l for l in (ROOT / "data" / "qa" / "squad_sample.jsonl").read_text(encoding="utf-8").splitlines() if f'"{SAMPLE_DOC}"' in l]
-    (root / "data" / "qa" / "questions.jsonl").write_text("\n".join(lines[:3]) + "\n", encoding="utf-8")
+    root = make_project(tmp_path_factory.mktemp("project"), [SAMPLE_DOC], questions_per_doc=3)
     home = root / ".dagster_home"
     ok(ctxwin(["run", "--workers", "1"], root, home))
     return root, home
@@ -236,6 +222,31 @@ def test_prune_deletes_only_when_asked_and_undo_puts_it_back(project, own_folder
     finally:
         shutil.move(moved, docs / "Oil Crisis, 1973 [copy 2].md")
     assert "0 of 2 documents to run" in ok(ctxwin(["run", "--documents", str(docs), "--name", "runs"], root))
+
+
+def test_a_run_outside_ctxwin_leaves_its_partition_up_to_date_for_ctxwin_run(project, own_folder):
+    """A materialization of one partition's assets as the UI makes it — Dagster's own asset job,
+    no ctxwin tags, launched by ``dagster asset materialize`` on the experiment's home — counts."""
+    from ctxwin_dagster.definitions import home_definitions
+    from ctxwin_dagster.defs.jobs import all_assets_job
+
+    root, _ = project
+    docs, _ = own_folder
+    home = root / "data" / "experiments" / "runs" / "dagster_home"
+    keys = home_definitions(home).resolve_job_def(all_assets_job.name).asset_layer.executable_asset_keys
+    select = ",".join(sorted(k.to_user_string() for k in keys))
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("dagster")), "asset", "materialize", "-m", "ctxwin_dagster.definitions",
+         "--select", select, "--partition", "Oil_Crisis_1973_final"],
+        cwd=root, env=_env(home), capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    with instance_of(home) as instance:
+        last = instance.get_runs(limit=1)[0]
+    assert last.job_name == "__ASSET_JOB" and last.tags.get("dagster/partition") == "Oil_Crisis_1973_final"
+    assert not any(t.startswith("ctxwin/") for t in last.tags)
+    out = ok(ctxwin(["run", "--documents", str(docs), "--name", "runs"], root))
+    assert "0 of 2 documents to run (2 up to date, skipped)" in out, out
 
 
 def test_two_commands_on_one_home_start_one_daemon_and_do_the_work_once(project, tmp_path):

@@ -9,9 +9,7 @@ a run after one document changed.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +18,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from ctxwin_dagster.testing.projects import make_project
 from ctxwin_dagster.testing.webserver import dagster_webserver, graphql
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,19 +38,7 @@ def _runs(home) -> list[dg.DagsterRun]:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("project")
-    shutil.copy(ROOT / "workspace.yaml", root / "workspace.yaml")
-    (root / "data" / "documents").mkdir(parents=True)
-    (root / "data" / "qa").mkdir(parents=True)
-    for doc in DOCS:
-        shutil.copy(ROOT / "data" / "documents" / f"{doc}.txt", root / "data" / "documents")
-    lines = []
-    for name in ("squad_sample.jsonl", "cuad_sample.jsonl"):
-        for line in (ROOT / "data" / "qa" / name).read_text(encoding="utf-8").splitlines():
-            doc = json.loads(line)["doc_id"] if line.strip() else None
-            if doc in DOCS and sum(1 for l in lines if f'"{doc}"' in l) < 2:
-                lines.append(line)
-    (root / "data" / "qa" / "questions.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    root = make_project(tmp_path_factory.mktemp("project"), DOCS, questions_per_doc=2)
     home = root / "dagster_home"
     first = _ctxwin(["run", "--workers", "2"], root, home)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
