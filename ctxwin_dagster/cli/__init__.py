@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     plan = sub.add_parser("plan", help="calls, tokens, characters and cost per variant, without calling a model")
-    plan.add_argument("paths", nargs="*", help="document files or folders (default data/documents)")
+    plan.add_argument("paths", nargs="*", help="document files or folders (default: the documents folder of $DAGSTER_HOME's experiment, the sample's data/documents)")
     plan.add_argument("--model", default=PAPER.contextualizer_model, help=f"contextualizer model (limits and prices; default {PAPER.contextualizer_model}, as in the paper)")
     plan.add_argument("--chunk-size", type=int, default=PAPER.chunk_size)
     plan.add_argument("--chunk-overlap", type=int, default=PAPER.chunk_overlap)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from ctxwin_dagster.core.defaults import VARIANTS
+from ctxwin_dagster.core.experiment_spec import home_experiment
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -21,7 +22,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         register_local_model(args.model)  # its own tokenizer and window, without loading the weights
 
     paths: list[tuple[Path, str]] = []
-    for item in args.paths or ["data/documents"]:
+    for item in args.paths or [home_experiment().documents_dir]:
         p = Path(item)
         if p.is_dir():
             folder = scan_documents(p)

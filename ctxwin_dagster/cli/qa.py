@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from ctxwin_dagster.core.experiment_spec import DEFAULT_DOCUMENTS_DIR, DEFAULT_QA_DIR
 
 
 def add_qa_arguments(qa: argparse.ArgumentParser) -> None:
@@ -22,7 +23,7 @@ def add_qa_arguments(qa: argparse.ArgumentParser) -> None:
     )
     imp.add_argument("source", help="the file to import (.json, .csv, .tsv or .jsonl)")
     imp.add_argument("--format", choices=["auto", "squad", "cuad", "csv", "jsonl"], default="auto")
-    imp.add_argument("--documents", default="data/documents", help="documents folder (written for SQuAD/CUAD JSON, read for tables)")
+    imp.add_argument("--documents", default=DEFAULT_DOCUMENTS_DIR, help="documents folder (written for SQuAD/CUAD JSON, read for tables)")
     imp.add_argument("--out", help="QA JSONL to write (default data/qa/<source name>.jsonl)")
     imp.add_argument("--overwrite", action="store_true", help="replace a document file or QA file that exists with other content")
     imp.set_defaults(func=cmd_qa_import)
@@ -38,7 +39,7 @@ def cmd_qa_import(args: argparse.Namespace) -> int:
     if not source.is_file():
         raise SystemExit(f"ctxwin qa import: {source} does not exist")
     docs = Path(args.documents)
-    out = Path(args.out) if args.out else Path("data/qa") / f"{source.stem}.jsonl"
+    out = Path(args.out) if args.out else Path(DEFAULT_QA_DIR) / f"{source.stem}.jsonl"
     try:
         fmt = detect_format(source) if args.format == "auto" else args.format
         if fmt in ("squad", "cuad"):
