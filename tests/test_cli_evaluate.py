@@ -89,7 +89,8 @@ def test_bad_experiment_file_names_the_fix(tmp_path):
 def test_evaluate_contracts_with_real_file_names_and_questions_naming_them(tmp_path):
     """Three sample contracts renamed as users name files (spaces, commas, brackets, accents),
     an empty file beside them, and questions that name the documents by file name and carry an
-    extra field: every contract is indexed, answered and scored, and the empty file is named."""
+    extra field: every contract is indexed, answered and scored and compared; the empty file keeps
+    a partition whose run fails with one line naming it and the fix."""
     docs, qa = tmp_path / "Verträge 2024", tmp_path / "qa"
     docs.mkdir()
     qa.mkdir()
@@ -111,11 +112,14 @@ def test_evaluate_contracts_with_real_file_names_and_questions_naming_them(tmp_p
     (qa / "contracts.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), encoding="utf-8")
 
     out = _ctxwin(["evaluate", "--name", "renamed", "--documents", str(docs), "--qa", str(qa)], tmp_path)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
     assert "Todos Medical – Reseller Agreement, Überarbeitet.txt -> Todos_Medical_Reseller_Agreement_Uberarbeitet" in out.stdout
-    assert "Notizen (leer).txt: empty (0 bytes)" in out.stdout
-    assert "questions: 9 for 3 of 3 documents" in out.stdout
-    assert "3 ran, 0 up to date, 0 failed" in out.stdout
+    assert "Notizen (leer).txt: empty (0 bytes); put the document's text in it, or remove it" in out.stdout
+    assert "questions: 9 for 3 of 4 documents" in out.stdout
+    assert "3 ran, 0 up to date, 1 failed" in out.stdout
+    failed = [line for line in out.stdout.splitlines() if "FAILED" in line]
+    assert len(failed) == 1 and "Notizen_leer" in failed[0] and "empty" in failed[0], failed
+    assert "[1/1] experiment_comparison: ok" in out.stdout
     payload = json.loads((tmp_path / "evaluations" / "reports" / "renamed" / "comparison.json").read_text())
     assert payload["n_questions"] == {"t_rag": 9, "cc_rag": 9, "swb_rag": 9}
 
