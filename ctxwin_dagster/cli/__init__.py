@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     rex.add_argument("--b", default="swb_rag")
     rex.add_argument("--seed", type=int, default=0)
     rex.add_argument("--out", help="default evaluations/reports/<experiment>/review_<a>_vs_<b>")
-    rex.add_argument("--results-dir", default="evaluations/results")
+    rex.add_argument("--results-dir", help="where the experiment's answers are (default: as its Dagster home records it)")
     rex.add_argument("--reports-dir", default="evaluations/reports")
     rt4 = rsub.add_parser("table4", help="Table 4 counts from a filled review CSV and its key")
     rt4.add_argument("csv")

@@ -6,11 +6,23 @@ import argparse
 from pathlib import Path
 
 
+def _results_dir(name: str) -> str:
+    """Where the experiment ``name`` keeps its answers: as its home records it, else the default."""
+    from ctxwin_dagster.core.experiment_spec import DEFAULT_RESULTS_DIR, EXPERIMENT_FILE, home_experiment
+
+    from .homes import default_home
+
+    home = default_home(name)
+    if not (home / EXPERIMENT_FILE).is_file():
+        return DEFAULT_RESULTS_DIR
+    return str((home_experiment(home).sections.get("evaluation") or {}).get("results_dir") or DEFAULT_RESULTS_DIR)
+
+
 def cmd_review(args: argparse.Namespace) -> int:
     from ctxwin_dagster.core.review import export_review, import_review, table4
 
     if args.review_command == "export":
-        root = Path(args.results_dir) / args.experiment / "answers"
+        root = Path(args.results_dir or _results_dir(args.experiment)) / args.experiment / "answers"
         from ctxwin_dagster.defs.evaluation.assets import read_jsonl_folder
 
         records = {v: read_jsonl_folder(root / v) for v in (args.a, args.b)}

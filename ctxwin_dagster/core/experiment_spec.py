@@ -59,7 +59,7 @@ DEFAULT_RESULTS_DIR = "evaluations/results"
 DEFAULT_REPORTS_DIR = "evaluations/reports"
 #: The sample's Dagster home (``make run``, ``make dev``).
 DEFAULT_HOME = ".dagster_home"
-#: Other experiments live in ``data/experiments/<name>/`` (``dagster_home/``, ``lancedb/``).
+#: Other experiments live in ``data/experiments/<name>/`` (``dagster_home/``, ``lancedb/``, ``results/``).
 EXPERIMENTS_DIR = "data/experiments"
 #: The file in a Dagster home that holds its experiment.
 EXPERIMENT_FILE = "ctxwin_experiment.json"
@@ -94,7 +94,8 @@ class Experiment:
     """One experiment's settings (see the module docstring).
 
     Attributes:
-        name: names the results and report folders (``evaluations/results/<name>``).
+        name: names its folders (``data/experiments/<name>/``; the sample's results are in
+            ``evaluations/results/sample``) and its report (``evaluations/reports/<name>``).
         documents_dir, qa_dir, lancedb_uri, cache_dir: where its data lives.
         sections: per resource (:data:`RESOURCE_SECTIONS`), settings that change its defaults
             (``{"contextualizer": {"model": "gpt-4o-mini"}, "evaluation": {"retrieval": "paper"}}``).
@@ -186,6 +187,8 @@ class Experiment:
             del sections["settings"]
         name = str(data.get("name") or SAMPLE)
         sample = name == SAMPLE
+        if not sample:  # its answers and scores beside its index, not among the sample's
+            sections.setdefault("evaluation", {}).setdefault("results_dir", f"{EXPERIMENTS_DIR}/{name}/results")
         return cls(
             name=name,
             description=str(data.get("description") or ""),
