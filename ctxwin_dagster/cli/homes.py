@@ -8,8 +8,9 @@ command at a time on it, and runs that a killed command left behind.
   another experiment, in another home (a clear error says so).
 * One ``ctxwin`` command works on a home at a time (a lock file in the home). A second one
   waits for the first and then finds its work done.
-* A run the previous command left QUEUED, STARTING or STARTED, when that command is gone, is
-  marked failed (the instance's own ``report_run_failed``), so it does not look alive forever.
+* A run the previous command left unfinished, when that command is gone, is ended by the next
+  command: canceled if still queued, marked failed if its worker process is gone (the instance's
+  own ``report_run_canceled`` / ``report_run_failed``), so it does not look alive forever.
 """
 
 from __future__ import annotations
@@ -121,23 +122,39 @@ class HomeLock:
             self._fh = None
 
 
+def _worker_alive(instance: Any, run_id: str) -> bool:
+    """Whether the process executing ``run_id`` (the pid its RUN_START event records) still lives here."""
+    import dagster as dg
+
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
+    pid = records[0].event_log_entry.dagster_event.pid if records and records[0].event_log_entry.dagster_event else None
+    return bool(pid) and _alive(f"{socket.gethostname()}:{pid}")
+
+
 def fail_orphaned_runs(instance: Any) -> list[str]:
-    """Mark failed the runs a ``ctxwin`` command launched and left unfinished when it was killed
-    (the command's process is gone); returns their ids. Runs of a live command, of the UI or of
-    another machine are left alone."""
+    """End the runs a ``ctxwin`` command launched and left unfinished when it was killed (its
+    process is gone): a run still queued is canceled, a started one whose worker process is gone
+    is marked failed; returns their ids. A run whose worker still lives is left to finish; runs
+    of a live command, of the UI or of another machine are left alone."""
     import dagster as dg
 
     unfinished = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
     records = instance.get_run_records(filters=dg.RunsFilter(statuses=unfinished))
-    failed = []
+    ended = []
     for record in records:
         run = record.dagster_run
         command = run.tags.get(COMMAND_TAG)
         if not command or _alive(command):
             continue
-        instance.report_run_failed(run, f"the ctxwin command that launched this run ({command}) ended before the run did")
-        failed.append(run.run_id)
-    return failed
+        why = f"the ctxwin command that launched this run ({command}) ended before the run did"
+        if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
+            instance.report_run_canceled(run, why)
+        elif _worker_alive(instance, run.run_id):
+            continue
+        else:
+            instance.report_run_failed(run, why)
+        ended.append(run.run_id)
+    return ended
 
 
 def cmd_dev(args: Any) -> int:

@@ -162,7 +162,7 @@ def run_pipeline(
         instance = DagsterInstance.get()
         orphans = fail_orphaned_runs(instance)
         if orphans:
-            print(f"marked failed {len(orphans)} run(s) that a killed ctxwin command left unfinished: {', '.join(o[:8] for o in orphans)}")
+            print(f"ended {len(orphans)} run(s) that a killed ctxwin command left unfinished: {', '.join(o[:8] for o in orphans)}")
         defs = home_definitions(home)
         settings = defs.resources["settings"]
 
