@@ -96,6 +96,16 @@ def own_folder(project, tmp_path_factory):
     return docs, qa
 
 
+@pytest.fixture(scope="module")
+def runs_home(project, own_folder):
+    """The experiment "runs" (``ctxwin run --documents`` on the user's folder) built, whichever
+    tests of the module are selected; its Dagster home."""
+    root, _ = project
+    docs, _ = own_folder
+    ok(ctxwin(["run", "--documents", str(docs), "--name", "runs"], root))
+    return root / "data" / "experiments" / "runs" / "dagster_home"
+
+
 def test_evaluate_on_a_folder_of_real_file_names_completes_and_leaves_the_sample_alone(project, own_folder):
     root, sample_home = project
     docs, qa = own_folder
@@ -153,7 +163,7 @@ def test_rows_deleted_behind_the_projects_back_are_rebuilt(project):
     assert sample_state(root)[0] == before[0]
 
 
-def test_a_file_empty_or_unreadable_for_a_sensor_tick_loses_nothing(project, own_folder):
+def test_a_file_empty_or_unreadable_for_a_sensor_tick_loses_nothing(project, own_folder, runs_home):
     """The sensor of the experiment's home (the daemon's code, evaluated here on that home)
     while a file is empty, then unreadable: nothing is removed; its run fails, then recovers."""
     from ctxwin_dagster.definitions import home_definitions
@@ -193,7 +203,7 @@ def test_a_file_empty_or_unreadable_for_a_sensor_tick_loses_nothing(project, own
     assert rows(index) == before
 
 
-def test_prune_deletes_only_when_asked_and_undo_puts_it_back(project, own_folder):
+def test_prune_deletes_only_when_asked_and_undo_puts_it_back(project, own_folder, runs_home):
     root, _ = project
     docs, _ = own_folder
     home = root / "data" / "experiments" / "runs" / "dagster_home"
@@ -225,7 +235,7 @@ def test_prune_deletes_only_when_asked_and_undo_puts_it_back(project, own_folder
     assert "0 of 2 documents to run" in ok(ctxwin(["run", "--documents", str(docs), "--name", "runs"], root))
 
 
-def test_a_run_outside_ctxwin_leaves_its_partition_up_to_date_for_ctxwin_run(project, own_folder):
+def test_a_run_outside_ctxwin_leaves_its_partition_up_to_date_for_ctxwin_run(project, own_folder, runs_home):
     """A materialization of one partition's assets as the UI makes it — Dagster's own asset job,
     no ctxwin tags, launched by ``dagster asset materialize`` on the experiment's home — counts."""
     from ctxwin_dagster.definitions import home_definitions
@@ -268,7 +278,7 @@ def test_two_commands_on_one_home_start_one_daemon_and_do_the_work_once(project,
     assert len(runs) == 1
 
 
-def test_killing_the_command_stops_its_daemon_and_the_next_command_ends_its_run(project, own_folder):
+def test_killing_the_command_stops_its_daemon_and_the_next_command_ends_its_run(project, own_folder, runs_home):
     root, _ = project
     docs, _ = own_folder
     home = root / "data" / "experiments" / "runs" / "dagster_home"
