@@ -212,8 +212,12 @@ class RunPlanner:
         ok = [p for p in planned if p.status == "SUCCESS"]
         from ctxwin_dagster.core.experiment_spec import home_experiment
 
+        from .homes import default_home
+
         name = home_experiment(self.home).name
         ui = "ctxwin dev" if name == "sample" else f"ctxwin dev {name}"
+        if Path(self.home).resolve() != default_home(name).resolve():
+            ui += f" --dagster-home {self.home}"
         self.print(
             f"\nSummary ({time.perf_counter() - started:.1f}s; {len(ok)} ran, {len(fresh)} up to date, {len(failed)} failed; "
             f"the runs are in the Dagster UI: {ui}):"
