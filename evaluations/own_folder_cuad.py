@@ -2,8 +2,8 @@
 own file names — spaces, commas, brackets and all — and their questions in the project's QA
 format, naming each document by its file name. Then ``ctxwin evaluate`` runs on it end to end.
 
-    python evaluations/own_folder_cuad.py --out /tmp/contracts --n 40
-    ctxwin evaluate --name cuad40 --documents /tmp/contracts/documents --qa /tmp/contracts/qa
+    python evaluations/own_folder_cuad.py --out data/experiments/cuad40/corpus --n 40
+    ctxwin evaluate --name cuad40 --documents data/experiments/cuad40/corpus/documents --qa data/experiments/cuad40/corpus/qa
 
 Reads ``../shared/corpus/cuad_dev`` (CUAD v1, Hendrycks et al. 2021, The Atticus Project, CC BY 4.0).
 """
@@ -18,7 +18,8 @@ from pathlib import Path
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default="../shared/corpus/cuad_dev")
+    parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "cuad_dev"),
+                        help="CUAD dev folder (default: shared/corpus/cuad_dev beside the project)")
     parser.add_argument("--out", required=True)
     parser.add_argument("--n", type=int, default=40)
     args = parser.parse_args()
