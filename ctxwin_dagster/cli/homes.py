@@ -71,17 +71,21 @@ def command_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _alive(command: str) -> bool:
-    host, _, pid = command.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return True  # another machine's command: not ours to judge
+def _pid_alive(pid: int) -> bool:
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
     return True
+
+
+def _alive(command: str) -> bool:
+    host, _, pid = command.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # another machine's command: not ours to judge
+    return _pid_alive(int(pid))
 
 
 class HomeLock:
@@ -128,7 +132,7 @@ def _worker_alive(instance: Any, run_id: str) -> bool:
 
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
     pid = records[0].event_log_entry.dagster_event.pid if records and records[0].event_log_entry.dagster_event else None
-    return bool(pid) and _alive(f"{socket.gethostname()}:{pid}")
+    return bool(pid) and _pid_alive(int(pid))
 
 
 def fail_orphaned_runs(instance: Any) -> list[str]:

@@ -304,7 +304,7 @@ class RunPlanner:
                 if p.selection is not None:
                     checks = [c for c in graph.asset_check_keys if c.asset_key in p.selection]
                 p.run_id = launcher.submit(
-                    job_name, partition=p.partition, run_config=self._config_for(job_name), tags=p.tags,
+                    job_name, partition=p.partition, run_config=self.run_config, tags=p.tags,
                     asset_selection=p.selection, asset_check_selection=checks,
                 )
                 p.submitted = time.perf_counter()
@@ -346,11 +346,6 @@ class RunPlanner:
             if launcher.queued and not launcher.daemon_running() and any(p.stage == "queued" for p in active):
                 self.print(launcher.ensure_daemon())
         return failed
-
-    def _config_for(self, job_name: str) -> dict[str, Any]:
-        """The run config of ``job_name``: only the loggers (the settings are the code location's
-        experiment, the same for a run launched from the UI)."""
-        return self.run_config
 
     def _add_totals(self, run_id: str) -> None:
         for asset, meta in materialization_metadata(self.instance, run_id).items():

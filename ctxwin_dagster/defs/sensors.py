@@ -35,12 +35,8 @@ def sync_partitions(instance: dg.DagsterInstance, settings: ProjectSettings, fol
     added, gone = partition_changes(settings, existing, folder)
     if added:
         instance.add_dynamic_partitions(documents_partitions.name, added)
-    _remember(settings, folder)
-    return added, gone
-
-
-def _remember(settings: ProjectSettings, folder: DocumentFolder) -> None:
     settings.remember_ids(folder)
+    return added, gone
 
 
 # Every two minutes: the daemon logs two lines per tick, and documents arrive rarely (``ctxwin
@@ -69,7 +65,7 @@ def documents_sensor(context: dg.SensorEvaluationContext, settings: ProjectSetti
         # Said once per change of the folder, not every tick.
         context.log.warning("\n".join(listing))
     try:
-        _remember(settings, folder)
+        settings.remember_ids(folder)
     except OSError as exc:
         context.log.warning(f"could not record the document ids in {settings.doc_ids_file!r} ({exc}); check that its folder is writable")
     count = f"{len(existing) + len(added)} document partitions"
