@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import multiprocessing as mp
 
+import lancedb
 import numpy as np
+import pyarrow as pa
+import pytest
 
 from ctxwin_dagster.core.defaults import VARIANTS
-from ctxwin_dagster.models.vectorstore import ChunkIndex
+from ctxwin_dagster.models.vectorstore import ChunkIndex, _schema
 
 DIM = 8
 
@@ -38,8 +41,20 @@ def _worker(uri: str, docs: list[str], rounds: int, start, errors) -> None:
         errors.put(f"{type(exc).__name__}: {exc}")
 
 
-def test_two_workers_write_the_same_tables_nothing_lost_or_duplicated(tmp_path):
+def _make_tables_as_older_versions_did(uri: str) -> None:
+    """Tables as written before ``chunk_id`` was marked the primary key: nullable, no marker."""
+    schema = _schema(DIM)
+    old = schema.set(0, pa.field("chunk_id", pa.string()))
+    db = lancedb.connect(uri)
+    for variant in VARIANTS:
+        db.create_table(f"{variant}_chunks", schema=old)
+
+
+@pytest.mark.parametrize("tables", ["new", "made by an older version"])
+def test_two_workers_write_the_same_tables_nothing_lost_or_duplicated(tmp_path, tables):
     uri = str(tmp_path / "lancedb")
+    if tables != "new":
+        _make_tables_as_older_versions_did(uri)
     ctx = mp.get_context("spawn")
     start = ctx.Barrier(2)
     errors = ctx.Queue()
@@ -65,3 +80,5 @@ def test_two_workers_write_the_same_tables_nothing_lost_or_duplicated(tmp_path):
             assert sorted(r["chunk_id"] for r in rows) == sorted(f"{doc}-{i}" for i in range(final)), (variant, doc)
             assert all(r["text"].endswith(f"v{rounds - 1}") for r in rows), (variant, doc)
         assert index.count(variant) == 5 * final
+        field = lancedb.connect(uri).open_table(index.table_name(variant)).schema.field("chunk_id")
+        assert not field.nullable and any(b"primary-key" in k for k in (field.metadata or {})), field
