@@ -69,6 +69,28 @@ def test_the_pipeline_never_imports_the_testing_package():
             assert not name.startswith("ctxwin_dagster.testing"), f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}"
 
 
+def test_only_dagsters_public_api_is_used():
+    """No import of Dagster's private modules (``dagster._…``): they change without notice
+    between releases. Tests and benchmarks included."""
+    root = PACKAGE.parent
+    wrong = []
+    for folder in ("ctxwin_dagster", "tests", "benchmarks", "evaluations", "deploy"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for line, name in _imports(path) if folder == "ctxwin_dagster" else _plain_imports(path):
+                if name.split(".")[0].startswith("dagster") and any(part.startswith("_") for part in name.split(".")[1:]):
+                    wrong.append(f"{path.relative_to(root)}:{line} imports {name}")
+    assert not wrong, "private Dagster imports:\n" + "\n".join(wrong)
+
+
+def _plain_imports(path: Path) -> list[tuple[int, str]]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            out.append((node.lineno, node.module or ""))
+    return out
+
 
 #: Modules allowed to be long: tables of prompt text.
 LONG_ALLOWED = {"core/prompts/tables.py"}

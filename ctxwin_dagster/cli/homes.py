@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -31,9 +30,8 @@ from ctxwin_dagster.core.experiment_spec import (
     ExperimentConflict,
     home_experiment,
 )
+from ctxwin_dagster.defs.command_runs import COMMAND_TAG, command_alive, pid_alive
 
-#: Tag on every run a command launches: which process on which machine launched it.
-COMMAND_TAG = "ctxwin/command"
 LOCK_FILE = "ctxwin.lock"
 
 
@@ -65,27 +63,6 @@ def bind_experiment(home: Path, experiment: Experiment) -> Experiment:
             return current
     resolved.save(home)
     return resolved
-
-
-def command_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _alive(command: str) -> bool:
-    host, _, pid = command.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return True  # another machine's command: not ours to judge
-    return _pid_alive(int(pid))
 
 
 class HomeLock:
@@ -132,7 +109,7 @@ def _worker_alive(instance: Any, run_id: str) -> bool:
 
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
     pid = records[0].event_log_entry.dagster_event.pid if records and records[0].event_log_entry.dagster_event else None
-    return bool(pid) and _pid_alive(int(pid))
+    return bool(pid) and pid_alive(int(pid))
 
 
 def fail_orphaned_runs(instance: Any) -> list[str]:
@@ -148,7 +125,7 @@ def fail_orphaned_runs(instance: Any) -> list[str]:
     for record in records:
         run = record.dagster_run
         command = run.tags.get(COMMAND_TAG)
-        if not command or _alive(command):
+        if not command or command_alive(command):
             continue
         why = f"the ctxwin command that launched this run ({command}) ended before the run did"
         if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):

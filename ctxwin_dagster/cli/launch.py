@@ -1,16 +1,17 @@
 """Launching runs on the Dagster instance, as the code location of ``workspace.yaml``.
 
-``ctxwin run`` and ``ctxwin evaluate`` do not execute the jobs themselves: they load the
-workspace (the same code location, ``ctxwin``, that ``dagster dev -w workspace.yaml`` serves),
-create one run per document partition from the location's job, and submit it to the instance.
-The instance's run coordinator takes it from there: with the run queue
+``ctxwin run`` and ``ctxwin evaluate`` do not execute the jobs themselves: for every document
+partition that needs a run they leave a request in the Dagster home, which the code location's
+sensor ``ctxwin_command_runs`` turns into a run (:mod:`ctxwin_dagster.defs.command_runs` says
+why a sensor). The instance's run coordinator takes it from there: with the run queue
 (``QueuedRunCoordinator``, Dagster's default) the daemon dequeues runs within the instance's
 concurrency limits and the run launcher starts them (a local process by default; a Kubernetes
 job, a Docker container … with the launchers of ``deploy/``). The runs are the instance's own:
-listed under their jobs in the UI, re-executable there, logs and all.
+listed under their jobs in the UI, re-executable there, logs and all. Only Dagster's public API
+is used here.
 
-When the queue is used and no daemon is heartbeating, the command starts ``dagster-daemon``
-for its own duration (and stops it after); ``dagster dev``'s daemon is used when one runs.
+When no daemon is heartbeating, the command starts ``dagster-daemon`` for its own duration
+(and stops it after); ``dagster dev``'s daemon is used when one runs.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
+
+from ctxwin_dagster.defs.command_runs import SENSOR_NAME
 
 LOCATION = "ctxwin"
 DEFINITIONS_MODULE = "ctxwin_dagster.definitions"
@@ -115,70 +118,56 @@ def stop_runs(instance: Any, run_ids: Iterable[str]) -> list[str]:
 
 
 class Launcher(AbstractContextManager):
-    """Creates and submits runs of the code location's jobs; starts a daemon if the queue needs one.
+    """Asks for runs of the code location's jobs (through the sensor of
+    :mod:`ctxwin_dagster.defs.command_runs`) and follows them; starts a daemon when none runs.
 
     Args:
         instance: the Dagster instance (``DagsterInstance.get()`` of the home).
-        workspace: the ``workspace.yaml`` to load.
-        log: where the daemon's output goes (a file).
+        workspace: the ``workspace.yaml`` the daemon it starts loads.
+        log: where that daemon's output goes (a file).
     """
+
+    #: After this long without a run for a request, say what may be wrong (once).
+    SLOW_PICKUP_S = 60.0
 
     def __init__(self, instance: Any, workspace: Path, *, log: Path) -> None:
         self.instance = instance
+        self.home = Path(instance.root_directory)
         self.workspace = workspace
         self.log = log
         self.daemon: subprocess.Popen | None = None
-        self._context: Any = None
-        self._request: Any = None
+        self.requested: dict[str, Any] = {}  # request id -> CommandRequest, until its run exists
+        self.run_ids: dict[str, str] = {}  # request id -> run id
+        self.warned = False
 
     def __enter__(self) -> Launcher:
-        from dagster import __version__
-        from dagster._core.workspace.context import WorkspaceProcessContext
-        from dagster._core.workspace.load_target import WorkspaceFileTarget
+        from ctxwin_dagster.defs.command_runs import drop_requests
 
-        self._context = WorkspaceProcessContext(
-            instance=self.instance,
-            version=__version__,
-            read_only=False,
-            workspace_load_target=WorkspaceFileTarget(paths=[str(self.workspace)]),
-            code_server_log_level="WARNING",
-        ).__enter__()
-        self._request = self._context.create_request_context()
-        errors = self._request.get_code_location_error(LOCATION) if self._request.has_code_location_error(LOCATION) else None
-        if errors is not None:
-            raise SystemExit(f"ctxwin: the code location {LOCATION!r} of {self.workspace} does not load:\n{errors.to_string()}")
-        self.location = self._request.get_code_location(LOCATION)
-        repos = list(self.location.get_repositories().values())
-        self.repository = repos[0]
+        drop_requests(self.home)  # those of commands that were killed
         return self
 
     def __exit__(self, *exc: object) -> None:
+        from ctxwin_dagster.defs.command_runs import drop_requests
+
+        if self.requested:
+            drop_requests(self.home, list(self.requested))
+            self.requested.clear()
         self.stop_daemon()
-        if self._context is not None:
-            self._context.__exit__(*exc)
-            self._context = None
 
     # ------------------------------------------------------------------ daemon
-    @property
-    def queued(self) -> bool:
-        from dagster._core.run_coordinator import QueuedRunCoordinator
-
-        return isinstance(self.instance.run_coordinator, QueuedRunCoordinator)
-
     def daemon_running(self, max_age_s: float = 45.0) -> bool:
-        """A daemon dequeues this instance's runs: ours, or another whose heartbeat (written
-        every 30 s) is recent."""
+        """A daemon evaluates this instance's sensors (and dequeues its runs): ours, or another
+        whose heartbeat (written every 30 s) is recent."""
         if self.daemon is not None:
             return self.daemon.poll() is None
-        beat = self.instance.get_daemon_heartbeats().get("QUEUED_RUN_COORDINATOR")
+        beat = self.instance.get_daemon_heartbeats().get("SENSOR")
         return beat is not None and time.time() - beat.timestamp < max_age_s
 
     def ensure_daemon(self) -> str:
-        """Start ``dagster-daemon`` when the run queue has nobody to dequeue it; says which."""
-        if not self.queued:
-            return f"runs launched directly by {type(self.instance.run_coordinator).__name__}"
+        """Start ``dagster-daemon`` when no daemon runs the sensors of this home; says which."""
         if self.daemon_running():
-            return "runs queued for the running Dagster daemon" if self.daemon is None else "runs queued for the daemon started by this command"
+            via = f"runs queued through the sensor {SENSOR_NAME} of "
+            return via + ("the running Dagster daemon" if self.daemon is None else "the Dagster daemon started by this command")
         exe = Path(sys.executable).with_name("dagster-daemon")
         cmd = [str(exe)] if exe.exists() else [shutil.which("dagster-daemon") or "dagster-daemon"]
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -189,7 +178,7 @@ class Launcher(AbstractContextManager):
             stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy(),
         )
         out.close()
-        return f"runs queued; Dagster daemon started for this command (log {self.log})"
+        return f"runs queued through the sensor {SENSOR_NAME}; Dagster daemon started for this command (log {self.log})"
 
     def stop_daemon(self) -> None:
         if self.daemon is None:
@@ -215,48 +204,46 @@ class Launcher(AbstractContextManager):
         asset_selection: Iterable[Any] | None = None,
         asset_check_selection: Iterable[Any] | None = None,
     ) -> str:
-        """Create a run of ``job_name`` (optionally a subset of its assets) for ``partition``
-        with the code location's origin, and submit it; returns the run id."""
-        from dagster._core.definitions.selector import JobSubsetSelector
+        """Ask for a run of ``job_name`` (optionally a subset of its assets) for ``partition``;
+        returns the request id (the run's ``run_key``). :meth:`run_id` gives the run once the
+        sensor has launched it."""
+        from ctxwin_dagster.defs.command_runs import COMMAND_TAG, write_request
 
-        selection = frozenset(asset_selection) if asset_selection is not None else None
-        checks = frozenset(asset_check_selection) if asset_check_selection is not None else None
-        selector = JobSubsetSelector(
-            location_name=self.location.name,
-            repository_name=self.repository.name,
-            job_name=job_name,
-            op_selection=None,
-            asset_selection=selection,
-            asset_check_selection=checks,
+        request = write_request(
+            self.home, job_name, partition=partition, assets=asset_selection, checks=asset_check_selection,
+            tags={k: v for k, v in tags.items() if k != COMMAND_TAG}, run_config=run_config, command=tags.get(COMMAND_TAG),
         )
-        remote_job = self.location.get_job(selector)
-        plan = self.location.get_execution_plan(remote_job, dict(run_config), step_keys_to_execute=None, known_state=None, instance=self.instance)
-        all_tags = {**remote_job.tags, **tags}
-        if partition is not None:
-            all_tags["dagster/partition"] = partition
-        run = self.instance.create_run(
-            job_name=job_name,
-            run_id=None,
-            run_config=dict(run_config),
-            resolved_op_selection=remote_job.resolved_op_selection,
-            step_keys_to_execute=plan.execution_plan_snapshot.step_keys_to_execute,
-            op_selection=None,
-            status=None,
-            root_run_id=None,
-            parent_run_id=None,
-            tags=all_tags,
-            job_snapshot=remote_job.job_snapshot,
-            execution_plan_snapshot=plan.execution_plan_snapshot,
-            parent_job_snapshot=remote_job.parent_job_snapshot,
-            remote_job_origin=remote_job.get_remote_origin(),
-            job_code_origin=remote_job.get_python_origin(),
-            asset_selection=selection,
-            asset_check_selection=checks,
-            asset_graph=self.repository.asset_graph,
-        )
-        self.instance.submit_run(run.run_id, self._request)
-        return run.run_id
+        self.requested[request.id] = request
+        return request.id
 
-    def status(self, run_id: str) -> str:
+    def run_id(self, request_id: str) -> str | None:
+        """The run launched for ``request_id``, once there is one (its request file is then removed)."""
+        if request_id in self.run_ids:
+            return self.run_ids[request_id]
+        import dagster as dg
+
+        from ctxwin_dagster.defs.command_runs import RUN_KEY_TAG, drop_requests
+
+        runs = self.instance.get_run_records(filters=dg.RunsFilter(tags={RUN_KEY_TAG: request_id}), limit=1)
+        if not runs:
+            request = self.requested.get(request_id)
+            if request is not None and not self.warned and time.time() - request.created > self.SLOW_PICKUP_S and self.daemon_running():
+                self.warned = True
+                print(
+                    f"ctxwin: no run launched {self.SLOW_PICKUP_S:.0f}s after the request; is the sensor {SENSOR_NAME!r} stopped? "
+                    f"Start it in the Dagster UI (Automation) or with `dagster sensor start {SENSOR_NAME} -w {self.workspace}`",
+                    file=sys.stderr, flush=True,
+                )
+            return None
+        self.run_ids[request_id] = runs[0].dagster_run.run_id
+        drop_requests(self.home, [request_id])
+        self.requested.pop(request_id, None)
+        return self.run_ids[request_id]
+
+    def status(self, request_id: str) -> str:
+        """The run's status; ``REQUESTED`` until the sensor has launched it."""
+        run_id = self.run_id(request_id)
+        if run_id is None:
+            return "REQUESTED"
         run = self.instance.get_run_by_id(run_id)
         return run.status.value if run is not None else "FAILURE"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .homes import COMMAND_TAG, command_id
+from ctxwin_dagster.defs.command_runs import COMMAND_TAG, command_id
 from .launch import TERMINAL, Launcher, stop_runs, workspace_file
 
 #: Materialization metadata summed per asset for the summary.
@@ -34,7 +34,8 @@ class Planned:
     selection: set[Any] | None  # None: the whole job
     reason: str
     tags: dict[str, str] = field(default_factory=dict)
-    run_id: str = ""
+    request: str = ""  # the request id (the run's run_key)
+    run_id: str = ""  # once the sensor has launched it
     submitted: float = 0.0
     finished: float = 0.0
     status: str = ""
@@ -303,7 +304,7 @@ class RunPlanner:
                 checks = None
                 if p.selection is not None:
                     checks = [c for c in graph.asset_check_keys if c.asset_key in p.selection]
-                p.run_id = launcher.submit(
+                p.request = launcher.submit(
                     job_name, partition=p.partition, run_config=self.run_config, tags=p.tags,
                     asset_selection=p.selection, asset_check_selection=checks,
                 )
@@ -317,7 +318,8 @@ class RunPlanner:
             time.sleep(0.5)
             changed = False
             for p in list(active):
-                status = launcher.status(p.run_id)
+                status = launcher.status(p.request)
+                p.run_id = launcher.run_id(p.request) or ""
                 if status not in TERMINAL:
                     stage = status.lower()
                     if status == "STARTED":
@@ -343,7 +345,7 @@ class RunPlanner:
                 eta = f"ETA {_duration((now - began) * steps_left / steps_done)}" if steps_done else "ETA after the first step"
                 stages = ", ".join(f"{p.partition or label} {p.stage or 'queued'}" for p in active)
                 self.print(f"  {done}/{len(planned)} done ({total - len(planned)} up to date), {_duration(now - began)} elapsed, {eta}; running: {stages}")
-            if launcher.queued and not launcher.daemon_running() and any(p.stage == "queued" for p in active):
+            if not launcher.daemon_running() and any(p.stage in ("requested", "queued") for p in active):
                 self.print(launcher.ensure_daemon())
         return failed
 

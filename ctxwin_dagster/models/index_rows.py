@@ -11,7 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.feather as feather
 
-from .vectorstore import ChunkIndex, _ensure_primary_key, _quote
+from .index_upkeep import ensure_primary_key
+from .vectorstore import ChunkIndex, _quote
 
 __all__ = ["export_rows", "read_rows", "restore_rows", "table_version", "write_rows"]
 
@@ -40,7 +41,7 @@ def restore_rows(index: ChunkIndex, variant: str, rows: pa.Table) -> int:
         return 0
     dim = rows.schema.field("vector").type.list_size
     table = index._table(variant, dim, create=True)
-    _ensure_primary_key(table)
+    ensure_primary_key(table)
     names = [f.name for f in table.schema if f.name in rows.schema.names]
     rows = rows.select(names).cast(pa.schema([table.schema.field(n) for n in names]))
     table.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(rows)

@@ -118,6 +118,35 @@ def is_conflict(exc: Exception) -> bool:
     return any(w in text for w in ("conflict", "commit", "retryable", "concurrent", "version"))
 
 
+# Lance's "unenforced primary key" marker. With it, two concurrent ``merge_insert`` calls that
+# both insert the same new ``chunk_id`` conflict at commit (one is retried and updates instead);
+# without it both succeed and the table holds the row twice (lance-format/lance#4585, #8949).
+PRIMARY_KEY = {"lance-schema:unenforced-primary-key:position": "1"}
+
+
+def _has_primary_key(table: Any) -> bool:
+    meta = table.schema.field("chunk_id").metadata or {}
+    return any((k.decode() if isinstance(k, bytes) else str(k)).startswith("lance-schema:unenforced-primary-key") for k in meta)
+
+
+def ensure_primary_key(table: Any, *, retries: int = 8) -> None:
+    """Mark ``chunk_id`` as the table's primary key in a table made before the marker (it must
+    first be declared non-null; chunk ids never are null), so concurrent writers of one
+    document cannot both insert a row."""
+    if _has_primary_key(table):
+        return
+
+    def mark() -> None:
+        table.checkout_latest()
+        if _has_primary_key(table):
+            return
+        if table.schema.field("chunk_id").nullable:
+            table.alter_columns({"path": "chunk_id", "nullable": False})
+        table.set_unenforced_primary_key("chunk_id")
+
+    retry_on_conflict(mark, retries=retries, refresh=table.checkout_latest)
+
+
 def ann_state(table: Any) -> dict[str, Any]:
     """The ANN training record kept in the vector column's metadata (zeros if never trained)."""
     raw = table.schema.field(VECTOR).metadata or {}

@@ -58,7 +58,16 @@ import pyarrow.compute as pc
 
 from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.models.embeddings.identity import EmbedderIdentity, identity_of
-from ctxwin_dagster.models.index_upkeep import VECTOR, IndexPolicy, UpkeepReport, ann_state, maintain, retry_on_conflict
+from ctxwin_dagster.models.index_upkeep import (
+    PRIMARY_KEY,
+    VECTOR,
+    IndexPolicy,
+    UpkeepReport,
+    ann_state,
+    ensure_primary_key,
+    maintain,
+    retry_on_conflict,
+)
 
 __all__ = ["ChunkIndex", "EmbedderIdentity", "EmbedderMismatchError", "IndexError_", "IndexPolicy", "IndexRecord"]
 
@@ -121,16 +130,10 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-# Lance's "unenforced primary key" marker. With it, two concurrent ``merge_insert`` calls that
-# both insert the same new ``chunk_id`` conflict at commit (one is retried and updates instead);
-# without it both succeed and the table holds the row twice (lance-format/lance#4585, #8949).
-_PRIMARY_KEY = {"lance-schema:unenforced-primary-key:position": "1"}
-
-
 def _schema(dim: int, record: IndexRecord | None = None) -> pa.Schema:
     vector_meta = record.to_metadata() if record is not None else None
     return pa.schema(
-        [pa.field("chunk_id", pa.string(), nullable=False, metadata=_PRIMARY_KEY), pa.field("doc_id", pa.string())]
+        [pa.field("chunk_id", pa.string(), nullable=False, metadata=PRIMARY_KEY), pa.field("doc_id", pa.string())]
         + [pa.field(f, pa.int64()) for f in _INT_FIELDS]
         + [pa.field(f, pa.string()) for f in _STR_FIELDS[2:]]
         + [pa.field(f, pa.string()) for f in _EMBED_STR_FIELDS]
@@ -145,29 +148,6 @@ def _add_missing_fields(table: Any, schema: pa.Schema) -> None:
     missing = [f for f in schema if f.name not in have]
     if missing:
         table.add_columns(missing)
-
-
-def _has_primary_key(table: Any) -> bool:
-    meta = table.schema.field("chunk_id").metadata or {}
-    return any(_text(k).startswith("lance-schema:unenforced-primary-key") for k in meta)
-
-
-def _ensure_primary_key(table: Any, *, retries: int = 8) -> None:
-    """Mark ``chunk_id`` as the table's primary key in a table made before the marker (it must
-    first be declared non-null; chunk ids never are null), so concurrent writers of one
-    document cannot both insert a row."""
-    if _has_primary_key(table):
-        return
-
-    def mark() -> None:
-        table.checkout_latest()
-        if _has_primary_key(table):
-            return
-        if table.schema.field("chunk_id").nullable:
-            table.alter_columns({"path": "chunk_id", "nullable": False})
-        table.set_unenforced_primary_key("chunk_id")
-
-    retry_on_conflict(mark, retries=retries, refresh=table.checkout_latest)
 
 
 def _quote(value: str) -> str:
@@ -309,7 +289,7 @@ class ChunkIndex:
                 retries=retries, refresh=table.checkout_latest,
             )
         _add_missing_fields(table, schema)
-        _ensure_primary_key(table, retries=retries)
+        ensure_primary_key(table, retries=retries)
         holder = [table]
 
         def upsert() -> Any:
