@@ -138,3 +138,18 @@ def test_a_removed_document_leaves_the_next_comparison(tmp_path):
     assert set(payload["n_questions"].values()) == {6}
     assert all(row["n_questions"] == 6 for row in payload["efficiency"])
     assert not re.search(drop, (report.parent / "report.md").read_text(encoding="utf-8"))
+
+
+def test_the_comparisons_cost_inputs_are_edges_of_the_asset_graph():
+    """What the report reads besides the scores (indexing costs, window counts) is a declared
+    dependency on every partition of those assets, so the lineage shows it and a change of them
+    makes the comparison stale."""
+    from ctxwin_dagster.defs.evaluation.assets import COST_ASSETS
+
+    graph = definitions.build_definitions().resolve_asset_graph()
+    node = graph.get(dg.AssetKey("experiment_comparison"))
+    wanted = {dg.AssetKey(a) for assets in COST_ASSETS.values() for a in assets}
+    assert wanted <= set(node.parent_keys)
+    assert {dg.AssetKey(f"{v}_index") for v in VARIANTS} <= wanted
+    for key in wanted:
+        assert isinstance(graph.get_partition_mapping(node.key, key), dg.AllPartitionMapping), key

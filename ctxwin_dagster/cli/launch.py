@@ -45,6 +45,13 @@ run_queue:
   dequeue_interval_seconds: 1
 run_monitoring:
   enabled: true
+# The sensor that launches ctxwin's runs ticks every few seconds; its skipped ticks ("no ctxwin
+# command is waiting") are kept one day, the ticks that launched runs as long as Dagster keeps them.
+retention:
+  sensor:
+    purge_after_days:
+      skipped: 1
+      failure: 7
 """
 
 #: What ctxwin wrote to new Dagster homes before it used the run queue (replaced when found).

@@ -155,6 +155,7 @@ class RunPlanner:
         """The comparison's run, when its inputs or settings changed (or documents ran now)."""
         import dagster as dg
 
+        from ctxwin_dagster.defs.materializations import latest_metadata
         from ctxwin_dagster.defs.partitions import documents_partitions
         from ctxwin_dagster.defs.staleness import REASON_TAG
 
@@ -163,9 +164,7 @@ class RunPlanner:
         st = self.checker.check([key], None, rerun_upstream=scores if (ran_any or force) else ())
         reason = st.summary() if st.stale else ""
         if not reason:
-            latest = self.instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=key), limit=1).records
-            meta = latest[0].asset_materialization.metadata if latest else {}
-            recorded = set(getattr(meta.get("doc_ids"), "value", None) or [])
+            recorded = set(latest_metadata(self.instance, key).get("doc_ids") or [])
             now = set(self.instance.get_dynamic_partitions(documents_partitions.name))
             if recorded - now:
                 reason = f"documents removed since: {', '.join(sorted(recorded - now))}"

@@ -33,6 +33,8 @@ from typing import Any
 
 import dagster as dg
 
+from ctxwin_dagster.defs.materializations import latest_materialization, latest_metadata
+
 #: A run's tag naming why it was launched.
 REASON_TAG = "ctxwin/reason"
 #: Resource fields that never change a result (keys, caches, transport).
@@ -150,9 +152,7 @@ class StalenessChecker:
         self.graph = graph
 
     def _latest(self, key: dg.AssetKey, partition: str | None):
-        flt = dg.AssetRecordsFilter(asset_key=key, asset_partitions=[partition] if partition else None)
-        records = self.instance.fetch_materializations(flt, limit=1).records
-        return records[0] if records else None
+        return latest_materialization(self.instance, key, partition or None)
 
     def _code_version(self, key: dg.AssetKey) -> str | None:
         return self.graph.get(key).code_version
@@ -245,8 +245,7 @@ def missing_rows(instance: dg.DagsterInstance, index: Any, job_keys: Iterable[dg
     wanted = {k: v for k, v in wanted.items() if k in set(job_keys)}
     if not wanted:
         return {}
-    latest = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey("chunks"), asset_partitions=[partition]), limit=1).records
-    expected = getattr((latest[0].asset_materialization.metadata if latest else {}).get("n_chunks"), "value", None)
+    expected = latest_metadata(instance, "chunks", partition).get("n_chunks")
     if not isinstance(expected, int):
         return {}
     out = {}

@@ -11,6 +11,7 @@ from ctxwin_dagster.core.documents import Document
 from ctxwin_dagster.core.qa.items import load_qa_folder
 from ctxwin_dagster.core.qa.resolve import resolve_questions
 from ctxwin_dagster.core.splitting import Chunk
+from ctxwin_dagster.defs.materializations import latest_metadata
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.staleness import qa_version
 from ctxwin_dagster.defs.resources import (
@@ -247,13 +248,15 @@ t_rag_answers, cc_rag_answers, swb_rag_answers = (_answers_asset(v) for v in VAR
 t_rag_ragas_scores, cc_rag_ragas_scores, swb_rag_ragas_scores = (_scores_asset(v) for v in VARIANTS)
 
 
-def _latest_metadata(instance: dg.DagsterInstance, asset: str, partition: str) -> dict:
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[partition]), limit=1
-    ).records
-    if not records:
-        return {}
-    return {k: getattr(v, "value", v) for k, v in records[0].asset_materialization.metadata.items()}
+#: The assets whose materializations carry each variant's indexing costs (contextualization
+#: calls, tokens, cost; embedding) and the index's window counts. The comparison depends on
+#: them (every partition), so they are edges of the graph and rerun it when they change; it
+#: reads their latest materializations' metadata for the documents it compares.
+COST_ASSETS = {
+    "t_rag": ("t_rag_index",),
+    "cc_rag": ("cc_rag_contexts", "cc_rag_index"),
+    "swb_rag": ("global_summaries", "swb_rag_contexts", "swb_rag_index"),
+}
 
 
 def indexing_costs(instance: dg.DagsterInstance, doc_ids) -> dict[str, dict[str, float]]:
@@ -261,13 +264,12 @@ def indexing_costs(instance: dg.DagsterInstance, doc_ids) -> dict[str, dict[str,
     assets for ``doc_ids`` (the documents whose results came into the comparison)."""
     from ctxwin_dagster.core.experiment import INDEXING_FIELDS
 
-    parts = {"t_rag": ("t_rag_index",), "cc_rag": ("cc_rag_contexts", "cc_rag_index"), "swb_rag": ("global_summaries", "swb_rag_contexts", "swb_rag_index")}
     out: dict[str, dict[str, float]] = {}
-    for variant, assets in parts.items():
+    for variant, assets in COST_ASSETS.items():
         agg = {f: 0.0 for f in INDEXING_FIELDS}
         for doc_id in doc_ids:
             for asset in assets:
-                meta = _latest_metadata(instance, asset, doc_id)
+                meta = latest_metadata(instance, asset, doc_id)
                 if "paid_usd" not in meta and "cost_usd" in meta:
                     meta["paid_usd"] = meta["cost_usd"]  # recorded before paid_usd existed, when cost_usd was what was paid
                 for f in INDEXING_FIELDS:
@@ -295,7 +297,7 @@ def experiment_setup(instance, doc_ids, evaluation, contextualizer, answerer, em
     for v in VARIANTS:
         agg = {f: 0.0 for f in WINDOW_FIELDS}
         for doc_id in doc_ids:
-            meta = _latest_metadata(instance, f"{v}_index", doc_id)
+            meta = latest_metadata(instance, f"{v}_index", doc_id)
             emb_window = emb_window or str(meta.get("embedding_window") or "")
             if v != "t_rag":
                 strategy = strategy or str(meta.get("embed_strategy") or "")
@@ -360,6 +362,7 @@ def _by_document(context: dg.AssetExecutionContext, name: str, value) -> dict[st
 
 @dg.asset(
     ins={f"{v}_ragas_scores": _all_documents(f"{v}_ragas_scores") for v in VARIANTS},
+    deps=[dg.AssetDep(a, partition_mapping=dg.AllPartitionMapping()) for a in sorted({a for assets in COST_ASSETS.values() for a in assets})],
     group_name="evaluation",
     kinds={"python", "pandas"},
     code_version="2",
