@@ -38,7 +38,7 @@ from ctxwin_dagster.defs.resources import (
     ProjectSettings,
 )
 from ctxwin_dagster.defs.schedules import stale_documents_schedule
-from ctxwin_dagster.defs.command_runs import command_runs_sensor
+from ctxwin_dagster.defs.command_runs import command_runs_sensor, requests_spec
 from ctxwin_dagster.defs.sensors import documents_sensor
 from ctxwin_dagster.defs.staleness import with_settings_versions
 
@@ -93,7 +93,7 @@ def build_definitions(
             cc_rag_ragas_scores,
             swb_rag_ragas_scores,
             experiment_comparison,
-        ], resources),
+        ], resources) + [requests_spec],
         jobs=[all_assets_job, *VARIANT_JOBS],
         schedules=[stale_documents_schedule],
         sensors=[documents_sensor, command_runs_sensor],

@@ -1,7 +1,7 @@
 """Launching runs on the Dagster instance, as the code location of ``workspace.yaml``.
 
 ``ctxwin run`` and ``ctxwin evaluate`` do not execute the jobs themselves: for every document
-partition that needs a run they leave a request in the Dagster home, which the code location's
+partition that needs a run they record a request in the instance, which the code location's
 sensor ``ctxwin_command_runs`` turns into a run (:mod:`ctxwin_dagster.defs.command_runs` says
 why a sensor). The instance's run coordinator takes it from there: with the run queue
 (``QueuedRunCoordinator``, Dagster's default) the daemon dequeues runs within the instance's
@@ -139,7 +139,6 @@ class Launcher(AbstractContextManager):
 
     def __init__(self, instance: Any, workspace: Path, *, log: Path) -> None:
         self.instance = instance
-        self.home = Path(instance.root_directory)
         self.workspace = workspace
         self.log = log
         self.daemon: subprocess.Popen | None = None
@@ -148,18 +147,23 @@ class Launcher(AbstractContextManager):
         self.warned = False
 
     def __enter__(self) -> Launcher:
-        from ctxwin_dagster.defs.command_runs import drop_requests
-
-        drop_requests(self.home)  # those of commands that were killed
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from ctxwin_dagster.defs.command_runs import drop_requests
-
-        if self.requested:
-            drop_requests(self.home, list(self.requested))
-            self.requested.clear()
+        self.withdraw()
         self.stop_daemon()
+
+    def withdraw(self) -> list[str]:
+        """Withdraw the requests whose run does not exist yet (the command stops), and stop the
+        runs that appeared meanwhile; returns the ids of those runs."""
+        from ctxwin_dagster.defs.command_runs import withdraw_requests
+
+        if not self.requested:
+            return []
+        withdraw_requests(self.instance, list(self.requested))
+        appeared = [run_id for rid in list(self.requested) if (run_id := self.run_id(rid))]
+        self.requested.clear()
+        return stop_runs(self.instance, appeared)
 
     # ------------------------------------------------------------------ daemon
     def daemon_running(self, max_age_s: float = 45.0) -> bool:
@@ -217,19 +221,19 @@ class Launcher(AbstractContextManager):
         from ctxwin_dagster.defs.command_runs import COMMAND_TAG, write_request
 
         request = write_request(
-            self.home, job_name, partition=partition, assets=asset_selection, checks=asset_check_selection,
+            self.instance, job_name, partition=partition, assets=asset_selection, checks=asset_check_selection,
             tags={k: v for k, v in tags.items() if k != COMMAND_TAG}, run_config=run_config, command=tags.get(COMMAND_TAG),
         )
         self.requested[request.id] = request
         return request.id
 
     def run_id(self, request_id: str) -> str | None:
-        """The run launched for ``request_id``, once there is one (its request file is then removed)."""
+        """The run launched for ``request_id``, once there is one."""
         if request_id in self.run_ids:
             return self.run_ids[request_id]
         import dagster as dg
 
-        from ctxwin_dagster.defs.command_runs import RUN_KEY_TAG, drop_requests
+        from ctxwin_dagster.defs.command_runs import RUN_KEY_TAG
 
         runs = self.instance.get_run_records(filters=dg.RunsFilter(tags={RUN_KEY_TAG: request_id}), limit=1)
         if not runs:
@@ -243,7 +247,6 @@ class Launcher(AbstractContextManager):
                 )
             return None
         self.run_ids[request_id] = runs[0].dagster_run.run_id
-        drop_requests(self.home, [request_id])
         self.requested.pop(request_id, None)
         return self.run_ids[request_id]
 

@@ -1,34 +1,34 @@
 """Runs that a ``ctxwin`` command asks for, launched by Dagster's own sensor machinery.
 
 ``ctxwin run`` and ``ctxwin evaluate`` decide which document partitions need a run (see
-:mod:`ctxwin_dagster.defs.staleness`), and write one *request* per run into the Dagster home
-(``<home>/ctxwin_requests/<request id>.json``: the job, the partition, the assets and checks, the
-tags). The sensor ``ctxwin_command_runs`` turns each request into a ``RunRequest`` whose
-``run_key`` is the request id, so Dagster creates the run once however many ticks see the file;
-the instance's run queue and launcher take it from there, exactly as for a run from the UI or
-the schedule. The command follows its runs through the instance by that run key, and removes its
-request files when the runs exist (or when it stops).
+:mod:`ctxwin_dagster.defs.staleness`), and record one *request* per run in the instance's event
+log: an observation of the asset ``ctxwin_run_requests`` (the job, the partition, the assets and
+checks, the tags, as JSON metadata). The sensor ``ctxwin_command_runs`` reads the requests
+recorded since its cursor and turns each into a ``RunRequest`` whose ``run_key`` is the request
+id, so Dagster creates the run once; the instance's run queue and launcher take it from there,
+exactly as for a run from the UI or the schedule. The command follows its runs through the
+instance by that run key.
 
 Why a sensor rather than the command creating the runs itself: creating a run of a code
 location's job from outside the webserver and the daemon needs Dagster's private workspace
 classes (``dagster._core``). A sensor is the public way to launch runs from code, and shows in
-the UI (Automation → ``ctxwin_command_runs``) which command asked for which runs. The cost is
-the daemon's sensor loop: a request waits up to about five seconds for the next tick.
+the UI (Automation → ``ctxwin_command_runs``) which command asked for which runs. Why the event
+log: it is the instance's own storage, so a command and a daemon on different machines that
+share the instance (Postgres, ``deploy/``) see the same requests. The cost is the daemon's
+sensor loop: a request waits up to about five seconds for the next tick.
 
-A request whose command is gone (killed) is skipped and never launched; the next ``ctxwin``
-command on the home deletes its file (:func:`drop_requests`).
+A request is never launched when its command has withdrawn it (the command stopped before the
+run existed) or when its command's process is gone (killed; judged on the machine that ran it).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -99,12 +99,20 @@ class CommandRequest:
         )
 
 
-def requests_dir(home: str | Path) -> Path:
-    return Path(home) / REQUESTS_DIR
+#: The asset whose observations carry the requests (declared in the definitions so the UI
+#: explains it; it has no materializations).
+REQUESTS_ASSET = dg.AssetKey("ctxwin_run_requests")
+
+requests_spec = dg.AssetSpec(
+    REQUESTS_ASSET,
+    group_name="ctxwin",
+    description="Requests for runs left by `ctxwin run` / `ctxwin evaluate` (one observation each, with the job, "
+    "partition and assets as JSON); the sensor ctxwin_command_runs launches them.",
+)
 
 
 def write_request(
-    home: str | Path,
+    instance: dg.DagsterInstance,
     job: str,
     *,
     partition: str | None,
@@ -114,8 +122,7 @@ def write_request(
     run_config: Mapping[str, Any] | None = None,
     command: str | None = None,
 ) -> CommandRequest:
-    """Leave a request for one run in ``home`` (written whole, then renamed into place, so the
-    sensor never reads half a file); returns it."""
+    """Record a request for one run in ``instance``'s event log; returns it."""
     command = command or command_id()
     request = CommandRequest(
         id=f"ctxwin-{uuid.uuid4().hex[:12]}",
@@ -128,35 +135,49 @@ def write_request(
         run_config=dict(run_config or {}),
         created=time.time(),
     )
-    folder = requests_dir(home)
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{request.id}.tmp"
-    tmp.write_text(json.dumps(asdict(request), indent=1), encoding="utf-8")
-    tmp.replace(folder / f"{request.id}.json")
+    _observe(instance, {"request": asdict(request)}, f"{command} asks for {job}" + (f" on {partition}" if partition else ""))
     return request
 
 
-def read_requests(home: str | Path) -> list[CommandRequest]:
-    """The requests waiting in ``home``, oldest first (a file that does not parse is left out)."""
-    out = []
-    for path in requests_dir(home).glob("*.json"):
-        try:
-            out.append(CommandRequest(**json.loads(path.read_text(encoding="utf-8"))))
-        except (OSError, ValueError, TypeError):
-            continue
-    return sorted(out, key=lambda r: (r.created, r.id))
+def withdraw_requests(instance: dg.DagsterInstance, ids: Iterable[str]) -> None:
+    """Record that the requests ``ids`` must not be launched any more (the command stops)."""
+    ids = sorted(ids)
+    if ids:
+        _observe(instance, {"withdrawn": ids}, f"{len(ids)} request(s) withdrawn")
 
 
-def drop_requests(home: str | Path, ids: Iterable[str] | None = None) -> int:
-    """Delete request files: those of ``ids``, or (``ids=None``) those whose command is gone.
-    Returns how many. A request is a note between two processes, not the user's data."""
-    wanted = set(ids) if ids is not None else None
-    dropped = 0
-    for request in read_requests(home):
-        if (wanted is not None and request.id in wanted) or (wanted is None and not command_alive(request.command)):
-            (requests_dir(home) / f"{request.id}.json").unlink(missing_ok=True)
-            dropped += 1
-    return dropped
+def _observe(instance: dg.DagsterInstance, payload: dict[str, Any], text: str) -> None:
+    instance.report_runless_asset_event(
+        dg.AssetObservation(asset_key=REQUESTS_ASSET, description=text, metadata={"ctxwin": dg.MetadataValue.json(payload)})
+    )
+
+
+def read_requests(instance: dg.DagsterInstance, after: int | None = None, page: int = 500) -> tuple[list[CommandRequest], int | None]:
+    """The requests recorded after the event-log id ``after`` that are not withdrawn, oldest
+    first, and the id of the last event read (``after`` if there was none)."""
+    records: list[Any] = []
+    last = after
+    while True:
+        flt = dg.AssetRecordsFilter(asset_key=REQUESTS_ASSET, after_storage_id=last)
+        batch = instance.fetch_observations(flt, limit=page, ascending=True).records
+        records += batch
+        if batch:
+            last = batch[-1].storage_id
+        if len(batch) < page:
+            break
+    requests: list[CommandRequest] = []
+    withdrawn: set[str] = set()
+    for record in records:
+        observation = record.asset_observation
+        meta = observation.metadata.get("ctxwin") if observation is not None else None
+        payload = getattr(meta, "value", None) or {}
+        if "request" in payload:
+            try:
+                requests.append(CommandRequest(**payload["request"]))
+            except TypeError:
+                continue
+        withdrawn.update(payload.get("withdrawn") or [])
+    return [r for r in requests if r.id not in withdrawn], last
 
 
 @dg.sensor(
@@ -168,10 +189,16 @@ def drop_requests(home: str | Path, ids: Iterable[str] | None = None) -> int:
     "the request id is the run key, so a run is never launched twice).",
 )
 def command_runs_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-    home = context.instance.root_directory
-    waiting = read_requests(home)
+    # The cursor is the event-log id of the last request read. A request read once is launched
+    # once (and its run key would stop a second launch anyway).
+    after = int(context.cursor) if (context.cursor or "").isdigit() else None
+    waiting, last = read_requests(context.instance, after)
+    cursor = str(last) if last is not None else context.cursor
     live = [r for r in waiting if command_alive(r.command)]
     if not live:
         gone = len(waiting) - len(live)
-        return dg.SensorResult(skip_reason="no ctxwin command is waiting for runs" + (f" ({gone} request(s) of ended commands ignored)" if gone else ""))
-    return dg.SensorResult(run_requests=[r.run_request() for r in live])
+        return dg.SensorResult(
+            skip_reason="no ctxwin command is waiting for runs" + (f" ({gone} request(s) of ended commands ignored)" if gone else ""),
+            cursor=cursor,
+        )
+    return dg.SensorResult(run_requests=[r.run_request() for r in live], cursor=cursor)
