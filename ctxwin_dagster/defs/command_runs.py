@@ -37,8 +37,6 @@ from ctxwin_dagster.defs.jobs import VARIANT_JOBS, all_assets_job
 
 #: The tag naming the ``ctxwin`` command (``host:pid``) that asked for a run.
 COMMAND_TAG = "ctxwin/command"
-#: The folder of a Dagster home where commands leave their requests.
-REQUESTS_DIR = "ctxwin_requests"
 SENSOR_NAME = "ctxwin_command_runs"
 #: Dagster's tag holding a sensor run's ``run_key`` (here: the request id).
 RUN_KEY_TAG = "dagster/run_key"
