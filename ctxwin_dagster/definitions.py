@@ -2,7 +2,7 @@
 
 The code location loads the experiment of its Dagster home (``$DAGSTER_HOME/ctxwin_experiment.json``,
 the sample when there is none; see :mod:`ctxwin_dagster.core.experiment_spec`): every process of
-one home — the CLI, the daemon's sensors and schedules, the webserver, every run — gets the same
+one home — the CLI, the daemon's sensors, the webserver, every run — gets the same
 resources, so a run launched from the UI is the same run as one launched by ``ctxwin run``.
 """
 
@@ -37,7 +37,7 @@ from ctxwin_dagster.defs.resources import (
     PipelineSettings,
     ProjectSettings,
 )
-from ctxwin_dagster.defs.schedules import stale_documents_schedule
+from ctxwin_dagster.defs.automation import stale_documents_sensor, with_stale_reruns
 from ctxwin_dagster.defs.command_runs import command_runs_sensor, requests_spec
 from ctxwin_dagster.defs.sensors import documents_sensor
 from ctxwin_dagster.defs.staleness import with_settings_versions
@@ -76,7 +76,7 @@ def build_definitions(
     """
     resources = default_resources(experiment, home)
     return dg.Definitions(
-        assets=with_settings_versions([
+        assets=with_stale_reruns(with_settings_versions([
             raw_documents,
             chunks,
             global_summaries,
@@ -93,10 +93,9 @@ def build_definitions(
             cc_rag_ragas_scores,
             swb_rag_ragas_scores,
             experiment_comparison,
-        ], resources) + [requests_spec],
+        ], resources), resources) + [requests_spec],
         jobs=[all_assets_job, *VARIANT_JOBS],
-        schedules=[stale_documents_schedule],
-        sensors=[documents_sensor, command_runs_sensor],
+        sensors=[documents_sensor, command_runs_sensor, stale_documents_sensor],
         resources=resources,
         executor=executor,
     )

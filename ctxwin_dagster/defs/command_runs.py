@@ -6,7 +6,7 @@ log: an observation of the asset ``ctxwin_run_requests`` (the job, the partition
 checks, the tags, as JSON metadata). The sensor ``ctxwin_command_runs`` reads the requests
 recorded since its cursor and turns each into a ``RunRequest`` whose ``run_key`` is the request
 id, so Dagster creates the run once; the instance's run queue and launcher take it from there,
-exactly as for a run from the UI or the schedule. The command follows its runs through the
+exactly as for a run from the UI or the hourly automation. The command follows its runs through the
 instance by that run key.
 
 Why a sensor rather than the command creating the runs itself: creating a run of a code

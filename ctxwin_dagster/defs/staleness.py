@@ -14,7 +14,7 @@ An asset partition is up to date when its latest materialization was made
   hold that change results (models, chunking, retrieval; not keys, caches or timeouts) into the
   asset's code version (:func:`with_settings_versions`: ``2+settings.1a2b3c4d``), so Dagster
   itself records them with every materialization, whoever launched it — ``ctxwin run``, the UI,
-  the schedule — and the UI marks the asset changed when the experiment's settings change; and
+  the hourly automation — and the UI marks the asset changed when the experiment's settings change; and
   ``qa_sets`` records the hash of its document's questions in its metadata (``qa_version``).
 
 Anything else — never materialized, a different code version, a changed document, changed
@@ -259,7 +259,7 @@ def missing_rows(instance: dg.DagsterInstance, index: Any, job_keys: Iterable[dg
 def stale_documents(
     instance: dg.DagsterInstance, graph: Any, settings: Any, index: Any, job_keys: Iterable[dg.AssetKey], doc_ids: Iterable[str]
 ) -> tuple[dict[str, Staleness], dict[str, bool]]:
-    """The one staleness algorithm of ``ctxwin run`` and the schedule: per document, why the
+    """The one staleness algorithm of ``ctxwin run`` and the hourly automation (:mod:`ctxwin_dagster.defs.automation`): per document, why the
     assets of ``job_keys`` need a run (an empty :class:`Staleness` when up to date) — the file's
     SHA-256, code and settings versions, the questions' hash, the event log's order, and the
     index rows (:func:`missing_rows`); and whether each document has questions."""

@@ -1,0 +1,117 @@
+"""Scheduled reruns by declarative automation: every hour, the stale assets of each document.
+
+Each per-document asset carries the automation condition
+
+    cron_tick_passed("0 * * * *") & stale by the project's rules & not in progress
+
+evaluated by the sensor ``ctxwin_stale_documents`` (an ``AutomationConditionSensorDefinition``;
+off until it is turned on in the UI, under Automation, as the schedule it replaces was). Dagster
+then requests, per document, the asset partitions that are true, in one run per document, and
+shows every evaluation — which partitions, and why — in the UI.
+
+"Stale by the project's rules" is :class:`StaleByProjectRules`: the one staleness algorithm
+that ``ctxwin run`` uses too (:func:`ctxwin_dagster.defs.staleness.stale_documents`: the file's
+SHA-256, code and settings versions, the questions' hash, the event log's order, index rows
+missing), with everything downstream of a stale asset. Dagster's built-in conditions cannot say
+all of it (a document file, a question file or an index row is not an asset Dagster observes),
+so this one condition is ours, in this module; it is evaluated on the code server
+(``use_user_code_server=True``), where the experiment's resources are, and computed once per
+evaluation for every document and asset.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import dagster as dg
+
+from ctxwin_dagster.defs.staleness import StalenessChecker, stale_documents
+
+#: When stale documents are rerun (hourly, on the hour, UTC).
+CRON = "0 * * * *"
+SENSOR_NAME = "ctxwin_stale_documents"
+
+
+class StaleByProjectRules(dg.AutomationCondition):
+    """True for the partitions of an asset that the project's staleness rules find stale, or
+    that lie downstream (in ``all_assets_job``) of a stale asset of the same document.
+
+    Args:
+        settings: the experiment's ``ProjectSettings`` resource (documents and questions folders).
+        lancedb: its ``LanceDBResource`` (index rows).
+    """
+
+    def __init__(self, settings: Any, lancedb: Any) -> None:
+        self.settings = settings
+        self.lancedb = lancedb
+        self._computed: tuple[int, dict[dg.AssetKey, set[str]]] | None = None
+
+    @property
+    def name(self) -> str:
+        return "stale_by_project_rules"
+
+    @property
+    def description(self) -> str:
+        return "stale by ctxwin's rules (file, code, settings, questions, upstream, index rows), or downstream of a stale asset"
+
+    @property
+    def requires_cursor(self) -> bool:
+        return False
+
+    def stale_partitions(self, instance: dg.DagsterInstance, graph: Any) -> dict[dg.AssetKey, set[str]]:
+        """asset key -> the documents for which it needs a run now."""
+        job_keys = {k for k in graph.get_all_asset_keys() if graph.get(k).is_partitioned}
+        doc_ids = self.settings.document_folder().ids()
+        stale, _ = stale_documents(instance, graph, self.settings, self.lancedb.index(), job_keys, doc_ids)
+        checker = StalenessChecker(instance, graph)
+        out: dict[dg.AssetKey, set[str]] = {}
+        for doc_id, st in stale.items():
+            if st.stale:
+                for key in checker.downstream_closure(st.reasons, job_keys):
+                    out.setdefault(key, set()).add(doc_id)
+        return out
+
+    def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:
+        if context.candidate_subset.is_empty:  # off the tick: nothing to compute
+            return dg.AutomationResult(context, true_subset=context.candidate_subset)
+        # One computation per evaluation of the sensor, shared by the conditions of every asset.
+        if self._computed is None or self._computed[0] != context.evaluation_id:
+            self._computed = (context.evaluation_id, self.stale_partitions(context.asset_graph_view.instance, context.asset_graph))
+        wanted = self._computed[1].get(context.key, set())
+        candidates = set(context.candidate_subset.expensively_compute_partition_keys()) if wanted else set()
+        true = context.candidate_subset.compute_intersection_with_partition_keys(wanted & candidates)
+        return dg.AutomationResult(context, true_subset=true)
+
+
+def stale_rerun_condition(settings: Any, lancedb: Any) -> dg.AutomationCondition:
+    """The condition of every per-document asset: on the hourly tick, stale, not running now."""
+    return (
+        dg.AutomationCondition.cron_tick_passed(CRON, "UTC")
+        & StaleByProjectRules(settings, lancedb)
+        & ~dg.AutomationCondition.in_progress()
+    ).with_label(f"stale on the hourly tick ({CRON})")
+
+
+def with_stale_reruns(assets: list[dg.AssetsDefinition], resources: dict[str, Any]) -> list[dg.AssetsDefinition]:
+    """``assets`` with :func:`stale_rerun_condition` on the per-document ones."""
+    condition = stale_rerun_condition(resources["settings"], resources["lancedb"])
+    return [
+        a.map_asset_specs(lambda spec: spec.replace_attributes(automation_condition=condition)) if a.partitions_def is not None else a
+        for a in assets
+    ]
+
+
+# ``use_user_code_server`` is marked beta by Dagster (it runs the condition where the code is);
+# its warning would be printed by every process that loads the definitions.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", dg.BetaWarning)
+    stale_documents_sensor = dg.AutomationConditionSensorDefinition(
+        SENSOR_NAME,
+        target=dg.AssetSelection.all(),  # the per-document assets carry the condition; the others none
+        use_user_code_server=True,
+        default_status=dg.DefaultSensorStatus.STOPPED,
+        minimum_interval_seconds=60,
+        description=f"Reruns, on the hourly tick ({CRON}), each document's stale assets and what lies downstream of them, by the "
+        "rules of `ctxwin run`. Off until turned on here.",
+    )
