@@ -149,7 +149,14 @@ def test_a_document_runs_through_celery_workers(home, redis_urls, worker, monkey
     job = dg.reconstructable(_celery_job_target(monkeypatch))
     instance = dg.DagsterInstance.get()
     instance.add_dynamic_partitions("documents", [DOC])
-    watchdog = threading.Timer(RUN_TIMEOUT_S, lambda: (_stop(worker_proc, group=True), _stop(redis_proc)))
+    timed_out = threading.Event()
+
+    def stop_everything():
+        timed_out.set()
+        _stop(worker_proc, group=True)
+        _stop(redis_proc)
+
+    watchdog = threading.Timer(RUN_TIMEOUT_S, stop_everything)
     watchdog.start()
     try:
         result = dg.execute_job(
@@ -164,6 +171,7 @@ def test_a_document_runs_through_celery_workers(home, redis_urls, worker, monkey
     print(f"all_assets_job for {DOC} through celery_executor: {elapsed:.1f} s")
     events = result.all_events
     failures = [e.message for e in events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert not timed_out.is_set(), f"the run took over {RUN_TIMEOUT_S} s: worker and redis stopped\n" + log.read_text(errors="replace")[-4000:]
     assert result.success, f"{failures}\n" + log.read_text(errors="replace")[-4000:]
 
     # every step of the plan ran, each in the worker's pool process, none in this one
