@@ -1,4 +1,4 @@
-"""The Dagster definitions loaded by ``workspace.yaml`` (``dagster dev -w workspace.yaml``).
+"""The Dagster definitions loaded by ``workspace.yaml`` (``dg dev -w workspace.yaml``, ``ctxwin dev``).
 
 The code location loads the experiment of its Dagster home (``$DAGSTER_HOME/ctxwin_experiment.json``,
 the sample when there is none; see :mod:`ctxwin_dagster.core.experiment_spec`): every process of

@@ -53,3 +53,54 @@ def test_webserver_serves_assets_and_partitions(webserver):
     assert by_key["chunks"]["isPartitioned"] and by_key["chunks"]["groupName"] == "ingest"
     keys = graphql(webserver, '{ assetNodes(assetKeys: [{path: ["chunks"]}]) { partitionKeys } }')
     assert set(keys["data"]["assetNodes"][0]["partitionKeys"]) == {"squad_Normans", "cuad_todos_medical_reseller"}
+
+
+def test_ctxwin_dev_serves_the_ui_and_daemon_through_dg_dev(tmp_path):
+    """``ctxwin dev`` (``make dev``) starts ``dg dev`` on the experiment's home: the UI answers with
+    the project's assets, the daemon runs the sensors, and nothing warns that it is superseded."""
+    import signal
+    import socket
+
+    import dagster as dg
+
+    from ctxwin_dagster.testing.projects import ctxwin_env, make_project
+
+    (tmp_path / "project").mkdir()
+    root = make_project(tmp_path / "project", ["squad_Normans"], questions_per_doc=1)
+    home = tmp_path / "home"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = (tmp_path / "dev.log").open("w+")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ctxwin_dagster.cli", "dev", "--dagster-home", str(home), "--port", str(port)],
+        cwd=root, env=ctxwin_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 240
+        nodes: list = []
+        beats: dict = {}
+        while time.time() < deadline and proc.poll() is None and not (nodes and "SENSOR" in beats):
+            time.sleep(2)
+            try:
+                nodes = (graphql(base, ASSETS_QUERY).get("data") or {}).get("assetNodes") or []
+            except OSError:
+                continue
+            os.environ["DAGSTER_HOME"] = str(home)
+            with dg.DagsterInstance.get() as instance:
+                beats = instance.get_daemon_heartbeats()
+        log.seek(0)
+        output = log.read()
+        assert proc.poll() is None, output[-3000:]
+        assert {"raw_documents", "experiment_comparison"} <= {"/".join(n["assetKey"]["path"]) for n in nodes}, output[-3000:]
+        assert "SENSOR" in beats, output[-3000:]
+        assert "superseded" not in output.lower() and "SupersessionWarning" not in output
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        log.close()

@@ -139,7 +139,7 @@ def fail_orphaned_runs(instance: Any) -> list[str]:
 
 
 def cmd_dev(args: Any) -> int:
-    """``ctxwin dev [experiment]``: the Dagster UI and daemon (``dagster dev``) on the
+    """``ctxwin dev [experiment]``: the Dagster UI and daemon (``dg dev``) on the
     experiment's home, so its runs, assets and comparison are the ones shown."""
     import subprocess
     import sys
@@ -151,6 +151,8 @@ def cmd_dev(args: Any) -> int:
         raise SystemExit(f"ctxwin dev: no experiment {args.experiment!r} in {home}; run it first (ctxwin evaluate / ctxwin run --documents)")
     home = prepare_home(str(home))
     print(f"ctxwin dev: {home_experiment(home).describe()}; Dagster home {home}; http://{args.host}:{args.port}", flush=True)
-    exe = Path(sys.executable).with_name("dagster")
-    cmd = [str(exe) if exe.exists() else "dagster", "dev", "-w", str(workspace_file(home)), "-h", args.host, "-p", str(args.port)]
+    # `dg dev` supersedes `dagster dev` (which now warns so); given the workspace file it serves
+    # exactly that code location.
+    dg = Path(sys.executable).with_name("dg")
+    cmd = [str(dg) if dg.exists() else "dg", "dev", "-w", str(workspace_file(home)), "--host", args.host, "--port", str(args.port)]
     return subprocess.call(cmd, env={**os.environ, "DAGSTER_HOME": str(home)})

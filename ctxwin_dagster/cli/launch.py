@@ -11,7 +11,7 @@ listed under their jobs in the UI, re-executable there, logs and all. Only Dagst
 is used here.
 
 When no daemon is heartbeating, the command starts ``dagster-daemon`` for its own duration
-(and stops it after); ``dagster dev``'s daemon is used when one runs.
+(and stops it after); the daemon of ``ctxwin dev`` (``dg dev``) is used when one runs.
 """
 
 from __future__ import annotations
