@@ -318,7 +318,7 @@ class RunPlanner:
             changed = False
             for p in list(active):
                 status = launcher.status(p.request)
-                p.run_id = launcher.run_id(p.request) or ""
+                p.run_id = launcher.run_ids.get(p.request, "")  # found by status() above
                 if status not in TERMINAL:
                     stage = status.lower()
                     if status == "STARTED":
