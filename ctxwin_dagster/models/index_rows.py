@@ -40,11 +40,12 @@ def restore_rows(index: ChunkIndex, variant: str, rows: pa.Table) -> int:
     if rows.num_rows == 0:
         return 0
     dim = rows.schema.field("vector").type.list_size
-    table = index._table(variant, dim, create=True)
-    ensure_primary_key(table)
-    names = [f.name for f in table.schema if f.name in rows.schema.names]
-    rows = rows.select(names).cast(pa.schema([table.schema.field(n) for n in names]))
-    table.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+    with index.writing(variant):
+        table = index._table(variant, dim, create=True)
+        ensure_primary_key(table)
+        names = [f.name for f in table.schema if f.name in rows.schema.names]
+        rows = rows.select(names).cast(pa.schema([table.schema.field(n) for n in names]))
+        table.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
     return rows.num_rows
 
 

@@ -11,6 +11,16 @@ executor) are retried on commit conflicts. The URI is a local folder by default;
 URI works the same (endpoint and credentials from the environment: ``AWS_ENDPOINT``,
 ``AWS_ACCESS_KEY_ID``...).
 
+Writers of one table take turns. LanceDB lets two ``merge_insert`` calls that insert the same
+new key at once both commit (lance-format/lance#4585, lancedb/lancedb#3377), so two runs of one
+document at once could leave its rows twice; ``chunk_id`` as the table's unenforced primary key
+makes Lance detect most of those, but not all (a CI run still found 7 duplicates). So on a local
+folder every write of a table (upsert, delete, index upkeep, restore) holds an OS file lock,
+``.<table>.write.lock`` in the LanceDB folder (:mod:`filelock`); writers of different tables,
+and every reader, never wait. An object store has no such lock: there the primary key is the
+only guard, and :meth:`ChunkIndex.duplicate_ids` (which the index asset's check runs) reports
+what slips through.
+
 Indexes are kept up to date by :meth:`ChunkIndex.maintain` at a cost that does not grow with
 the table (see :mod:`ctxwin_dagster.models.index_upkeep`). Search within one document is exact
 (a flat scan of that document's rows, found by the ``doc_id`` index); search over the whole
@@ -47,8 +57,10 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,6 +195,41 @@ class ChunkIndex:
         self._db = lancedb.connect(self.uri, storage_options=dict(storage_options or {}) or None)
         self.table_suffix = table_suffix
         self.policy = policy or IndexPolicy()
+        self._locks: dict[str, Any] = {}
+
+    @property
+    def local_folder(self) -> str | None:
+        """The folder of a local URI (``path`` or ``file://path``); None for an object store."""
+        if self.uri.startswith("file://"):
+            return self.uri[len("file://"):]
+        return None if "://" in self.uri else self.uri
+
+    @contextlib.contextmanager
+    def writing(self, variant: str, *, timeout_s: float = 900.0) -> Iterator[None]:
+        """Hold the variant table's write lock (local folders; see the module docstring).
+        Re-entrant within this object; other processes and threads wait up to ``timeout_s``."""
+        folder = self.local_folder
+        if folder is None:
+            yield
+            return
+        from filelock import FileLock, Timeout
+
+        name = self.table_name(variant)
+        lock = self._locks.get(name)
+        if lock is None:
+            os.makedirs(folder, exist_ok=True)
+            lock = self._locks[name] = FileLock(os.path.join(folder, f".{name}.write.lock"), thread_local=False)
+        try:
+            lock.acquire(timeout=timeout_s)
+        except Timeout:
+            raise IndexError_(
+                f"table {name!r} in {self.uri} has been locked by another writer for {timeout_s:.0f} s "
+                f"({lock.lock_file}); wait for the other run to finish, or stop it, then run again"
+            ) from None
+        try:
+            yield
+        finally:
+            lock.release()
 
     def table_name(self, variant: str) -> str:
         if not _SAFE_NAME.match(variant):
@@ -271,47 +318,48 @@ class ChunkIndex:
         if embedder is not None:
             ident = identity_of(embedder, dim=dim)
             record = IndexRecord(ident.model, dim, ident.provider, row_strategy or "")
-        table = self._table(variant, dim, create=True, record=record)
-        have = IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
-        if record is not None and have is not None:
-            self._check_write(variant, have, record)
-        existing_dim = table.schema.field(VECTOR).type.list_size
-        if existing_dim != dim:
-            raise IndexError_(
-                f"table {self.table_name(variant)!r} in {self.uri} holds {existing_dim}-dim vectors but the embedder "
-                f"gives {dim}; use the same embedding model, or build into another LanceDB folder, or delete the table "
-                f"explicitly (ChunkIndex({self.uri!r}).drop_table({variant!r})) and re-index"
-            )
-        if record is not None and have is None:
-            # A table made before records: the first writer that names its embedder records it.
-            retry_on_conflict(
-                lambda: table.update_field_metadata({"path": VECTOR, "metadata": record.to_metadata()}),
-                retries=retries, refresh=table.checkout_latest,
-            )
-        _add_missing_fields(table, schema)
-        ensure_primary_key(table, retries=retries)
-        holder = [table]
+        with self.writing(variant):
+            table = self._table(variant, dim, create=True, record=record)
+            have = IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
+            if record is not None and have is not None:
+                self._check_write(variant, have, record)
+            existing_dim = table.schema.field(VECTOR).type.list_size
+            if existing_dim != dim:
+                raise IndexError_(
+                    f"table {self.table_name(variant)!r} in {self.uri} holds {existing_dim}-dim vectors but the embedder "
+                    f"gives {dim}; use the same embedding model, or build into another LanceDB folder, or delete the table "
+                    f"explicitly (ChunkIndex({self.uri!r}).drop_table({variant!r})) and re-index"
+                )
+            if record is not None and have is None:
+                # A table made before records: the first writer that names its embedder records it.
+                retry_on_conflict(
+                    lambda: table.update_field_metadata({"path": VECTOR, "metadata": record.to_metadata()}),
+                    retries=retries, refresh=table.checkout_latest,
+                )
+            _add_missing_fields(table, schema)
+            ensure_primary_key(table, retries=retries)
+            holder = [table]
 
-        def upsert() -> Any:
-            return holder[0].merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(batch)
+            def upsert() -> Any:
+                return holder[0].merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(batch)
 
-        def reopen() -> None:
-            holder[0] = self._table(variant, dim, create=True)
+            def reopen() -> None:
+                holder[0] = self._table(variant, dim, create=True)
 
-        result = retry_on_conflict(upsert, retries=retries, refresh=reopen)
-        # The document's rows that are no longer produced (found through the doc_id index). A
-        # merge that deletes "not matched by source" would read the whole table's keys instead.
-        stale = f"doc_id = {_quote(doc_id)} AND chunk_id NOT IN ({', '.join(_quote(i) for i in ids)})"
-        deleted = holder[0].count_rows(stale)
-        if deleted:
-            retry_on_conflict(lambda: holder[0].delete(stale), retries=retries, refresh=reopen)
-        stats = {
-            "rows": len(rows),
-            "inserted": int(getattr(result, "num_inserted_rows", 0) or 0),
-            "updated": int(getattr(result, "num_updated_rows", 0) or 0),
-            "deleted": deleted,
-        }
-        return stats
+            result = retry_on_conflict(upsert, retries=retries, refresh=reopen)
+            # The document's rows that are no longer produced (found through the doc_id index). A
+            # merge that deletes "not matched by source" would read the whole table's keys instead.
+            stale = f"doc_id = {_quote(doc_id)} AND chunk_id NOT IN ({', '.join(_quote(i) for i in ids)})"
+            deleted = holder[0].count_rows(stale)
+            if deleted:
+                retry_on_conflict(lambda: holder[0].delete(stale), retries=retries, refresh=reopen)
+            stats = {
+                "rows": len(rows),
+                "inserted": int(getattr(result, "num_inserted_rows", 0) or 0),
+                "updated": int(getattr(result, "num_updated_rows", 0) or 0),
+                "deleted": deleted,
+            }
+            return stats
 
     def delete_document(self, variant: str, doc_id: str) -> int:
         """Delete every row of ``doc_id``; returns how many were deleted."""
@@ -319,9 +367,11 @@ class ChunkIndex:
         if table is None:
             return 0
         where = f"doc_id = {_quote(doc_id)}"
-        before = table.count_rows(where)
-        if before:
-            table.delete(where)
+        with self.writing(variant):
+            table.checkout_latest()
+            before = table.count_rows(where)
+            if before:
+                retry_on_conflict(lambda: table.delete(where), refresh=table.checkout_latest)
         return before
 
     def count(self, variant: str, *, doc_id: str | None = None) -> int:
@@ -490,7 +540,8 @@ class ChunkIndex:
         name = self.table_name(variant)
         if name not in self._table_names():
             return False
-        self._db.drop_table(name)
+        with self.writing(variant):
+            self._db.drop_table(name)
         return True
 
     def ensure_fts(self, variant: str) -> bool:
@@ -511,7 +562,9 @@ class ChunkIndex:
         table = self._table(variant)
         if table is None:
             return UpkeepReport(0, [], False, False, "none: no table yet", 0, "", 0, 0, 0, 0.0)
-        return maintain(table, self.policy)
+        with self.writing(variant):
+            table.checkout_latest()
+            return maintain(table, self.policy)
 
     def ann_state(self, variant: str) -> dict[str, Any]:
         """When the ANN index was last trained, on how many rows, and how many trainings."""
