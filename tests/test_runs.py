@@ -131,3 +131,21 @@ def test_a_failed_document_prints_one_line_and_the_others_stay_up_to_date(projec
     lines = [l for l in out.stdout.splitlines() if "broken" in l and "FAILED" in l]
     assert len(lines) == 1 and "raw_documents" in lines[0] and "broken.txt" in lines[0], out.stdout
     assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_the_runs_embed_through_the_commands_model_server(project):
+    """The command started one embedding server for its runs: every index was embedded there,
+    none of the runs loaded the model, and the server stopped with the command."""
+    import httpx
+
+    root, home, first = project
+    assert "the runs embed through one model server" in first.stdout
+    from ctxwin_dagster.defs.materializations import latest_metadata
+
+    os.environ["DAGSTER_HOME"] = str(home)
+    with dg.DagsterInstance.get() as instance:
+        used = {latest_metadata(instance, f"{variant}_index", doc).get("embedded_by") for variant in ("t_rag", "cc_rag", "swb_rag") for doc in DOCS}
+    assert len(used) == 1 and next(iter(used)).startswith("http://127.0.0.1:"), used
+    assert "loaded" in (home / "ctxwin-embeddings.log").read_text()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(next(iter(used)) + "/health", timeout=2)

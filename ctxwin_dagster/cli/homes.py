@@ -144,6 +144,8 @@ def cmd_dev(args: Any) -> int:
     import subprocess
     import sys
 
+    from ctxwin_dagster.models.embeddings.server import ENV_VAR, EmbeddingService, served_models
+
     from .launch import prepare_home, workspace_file
 
     home = Path(args.dagster_home) if args.dagster_home else default_home(args.experiment)
@@ -155,4 +157,14 @@ def cmd_dev(args: Any) -> int:
     # exactly that code location.
     dg = Path(sys.executable).with_name("dg")
     cmd = [str(dg) if dg.exists() else "dg", "dev", "-w", str(workspace_file(home)), "--host", args.host, "--port", str(args.port)]
-    return subprocess.call(cmd, env={**os.environ, "DAGSTER_HOME": str(home)})
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    # One embedding model for every run the UI and the daemon launch (see models/embeddings/server.py).
+    models = served_models((home_experiment(home).sections or {}).get("embeddings"))
+    with EmbeddingService(models, log=home / "ctxwin-embeddings.log") as service:
+        if models and not env.get(ENV_VAR, "").strip():
+            try:
+                env[ENV_VAR] = service.start()
+                print(f"ctxwin dev: the runs embed through one model server ({env[ENV_VAR]}, log {service.log})", flush=True)
+            except RuntimeError as exc:
+                print(f"ctxwin dev: {exc}", flush=True)
+        return subprocess.call(cmd, env=env)

@@ -11,7 +11,9 @@ listed under their jobs in the UI, re-executable there, logs and all. Only Dagst
 is used here.
 
 When no daemon is heartbeating, the command starts ``dagster-daemon`` for its own duration
-(and stops it after); the daemon of ``ctxwin dev`` (``dg dev``) is used when one runs.
+(and stops it after); the daemon of ``ctxwin dev`` (``dg dev``) is used when one runs. With the
+daemon it starts the local embedding model's server, which every run of the command uses instead
+of loading the model itself (:mod:`ctxwin_dagster.models.embeddings.server`).
 """
 
 from __future__ import annotations
@@ -137,11 +139,14 @@ class Launcher(AbstractContextManager):
     #: After this long without a run for a request, say what may be wrong (once).
     SLOW_PICKUP_S = 60.0
 
-    def __init__(self, instance: Any, workspace: Path, *, log: Path) -> None:
+    def __init__(self, instance: Any, workspace: Path, *, log: Path, embedding_models: Iterable[str] = ()) -> None:
+        from ctxwin_dagster.models.embeddings.server import EmbeddingService
+
         self.instance = instance
         self.workspace = workspace
         self.log = log
         self.daemon: subprocess.Popen | None = None
+        self.embeddings = EmbeddingService(list(embedding_models), log=log.with_name("ctxwin-embeddings.log"))
         self.requested: dict[str, Any] = {}  # request id -> CommandRequest, until its run exists
         self.run_ids: dict[str, str] = {}  # request id -> run id
         self.warned = False
@@ -184,15 +189,32 @@ class Launcher(AbstractContextManager):
         self.log.parent.mkdir(parents=True, exist_ok=True)
         out = self.log.open("ab")
         exe_path = cmd[0] if os.path.isabs(cmd[0]) else (shutil.which(cmd[0]) or cmd[0])
+        env, served = self._embedding_env()
         self.daemon = subprocess.Popen(
             [sys.executable, "-c", _EXEC_WITH_PARENT_DEATH, str(os.getpid()), exe_path, "run", "-w", str(self.workspace)],
-            stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy(),
+            stdout=out, stderr=subprocess.STDOUT, env=env,
         )
         out.close()
-        return f"runs queued through the sensor {SENSOR_NAME}; Dagster daemon started for this command (log {self.log})"
+        return f"runs queued through the sensor {SENSOR_NAME}; Dagster daemon started for this command (log {self.log}){served}"
+
+    def _embedding_env(self) -> tuple[dict[str, str], str]:
+        """The daemon's environment, with the embedding server's address when this command
+        starts one (local models only, and not when ``CTXWIN_EMBEDDING_SERVER`` is set already:
+        to another server, or ``off``); and a note saying so."""
+        from ctxwin_dagster.models.embeddings.server import ENV_VAR
+
+        env = os.environ.copy()
+        if not self.embeddings.models or env.get(ENV_VAR, "").strip():
+            return env, ""
+        try:
+            env[ENV_VAR] = self.embeddings.start()
+        except RuntimeError as exc:  # the runs load the model themselves, as before
+            return env, f"; {exc}"
+        return env, f"; the runs embed through one model server ({env[ENV_VAR]}, log {self.embeddings.log})"
 
     def stop_daemon(self) -> None:
         if self.daemon is None:
+            self.embeddings.stop()
             return
         self.daemon.send_signal(signal.SIGINT)
         try:
@@ -201,6 +223,7 @@ class Launcher(AbstractContextManager):
             self.daemon.kill()
             self.daemon.wait(10)
         self.daemon = None
+        self.embeddings.stop()
         # Its last heartbeat must not make the next command wait for a daemon that is gone.
         self.instance.wipe_daemon_heartbeats()
 

@@ -192,12 +192,12 @@ class RunPlanner:
             previous = None
         try:
             if planned:
-                launcher = Launcher(self.instance, workspace, log=self.home / "ctxwin-daemon.log").__enter__()
+                launcher = self._launcher(workspace)
                 failed += self._follow(launcher, job_name, planned, len(keys))
             if job_name == "all_assets_job" and len(keys) > len(failed):
                 comparison = self._comparison(keys, bool(planned), force)
                 if comparison is not None:
-                    launcher = launcher or Launcher(self.instance, workspace, log=self.home / "ctxwin-daemon.log").__enter__()
+                    launcher = launcher or self._launcher(workspace)
                     failed += self._follow(launcher, "comparison_job", [comparison], 1, label="experiment_comparison")
         except (KeyboardInterrupt, _Stopped):
             active = [p.run_id for p in self.launched if p.run_id and not p.status]
@@ -238,16 +238,24 @@ class RunPlanner:
         self.print(f"experiment_comparison: {comparison.reason if comparison else 'up to date, skipped'}")
         return comparison
 
+    def _launcher(self, workspace: Path) -> Launcher:
+        from ctxwin_dagster.models.embeddings.server import served_models
+
+        models = served_models(self._resource_config("embeddings"))
+        return Launcher(self.instance, workspace, log=self.home / "ctxwin-daemon.log", embedding_models=models).__enter__()
+
+    def _resource_config(self, key: str) -> dict[str, Any]:
+        """A resource's settings for these runs: the code location's defaults and the run config."""
+        overrides = self.run_config.get("resources") or {}
+        default = self.defs.resources.get(key)
+        values = {n: getattr(default, n, None) for n in getattr(type(default), "model_fields", {})}
+        return {**values, **((overrides.get(key) or {}).get("config") or {})}
+
     def endpoints(self) -> list[tuple[str, str, str | None, str | None]]:
         """(role, model, base_url, api_key) of every model endpoint the runs would call."""
         import os
 
-        overrides = self.run_config.get("resources") or {}
-
-        def conf(key: str) -> dict[str, Any]:
-            default = self.defs.resources.get(key)
-            values = {n: getattr(default, n, None) for n in getattr(type(default), "model_fields", {})}
-            return {**values, **((overrides.get(key) or {}).get("config") or {})}
+        conf = self._resource_config
 
         def key_of(value: Any) -> str | None:
             if isinstance(value, dict) and "env" in value:

@@ -83,6 +83,8 @@ def write_index(context, variant: str, chunks: list[Chunk], contexts, embeddings
             "context_tokens_cut": window["context_tokens_cut"],
             "rows_with_context_cut": window["rows_with_context_cut"],
             "texts_embedded": embedder.stats.texts_encoded - encoded_before,
+            # Where the vectors were computed: the command's embedding server, or this run's process.
+            "embedded_by": getattr(embedder, "served_by", "") or ("this run's process" if embedder.provider == "local" else embedder.provider),
             "ann_index": upkeep.ann_index,
             "ann_trained_rows": upkeep.ann_trained_rows,
             "ann_trained_at": upkeep.ann_trained_at,

@@ -5,6 +5,12 @@ given as ``model_path``), is loaded from disk with no network (``HF_HUB_OFFLINE=
 process and device, and reads at most its ``max_seq_length`` word pieces (256), counted with
 its own ``tokenizer.json``.
 
+When the command that launched the run started an embedding server (the environment variable
+``CTXWIN_EMBEDDING_SERVER``; see :mod:`.server`) that serves the same model, texts are sent
+there instead, with this embedder's batch size, so the vectors are the same bit for bit and the
+run never imports torch or loads the model. A server that is unreachable, or serves another
+model, is reported once in the log and the model is loaded here as before.
+
 Example::
 
     emb = LocalEmbedder()
@@ -43,6 +49,67 @@ _BLOCK_BATCHES = 16
 
 _MODELS: dict[tuple[str, str], Any] = {}
 _MODELS_LOCK = threading.Lock()
+_SERVED: dict[tuple[str, str], Any] = {}  # (server url, model) -> _ServedModel, or None when unusable
+
+
+class _ServedModel:
+    """A model on the command's embedding server, with ``SentenceTransformer.encode``'s call."""
+
+    def __init__(self, url: str, model: str, dim: int, truncate: bool, folder: Path) -> None:
+        import httpx
+
+        self.url, self.model, self.dim, self.truncate, self.folder = url, model, dim, truncate, folder
+        self.gone = False
+        self._client = httpx.Client(base_url=url, timeout=httpx.Timeout(900.0, connect=5.0))
+
+    def encode(self, texts: list[str], *, batch_size: int, device: str = "cpu", **_: Any) -> np.ndarray:
+        import base64
+
+        import httpx
+
+        if not self.gone:
+            try:
+                reply = self._client.post("/v1/embeddings", json={
+                    "model": self.model, "input": texts, "encoding_format": "base64", "batch_size": batch_size, "truncate": self.truncate,
+                })
+            except httpx.TransportError as exc:
+                log.warning("the embedding server %s went away (%s: %s); loading the model in this process", self.url, type(exc).__name__, exc)
+                self.gone = True
+        if self.gone:
+            st = _load_sentence_transformer(self.folder, device)
+            return np.asarray(st.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
+        if reply.status_code != 200:
+            raise RuntimeError(f"the embedding server {self.url} refused {len(texts)} texts: {reply.status_code} {reply.text[:500]}")
+        data = sorted(reply.json()["data"], key=lambda d: d["index"])
+        return np.stack([np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in data]).astype(np.float32)
+
+
+def _served_model(url: str, model: str, dim: int, truncate: bool, folder: Path) -> _ServedModel | None:
+    """The server's model ``model`` (None, logged once, when the server is unreachable or
+    serves another model or size)."""
+    key = (url, model)
+    with _MODELS_LOCK:
+        if key in _SERVED:
+            return _SERVED[key]
+        served = None
+        try:
+            import httpx
+
+            listed = httpx.get(f"{url.rstrip('/')}/v1/models", timeout=5.0).json()["data"]
+            match = [m for m in listed if m["id"] == model]
+            if not match:
+                log.warning("the embedding server %s does not serve %s (it serves %s); loading the model in this process",
+                            url, model, [m["id"] for m in listed])
+            elif int(match[0]["dim"]) != dim:
+                log.warning("the embedding server %s gives %s-dim vectors for %s, not %s; loading the model in this process",
+                            url, match[0]["dim"], model, dim)
+            else:
+                served = _ServedModel(url, model, dim, truncate, folder)
+        except Exception as exc:  # unreachable, or not our server
+            log.warning("the embedding server %s cannot be used (%s: %s); loading the model in this process",
+                        url, type(exc).__name__, exc)
+        _SERVED[key] = served
+        return served
 
 
 def _default_model_path() -> Path:
@@ -194,8 +261,23 @@ class LocalEmbedder(CachedEmbedder):
         _ = self.sentence_transformer
         return self
 
+    @property
+    def served_by(self) -> str:
+        """The embedding server this embedder sends its texts to ("" when it encodes here)."""
+        served = self._served()
+        return served.url if served is not None else ""
+
+    def _served(self) -> _ServedModel | None:
+        from .server import ENV_VAR
+
+        url = os.environ.get(ENV_VAR, "").strip()
+        if url.lower() in ("", "off", "0", "no", "none") or self.device != "cpu":
+            return None
+        model = LOCAL_MODEL_NAME if self.model_path is None else str(self.model_path.resolve())
+        return _served_model(url, model, self.dim, self.oversize == "truncate", self._folder())
+
     def _encode(self, texts: list[str]) -> np.ndarray:
-        st = self.sentence_transformer
+        st = self._served() or self.sentence_transformer
         n = len(texts)
         block = self.batch_size * _BLOCK_BATCHES
         if n <= block:
