@@ -45,6 +45,9 @@ telemetry:
 run_queue:
   max_concurrent_runs: 16
   dequeue_interval_seconds: 1
+  # Launch the runs of several documents at once (a launch waits for its run's process to start).
+  dequeue_use_threads: true
+  dequeue_num_workers: 4
 run_monitoring:
   enabled: true
 # The sensor that launches ctxwin's runs ticks every few seconds; its skipped ticks ("no ctxwin
