@@ -22,6 +22,10 @@ Four measurements (each prints figures; nothing is asserted):
 Run::
 
     .venv/bin/python benchmarks/bench_runs.py workers|unchanged|executor|floor [--keep DIR]
+
+The commands start one embedding server for their runs (models/embeddings/server.py); with
+``CTXWIN_EMBEDDING_SERVER=off`` in the environment every run loads the model itself, as before
+it existed, so the two can be compared on the same machine.
 """
 
 from __future__ import annotations
