@@ -11,15 +11,9 @@ executor) are retried on commit conflicts. The URI is a local folder by default;
 URI works the same (endpoint and credentials from the environment: ``AWS_ENDPOINT``,
 ``AWS_ACCESS_KEY_ID``...).
 
-Writers of one table take turns. LanceDB lets two ``merge_insert`` calls that insert the same
-new key at once both commit (lance-format/lance#4585, lancedb/lancedb#3377), so two runs of one
-document at once could leave its rows twice; ``chunk_id`` as the table's unenforced primary key
-makes Lance detect most of those, but not all (a CI run still found 7 duplicates). So on a local
-folder every write of a table (upsert, delete, index upkeep, restore) holds an OS file lock,
-``.<table>.write.lock`` in the LanceDB folder (:mod:`filelock`); writers of different tables,
-and every reader, never wait. An object store has no such lock: there the primary key is the
-only guard, and :meth:`ChunkIndex.duplicate_ids` (which the index asset's check runs) reports
-what slips through.
+Writers of one table take turns: every write (upsert, delete, index upkeep, restore) holds the
+table's write lock (:mod:`ctxwin_dagster.models.table_locks` says why, and what happens on an
+object store).
 
 Indexes are kept up to date by :meth:`ChunkIndex.maintain` at a cost that does not grow with
 the table (see :mod:`ctxwin_dagster.models.index_upkeep`). Search within one document is exact
@@ -57,10 +51,8 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +62,7 @@ import pyarrow.compute as pc
 
 from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.models.embeddings.identity import EmbedderIdentity, identity_of
+from ctxwin_dagster.models.table_locks import TableLocks
 from ctxwin_dagster.models.index_upkeep import (
     PRIMARY_KEY,
     VECTOR,
@@ -195,41 +188,12 @@ class ChunkIndex:
         self._db = lancedb.connect(self.uri, storage_options=dict(storage_options or {}) or None)
         self.table_suffix = table_suffix
         self.policy = policy or IndexPolicy()
-        self._locks: dict[str, Any] = {}
+        self._locks = TableLocks(self.uri)
 
-    @property
-    def local_folder(self) -> str | None:
-        """The folder of a local URI (``path`` or ``file://path``); None for an object store."""
-        if self.uri.startswith("file://"):
-            return self.uri[len("file://"):]
-        return None if "://" in self.uri else self.uri
-
-    @contextlib.contextmanager
-    def writing(self, variant: str, *, timeout_s: float = 900.0) -> Iterator[None]:
-        """Hold the variant table's write lock (local folders; see the module docstring).
-        Re-entrant within this object; other processes and threads wait up to ``timeout_s``."""
-        folder = self.local_folder
-        if folder is None:
-            yield
-            return
-        from filelock import FileLock, Timeout
-
-        name = self.table_name(variant)
-        lock = self._locks.get(name)
-        if lock is None:
-            os.makedirs(folder, exist_ok=True)
-            lock = self._locks[name] = FileLock(os.path.join(folder, f".{name}.write.lock"), thread_local=False)
-        try:
-            lock.acquire(timeout=timeout_s)
-        except Timeout:
-            raise IndexError_(
-                f"table {name!r} in {self.uri} has been locked by another writer for {timeout_s:.0f} s "
-                f"({lock.lock_file}); wait for the other run to finish, or stop it, then run again"
-            ) from None
-        try:
-            yield
-        finally:
-            lock.release()
+    def writing(self, variant: str, *, timeout_s: float = 900.0):
+        """Hold the variant table's write lock (a context manager; see
+        :mod:`~ctxwin_dagster.models.table_locks`)."""
+        return self._locks.hold(self.table_name(variant), timeout_s=timeout_s)
 
     def table_name(self, variant: str) -> str:
         if not _SAFE_NAME.match(variant):
