@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-__all__ = ["IndexPolicy", "UpkeepReport", "ann_state", "maintain", "retry_on_conflict", "train_vector_index"]
+__all__ = ["IndexPolicy", "UpkeepReport", "ann_state", "ensure_fts", "maintain", "retry_on_conflict", "train_vector_index"]
 
 _KEY = "ctxwin:ann:"
 VECTOR = "vector"
@@ -258,3 +258,22 @@ def maintain(table: Any, policy: IndexPolicy, *, refresh: Callable[[], Any] | No
         unindexed_rows=int(unindexed),
         seconds=round(time.perf_counter() - started, 3),
     )
+
+
+def ensure_fts(table: Any, writing: Any) -> bool:
+    """Create the full-text index on ``embedded_text`` if it is missing; True if created.
+    ``writing`` is the table's write lock (a context manager): the index is made once, by one
+    writer, and a search that finds it made never waits for the lock."""
+    from lancedb.index import FTS
+
+    def made() -> bool:
+        return any("embedded_text" in (getattr(i, "columns", None) or []) for i in table.list_indices())
+
+    if made():
+        return False
+    with writing:
+        table.checkout_latest()
+        if made():
+            return False
+        table.create_index("embedded_text", config=FTS(), replace=True)
+    return True

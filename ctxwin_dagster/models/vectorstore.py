@@ -69,6 +69,7 @@ from ctxwin_dagster.models.index_upkeep import (
     IndexPolicy,
     UpkeepReport,
     ann_state,
+    ensure_fts,
     ensure_primary_key,
     maintain,
     retry_on_conflict,
@@ -513,10 +514,7 @@ class ChunkIndex:
         table = self._table(variant)
         if table is None:
             return False
-        if any("embedded_text" in (getattr(i, "columns", None) or []) for i in table.list_indices()):
-            return False
-        table.create_index("embedded_text", config=_fts_config(), replace=True)
-        return True
+        return ensure_fts(table, self.writing(variant))
 
     def maintain(self, variant: str) -> UpkeepReport:
         """Bring the table's indexes up to date after a write, at a cost that does not grow
@@ -551,9 +549,3 @@ class ChunkIndex:
                 "parts": st.num_indices,
             }
         return out
-
-
-def _fts_config():
-    from lancedb.index import FTS
-
-    return FTS()
