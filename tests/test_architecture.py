@@ -104,3 +104,67 @@ def test_modules_have_one_job_and_stay_short():
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > 560 and str(p.relative_to(PACKAGE)) not in LONG_ALLOWED
     }
     assert not long, f"modules over 560 lines: {long}"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the project's modules it imports (a package import counts as its ``__init__``)."""
+    modules = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for _, imported in _imports(path):
+            while imported and imported not in modules:  # `from pkg.mod import name`: the module
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                targets.add(imported)
+        graph[name] = targets
+    return graph
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    """Import cycles, lazy imports included: a module that both uses and is used by another
+    shares a job with it; the shared part belongs in one of them, or below both."""
+    graph = _module_graph()
+    cycles = []
+    state: dict[str, int] = {}  # 1 = on the path, 2 = done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 2
+
+    for start in sorted(graph):
+        if start not in state:
+            visit(start, [start])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_constraints_pin_every_requirement_to_a_version_it_allows():
+    """``constraints.txt`` (what ``make`` installs from) pins each requirement of pyproject.toml,
+    within the range pyproject allows: a new or changed requirement needs the file written again."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    root = PACKAGE.parent
+    pins = {}
+    for line in (root / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[canonicalize_name(name)] = version.strip()
+    project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    wanted = list(project["dependencies"]) + [r for extra in project["optional-dependencies"].values() for r in extra]
+    problems = []
+    for text in wanted:
+        req = Requirement(text)
+        pin = pins.get(canonicalize_name(req.name))
+        if pin is None:
+            problems.append(f"{req.name}: not in constraints.txt")
+        elif not req.specifier.contains(pin, prereleases=True):
+            problems.append(f"{req.name}: constraints.txt pins {pin}, pyproject.toml wants {req.specifier}")
+    assert not problems, "write constraints.txt again (its header says how): " + "; ".join(problems)

@@ -41,6 +41,9 @@ __all__ = ["LOCAL_MODEL_DIM", "LOCAL_MODEL_NAME", "LocalEmbedder"]
 log = logging.getLogger(__name__)
 
 LOCAL_MODEL_NAME = "all-MiniLM-L6-v2"
+#: The address of the command's embedding server (``http://127.0.0.1:PORT``, or ``off``), set for
+#: the daemon and the runs by the command that started it (:mod:`.server`).
+ENV_VAR = "CTXWIN_EMBEDDING_SERVER"
 LOCAL_MODEL_DIM = 384
 
 # Texts are encoded in blocks of ``batch_size * _BLOCK_BATCHES`` (sorted by length first, like
@@ -268,8 +271,6 @@ class LocalEmbedder(CachedEmbedder):
         return served.url if served is not None else ""
 
     def _served(self) -> _ServedModel | None:
-        from .server import ENV_VAR
-
         url = os.environ.get(ENV_VAR, "").strip()
         if url.lower() in ("", "off", "0", "no", "none") or self.device != "cpu":
             return None

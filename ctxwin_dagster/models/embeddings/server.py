@@ -52,13 +52,12 @@ from typing import Any
 
 import numpy as np
 
+from .local import ENV_VAR
+
 __all__ = ["ENV_VAR", "READY_PREFIX", "EmbeddingService", "ModelHost", "serve", "served_models"]
 
 log = logging.getLogger(__name__)
 
-#: The address of the command's embedding server (``http://127.0.0.1:PORT``), set for the daemon
-#: and the runs by the command that started it.
-ENV_VAR = "CTXWIN_EMBEDDING_SERVER"
 #: The line the server prints on stdout once it listens: ``READY_PREFIX + url``.
 READY_PREFIX = "ctxwin embedding server listening on "
 
