@@ -136,12 +136,12 @@ def test_squad_sample_context_and_citation_rates(asker, squad):
 
 
 def test_retrieval_over_all_documents_and_enhancement_options(asker):
-    rows = asker.retrieve("Who was the Norse leader?", variant="swb", k=4)
+    rows = asker.retrieve("Who was the Norse leader?", variant="swb", retrieval="paper")
     assert len(rows) == 4 and rows[0]["doc_id"] == "squad_Normans"
     assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
-    none = asker.ask("Who was the Norse leader?", variant="swb", enhance_mode="none")
-    wide = asker.ask("Who was the Norse leader?", variant="swb", num_neighbors=2)
-    budget = asker.ask("Who was the Norse leader?", variant="swb", context_window_size=2500)
+    none = asker.ask("Who was the Norse leader?", variant="swb", retrieval=RetrievalSettings.named("ask", enhance_mode="none"))
+    wide = asker.ask("Who was the Norse leader?", variant="swb", retrieval=RetrievalSettings.named("ask", num_neighbors=2))
+    budget = asker.ask("Who was the Norse leader?", variant="swb", retrieval=RetrievalSettings.named("ask", context_window_size=2500))
     assert none.context.mode == "none" and wide.context.num_neighbors == 2 and budget.context.context_window_size == 2500
     assert wide.context_chars > none.context_chars
     for r in (none, wide, budget):
@@ -150,23 +150,25 @@ def test_retrieval_over_all_documents_and_enhancement_options(asker):
     default = asker.ask("Who was the Norse leader?", variant="swb", doc_id="squad_Normans")
     assert default.context.mode == "focus" and len(default.context.hits) == 24  # 24 hybrid candidates by default
     assert default.context_chars <= 8000 and default.context.focus["budget_chars"] == 8000 and default.context.focus["score_drop"] == 0.3
-    small = asker.ask("Who was the Norse leader?", variant="swb", doc_id="squad_Normans", focus_chars=1500, k=8)
+    small = asker.ask("Who was the Norse leader?", variant="swb", doc_id="squad_Normans", retrieval=RetrievalSettings.named("ask", focus_chars=1500, k=8))
     assert small.context_chars <= 1500 and len(small.context.hits) == 8
     dense = asker.ask("Who was the Norse leader?", variant="swb", doc_id="squad_Normans", retrieval=RetrievalSettings.named("focus-dense"))
     assert len(dense.context.hits) == 16 and dense.context.focus["lexical_weight"] == 0.0 and dense.context_chars <= 4000
     template = 'Highlight the parts (if any) of this text related to "Rollo" that should be reviewed. Details: Who was Rollo?'
     parts = asker.ask(template, variant="swb", doc_id="squad_Normans")
     assert any("Rollo" in w.text for w in parts.context.windows)
-    with pytest.raises(AskError, match="not both"):
-        asker.ask("q?", retrieval=RetrievalSettings.named("paper"), k=3)
-    hybrid = asker.retrieve("Who was the Norse leader Rollo?", variant="t", doc_id="squad_Normans", k=4, hybrid=True)
+    with pytest.raises(AskError, match="takes a RetrievalSettings"):
+        asker.ask("q?", retrieval={"k": 3})
+    with pytest.raises(AskError, match="unknown retrieval setting"):
+        asker.ask("q?", retrieval="papers")
+    hybrid = asker.retrieve("Who was the Norse leader Rollo?", variant="t", doc_id="squad_Normans", retrieval=RetrievalSettings.named("paper", hybrid=True))
     assert len(hybrid) == 4 and all("rrf_score" in r for r in hybrid)
-    hyb = asker.ask("Who was the Norse leader Rollo?", variant="t", doc_id="squad_Normans", hybrid=True, enhance_mode="none", k=4)
+    hyb = asker.ask("Who was the Norse leader Rollo?", variant="t", doc_id="squad_Normans", retrieval=RetrievalSettings.named("paper", hybrid=True))
     assert [w["score"] for w in hyb.windows] == sorted((w["score"] for w in hyb.windows), reverse=True)
-    with pytest.raises(AskError, match="not both"):
-        asker.ask("q?", num_neighbors=1, context_window_size=100)
-    with pytest.raises(AskError, match="is for enhance_mode='budget'"):
-        asker.ask("q?", enhance_mode="neighbors", context_window_size=100)
+    with pytest.raises(ValueError, match="not both"):
+        RetrievalSettings.named("ask", num_neighbors=1, context_window_size=100)
+    with pytest.raises(ValueError, match="is an option of enhance_mode='budget'"):
+        RetrievalSettings.named("ask", enhance_mode="neighbors", context_window_size=100)
     with pytest.raises(AskError, match="unknown variant"):
         asker.ask("q?", variant="x")
     with pytest.raises(AskError, match="known documents: squad_1973_oil_crisis, squad_Normans"):
@@ -201,7 +203,7 @@ def test_auto_mode_answers_directly_when_the_context_fits_and_slides_when_not(wo
     assert direct.mode_used == "retrieve" and direct.fit is not None and direct.fit.fits
     tiny = ModelLimits("tiny-model", context_length=900, max_completion_tokens=200)
     small = Asker(index=workspace["index"], embedder=embedder, tasks=ExtractiveTasks(embedder), documents_dir=workspace["documents"], limits=tiny)
-    slid = small.ask(item.question, variant="t", doc_id="squad_Normans", mode="auto", num_neighbors=2, window_tokens=300, overlap_tokens=50)
+    slid = small.ask(item.question, variant="t", doc_id="squad_Normans", mode="auto", retrieval=RetrievalSettings.named("ask", num_neighbors=2), window_tokens=300, overlap_tokens=50)
     assert slid.mode_used == "sliding" and not slid.fit.fits and slid.fit.overflow > 0
     assert "does not fit tiny-model" in slid.notes[0]
     # sliding ran over the assembled context only: every window read lies inside a context window

@@ -9,6 +9,7 @@ import pytest
 
 from ctxwin_dagster.ask import Asker
 from ctxwin_dagster.ask.results import AskError
+from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
 from ctxwin_dagster.models.embeddings import factory
 from ctxwin_dagster.models.embeddings.identity import EmbedderIdentity
 from ctxwin_dagster.models.vectorstore import ChunkIndex, EmbedderMismatchError, IndexError_, IndexRecord
@@ -125,10 +126,10 @@ def test_asker_refuses_a_search_with_another_embedder(tmp_path):
     idx = ChunkIndex(str(tmp_path))
     _write(idx, FakeEmbedder("model-a"), variant="swb_rag")
     ok = Asker(index=idx, embedder=FakeEmbedder("model-a"), tasks=StubTasks())
-    assert ok.retrieve("fine", variant="swb", k=1)
+    assert ok.retrieve("fine", variant="swb", retrieval=RetrievalSettings.named("paper", k=1))
     asker = Asker(index=idx, embedder=FakeEmbedder("model-b"), tasks=StubTasks())
     with pytest.raises(AskError, match="built with model-a .* question with model-b"):
-        asker.retrieve("fine", variant="swb", k=1)
+        asker.retrieve("fine", variant="swb", retrieval=RetrievalSettings.named("paper", k=1))
 
 
 def test_real_local_embedder_is_checked_against_the_record_without_loading(tmp_path):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from ctxwin_dagster.ask import DEFAULT_ENHANCE
 from ctxwin_dagster.core.experiment import compare_experiment
 from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
 from ctxwin_dagster.core.verdict import ExperimentSetup, verdict_markdown
@@ -62,16 +61,18 @@ def test_verdict_changes_with_the_numbers():
 
 def test_evaluation_measures_what_ctxwin_ask_gives():
     settings = EvaluationSettings().retrieval_settings()
-    assert settings.enhance_mode == DEFAULT_ENHANCE["mode"] == "focus"
-    assert settings.ask_kwargs() == RetrievalSettings.named("ask").ask_kwargs()
+    assert settings == RetrievalSettings.named("ask") and settings.enhance_mode == "focus"
     assert settings.hybrid and settings.question_parts and settings.score_drop == 0.3 and settings.effective_k == 24
     paper = EvaluationSettings(retrieval="paper").retrieval_settings()
-    assert paper.ask_kwargs() == {"retrieval": paper}
     assert (paper.effective_k, paper.hybrid, paper.enhance_mode) == (4, False, "none")
     assert "paper's protocol" in paper.describe()
     custom = EvaluationSettings(focus_chars=6000, k=16, hybrid=False).retrieval_settings()
     assert (custom.effective_k, custom.hybrid, custom.focus_chars, custom.question_parts) == (16, False, 6000, True)
     assert "changed from 'ask'" in custom.describe()
     assert EvaluationSettings(enhance_mode="budget", context_window_size=2000).retrieval_settings().context_window_size == 2000
+    # An option of another mode picks that mode, as `ctxwin ask --neighbors 2` does ...
+    neighbors = EvaluationSettings(num_neighbors=2).retrieval_settings()
+    assert (neighbors.enhance_mode, neighbors.num_neighbors, neighbors.effective_k, neighbors.hybrid) == ("neighbors", 2, 4, False)
+    # ... and clashes with a mode named otherwise.
     with pytest.raises(ValueError, match="num_neighbors is an option of enhance_mode='neighbors'"):
-        EvaluationSettings(num_neighbors=2).retrieval_settings()
+        EvaluationSettings(enhance_mode="focus", num_neighbors=2).retrieval_settings()

@@ -4,10 +4,12 @@
 of three modes:
 
 ``mode="retrieve"``
-    search the variant's table (T-RAG, CC-RAG or SWB-RAG) for the top-``k`` chunks, grow them
-    into context windows (:func:`ctxwin_dagster.core.enhance.enhance`: none, ±``num_neighbors``
-    chunks, or a ``context_window_size`` budget; merged, no text twice) and answer from the
-    windows with the answer model, citing them;
+    search the variant's table (T-RAG, CC-RAG or SWB-RAG) and assemble context windows from the
+    hits as one :class:`~ctxwin_dagster.core.retrieval_settings.RetrievalSettings` says (by
+    default ``ask``'s: hybrid search, sentence focus over the top-24 chunks, at most 8,000
+    characters; or the hits grown by ±``num_neighbors`` chunks, to a ``context_window_size``
+    budget, or as they are), done by the asker's :class:`~ctxwin_dagster.ask.retriever.Retriever`;
+    then answer from the windows with the answer model, citing them;
 ``mode="sliding"``
     read the whole document window by window
     (:func:`ctxwin_dagster.core.sliding_qa.sliding_window_qa`) and merge the windows' answers;
@@ -35,6 +37,7 @@ Example::
 """
 
 from .results import AskError, AskResult, Citation, StaleIndexError, normalize_variant
-from .service import ASK_MODES, DEFAULT_ENHANCE, Asker
+from .retriever import Retriever
+from .service import ASK_MODES, Asker
 
-__all__ = ["ASK_MODES", "DEFAULT_ENHANCE", "AskError", "AskResult", "Asker", "Citation", "StaleIndexError", "normalize_variant"]
+__all__ = ["ASK_MODES", "AskError", "AskResult", "Asker", "Citation", "Retriever", "StaleIndexError", "normalize_variant"]

@@ -5,20 +5,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from ctxwin_dagster.core.defaults import PAPER
 from ctxwin_dagster.core.experiment_spec import DEFAULT_CACHE_DIR, DEFAULT_DOCUMENTS_DIR, DEFAULT_LANCEDB_URI
-from ctxwin_dagster.core.enhance import (
-    EnhancedContext,
-    EnhanceMode,
-    enhance,
-    hits_from_rows,
-)
+from ctxwin_dagster.core.enhance import EnhancedContext
 from ctxwin_dagster.core.fit import FitReport, check_fit
 from ctxwin_dagster.core.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS, detect_language, format_passages, get_template
-from ctxwin_dagster.core.retrieval_settings import DEFAULT_K, RETRIEVAL_PRESETS, RetrievalSettings
+from ctxwin_dagster.core.retrieval_settings import RETRIEVAL_PRESETS, RetrievalSettings
 from ctxwin_dagster.core.sliding_qa import (
     DEFAULT_OVERLAP_TOKENS,
     DEFAULT_WAVE_SIZE,
@@ -34,16 +29,12 @@ from ctxwin_dagster.core.windows.window import Window
 
 from .documents import IndexedDocuments
 from .results import AskError, AskResult, Citation, _cited_excerpt, _window_dict, normalize_variant, sliding_result
+from .retriever import Retriever
 
-__all__ = ["ASK_MODES", "DEFAULT_ENHANCE", "Asker"]
+__all__ = ["ASK_MODES", "Asker"]
 
 AskMode = Literal["retrieve", "sliding", "auto"]
 ASK_MODES: tuple[str, ...] = ("retrieve", "sliding", "auto")
-
-#: Enhancement when none is chosen — the ``ask`` retrieval setting that the evaluation measures
-#: too (:mod:`ctxwin_dagster.core.retrieval_settings`): hybrid sentence focus over the top-24
-#: chunks with an adaptive budget of at most 8,000 characters (evaluations/reports/retrieval_quality.md).
-DEFAULT_ENHANCE: dict[str, Any] = {"mode": RETRIEVAL_PRESETS["ask"].enhance_mode}
 
 #: The model whose limits the auto mode checks against when the answer engine is the
 #: extractive one (which has no context limit of its own): the paper's answer model.
@@ -82,14 +73,13 @@ class Asker:
     ) -> None:
         if not callable(getattr(tasks, "answer", None)):
             raise TypeError(f"tasks must have answer(question, passages, doc_id=); got {type(tasks).__name__}")
-        if index is not None and embedder is None:
-            raise ValueError("an index needs the embedder it was built with; pass embedder=LocalEmbedder() (or the index's)")
+        self.documents = IndexedDocuments(index, documents_dir)
+        self.retriever = Retriever(index, embedder, self.documents)
         self.index = index
         self.embedder = embedder
         self.tasks = tasks
         self.engine = getattr(tasks, "engine", "")
         self.model = getattr(tasks, "model", "")
-        self.documents = IndexedDocuments(index, documents_dir)
         self.documents_dir = self.documents.documents_dir
         self.limits = limits or getattr(tasks, "limits", None) or get_model_limits(DEFAULT_LIMITS_MODEL)
         self.counter = counter or getattr(tasks, "counter", None) or get_token_counter(DEFAULT_LIMITS_MODEL)
@@ -169,25 +159,7 @@ class Asker:
                 )
         return self._reader
 
-    # ----------------------------------------------------------------- documents and rows
-    def _require_index(self) -> Any:
-        if self.index is None:
-            raise AskError("this asker has no index; open one with Asker.open(lancedb=...) or use mode='sliding' with doc_id=")
-        if self.embedder is None:
-            raise AskError("searching needs the embedder the index was built with; pass embedder=")
-        return self.index
-
-    def _check_doc(self, variant: str, doc_id: str) -> None:
-        index = self._require_index()
-        if index.count(variant, doc_id=doc_id) == 0:
-            known = sorted({r["doc_id"] for r in index.rows(variant, columns=["doc_id"])})
-            if not known:
-                raise AskError(
-                    f"the {variant} table in {index.uri} is empty or missing; materialize it with `ctxwin run` "
-                    f"(or `ctxwin run --job {variant}_job`)"
-                )
-            raise AskError(f"document {doc_id!r} is not in the {variant} index; known documents: {', '.join(known)}")
-
+    # ----------------------------------------------------------------- documents and retrieval
     def document_text(self, doc_id: str, *, expected_sha256: str | None = None) -> str | None:
         """The text of ``doc_id`` from the documents folder (None when there is no file).
 
@@ -198,89 +170,23 @@ class Asker:
 
     def indexed_chunks(self, variant: str, doc_id: str) -> list[Chunk]:
         """The chunks of ``doc_id`` as the ``variant`` table holds them, in document order."""
-        self._check_doc(normalize_variant(variant), doc_id)
+        self.retriever.check_doc(normalize_variant(variant), doc_id)
         return self.documents.chunks(normalize_variant(variant), [doc_id])[0]
 
-    def _chunks(self, variant: str, doc_ids: Sequence[str]) -> tuple[list[Chunk], dict[str, str]]:
-        self._require_index()
-        return self.documents.chunks(variant, doc_ids)
-
-    # ----------------------------------------------------------------- retrieval
     def retrieve(
-        self,
-        question: str,
-        *,
-        variant: str = "swb_rag",
-        doc_id: str | None = None,
-        k: int = DEFAULT_K,
-        hybrid: bool = False,
+        self, question: str, *, variant: str = "swb_rag", doc_id: str | None = None, retrieval: RetrievalSettings | str | None = None
     ) -> list[dict[str, Any]]:
-        """The top-``k`` index rows for ``question`` (each with ``score``, cosine similarity;
-        with ``hybrid=True`` fused with full-text search, ``rrf_score`` added), best first."""
-        return self._search(question, self._embed_question(question), variant=variant, doc_id=doc_id, k=k, hybrid=hybrid)
-
-    def _embed_question(self, question: str) -> Any:
-        if not isinstance(question, str) or not question.strip():
-            raise AskError("question is empty; pass the question to answer")
-        self._require_index()
-        return self.embedder.embed([question])[0]
-
-    def _search(self, question: str, vector: Any, *, variant: str, doc_id: str | None, k: int, hybrid: bool) -> list[dict[str, Any]]:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise AskError(f"k must be an int >= 1; got {k!r}")
-        variant = normalize_variant(variant)
-        index = self._require_index()
-        if doc_id:
-            self._check_doc(variant, doc_id)
-        elif index.count(variant) == 0:
-            raise AskError(f"the {variant} table in {index.uri} is empty or missing; materialize it with `ctxwin run`")
-        from ctxwin_dagster.models.vectorstore import EmbedderMismatchError
-
-        try:
-            # Over every document: only those whose file is in the folder (a document whose file
-            # is gone keeps its rows until `ctxwin prune`, but is not searched).
-            present = None if doc_id else self.documents.present_ids()
-            return index.search(
-                variant, vector, k=k, doc_id=doc_id or None, query_text=question, hybrid=hybrid, embedder=self.embedder, doc_ids=present
-            )
-        except EmbedderMismatchError as exc:
-            raise AskError(str(exc)) from exc
+        """The top-``k`` index rows for ``question`` before any enhancement, best first: each
+        with ``score`` (cosine similarity), and ``rrf_score`` when the settings' search is hybrid.
+        ``retrieval``: the settings or a named one (default ``ask``)."""
+        return self.retriever.top_rows(question, _settings(retrieval), variant=normalize_variant(variant), doc_id=doc_id)
 
     def assemble(
-        self,
-        question: str,
-        *,
-        variant: str = "swb_rag",
-        doc_id: str | None = None,
-        k: int | None = None,
-        hybrid: bool | None = None,
-        num_neighbors: int | None = None,
-        context_window_size: int | None = None,
-        focus_chars: int | None = None,
-        enhance_mode: str | None = None,
-        retrieval: RetrievalSettings | None = None,
+        self, question: str, *, variant: str = "swb_rag", doc_id: str | None = None, retrieval: RetrievalSettings | str | None = None
     ) -> EnhancedContext:
-        """Retrieve and enhance: the merged context windows for ``question``, best first.
-
-        ``retrieval`` gives every option at once; otherwise the ``ask`` retrieval setting
-        with the options given. ``k`` defaults to the setting's (24 candidates in focus mode,
-        else 4)."""
-        settings = _settings(retrieval, k, hybrid, num_neighbors, context_window_size, focus_chars, enhance_mode)
-        if settings.enhance_mode == "focus":
-            from ctxwin_dagster.ask.focus import assemble_focus
-
-            return assemble_focus(self, question, self._embed_question(question), settings, variant=normalize_variant(variant), doc_id=doc_id)
-        mode, k, hybrid = cast(EnhanceMode, settings.enhance_mode), settings.effective_k, settings.hybrid
-        vector = self._embed_question(question)
-        rows = self._search(question, vector, variant=variant, doc_id=doc_id, k=k, hybrid=hybrid)
-        if not rows:
-            return EnhancedContext([], mode)
-        score_key = "rrf_score" if hybrid and all("rrf_score" in r for r in rows) else "score"
-        hits = hits_from_rows(rows, score_key=score_key)
-        doc_ids = list(dict.fromkeys(c.doc_id for c, _ in hits))
-        chunks, texts = self._chunks(normalize_variant(variant), doc_ids)
-        return enhance(hits, chunks, mode=mode, doc_texts=texts, num_neighbors=settings.num_neighbors if mode == "neighbors" else None,
-                       context_window_size=settings.context_window_size if mode == "budget" else None)
+        """Retrieve and enhance: the merged context windows for ``question``, best first, as
+        ``retrieval`` says (the settings or a named one; default ``ask``)."""
+        return self.retriever.context(question, _settings(retrieval), variant=variant, doc_id=doc_id)
 
     # ----------------------------------------------------------------- asking
     def ask(
@@ -290,13 +196,7 @@ class Asker:
         variant: str = "swb_rag",
         doc_id: str | None = None,
         mode: AskMode = "retrieve",
-        k: int | None = None,
-        hybrid: bool | None = None,
-        num_neighbors: int | None = None,
-        context_window_size: int | None = None,
-        focus_chars: int | None = None,
-        enhance_mode: str | None = None,
-        retrieval: RetrievalSettings | None = None,
+        retrieval: RetrievalSettings | str | None = None,
         window_tokens: int | None = None,
         overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
         summary: str | None = None,
@@ -311,15 +211,10 @@ class Asker:
             variant: ``"t"``/``"cc"``/``"swb"`` (or ``t_rag``…): the index table.
             doc_id: search (and, in sliding mode, read) only this document; None searches all.
             mode: ``"retrieve"``, ``"sliding"`` or ``"auto"``.
-            k, hybrid: retrieval depth (default 16 candidates in focus mode, else 4); fuse with
-                full-text search.
-            num_neighbors / context_window_size / focus_chars / enhance_mode: the enhancement
-                (``"neighbors"`` with ``num_neighbors``, ``"budget"`` with
-                ``context_window_size``, ``"focus"`` with a ``focus_chars`` budget, or
-                ``enhance_mode="none"``); default: the ``ask`` retrieval setting.
-            retrieval: all retrieval options at once (a
-                :class:`~ctxwin_dagster.core.retrieval_settings.RetrievalSettings`), instead of
-                the options above.
+            retrieval: how the context is retrieved and enhanced: a
+                :class:`~ctxwin_dagster.core.retrieval_settings.RetrievalSettings` (e.g.
+                ``RetrievalSettings.named("ask", num_neighbors=2)``) or the name of one; default
+                ``ask``, hybrid sentence focus over the top-24 chunks, at most 8,000 characters.
             window_tokens, overlap_tokens: sliding windows (default: 4,000 tokens, capped by
                 what fits the answer model, and 200).
             summary: a global summary for every window prompt.
@@ -334,22 +229,18 @@ class Asker:
             raise AskError(f"mode must be one of {ASK_MODES}; got {mode!r}")
         if not isinstance(question, str) or not question.strip():
             raise AskError("question is empty; pass the question to answer")
+        settings = _settings(retrieval)
         started = time.perf_counter()
         if mode == "sliding":
             if not doc_id:
                 raise AskError("mode='sliding' reads one whole document: pass doc_id= (--doc ID)")
-            _enhance_options(enhance_mode, num_neighbors, context_window_size, focus_chars)  # reject bad options early
             result = self._ask_sliding_document(
                 question, variant=variant, doc_id=doc_id, window_tokens=window_tokens, overlap_tokens=overlap_tokens,
                 summary=summary, early_stop=early_stop, wave_size=wave_size, progress=progress,
             )
         else:
             v = normalize_variant(variant)
-            ctx = self.assemble(
-                question, variant=v, doc_id=doc_id, k=k, hybrid=hybrid, num_neighbors=num_neighbors,
-                context_window_size=context_window_size, focus_chars=focus_chars, enhance_mode=enhance_mode,
-                retrieval=retrieval,
-            )
+            ctx = self.retriever.context(question, settings, variant=v, doc_id=doc_id)
             fit = self._fit(question, ctx) if mode == "auto" and ctx.windows else None
             if fit is not None and not fit.fits:
                 result = self._ask_sliding_context(
@@ -455,7 +346,7 @@ class Asker:
         if self.index is not None:
             v = normalize_variant(variant)
             if self.index.count(v, doc_id=doc_id):
-                chunks, texts = self._chunks(v, [doc_id])
+                chunks, texts = self.retriever.chunks(v, [doc_id])
             else:
                 texts = {}
                 t = self.document_text(doc_id)
@@ -492,7 +383,7 @@ class Asker:
             t = self.document_text(d)
             if t is not None:
                 doc_texts[d] = t
-        chunks, _ = self._chunks(variant, list(texts)) if self.index is not None else ([], {})
+        chunks, _ = self.retriever.chunks(variant, list(texts)) if self.index is not None else ([], {})
         result = sliding_result(question, run, mode="auto", variant=variant, doc_id=doc_id, texts=doc_texts, chunks=chunks, notes=notes)
         result.fit = fit
         result.context = ctx
@@ -504,39 +395,15 @@ def _dropped(tasks: Any) -> int:
     return int(stats.get("answer_passages_dropped", 0)) if stats is not None else 0
 
 
-def _settings(retrieval: RetrievalSettings | None, k: int | None, hybrid: bool | None, num_neighbors: int | None,
-              context_window_size: int | None, focus_chars: int | None, enhance_mode: str | None) -> RetrievalSettings:
-    """The retrieval settings of a call: ``retrieval`` as given, else ``ask``'s with the options."""
-    if retrieval is not None:
-        given = [n for n, v in (("k", k), ("hybrid", hybrid), ("num_neighbors", num_neighbors), ("context_window_size", context_window_size),
-                                ("focus_chars", focus_chars), ("enhance_mode", enhance_mode)) if v is not None]
-        if given:
-            raise AskError(f"pass retrieval= or the single options {given}, not both")
-        return retrieval
-    mode, _ = _enhance_options(enhance_mode, num_neighbors, context_window_size, focus_chars)
-    try:
-        return RetrievalSettings.named("ask", enhance_mode=mode, k=k, hybrid=hybrid, num_neighbors=num_neighbors,
-                                       context_window_size=context_window_size, focus_chars=focus_chars)
-    except ValueError as exc:
-        raise AskError(str(exc)) from exc
-
-
-def _enhance_options(mode: str | None, num_neighbors: int | None, context_window_size: int | None, focus_chars: int | None = None) -> tuple[str, dict[str, Any]]:
-    """The enhancement mode and its option from the caller's arguments."""
-    given = {k: v for k, v in (("num_neighbors", num_neighbors), ("context_window_size", context_window_size), ("focus_chars", focus_chars)) if v is not None}
-    if len(given) > 1:
-        raise AskError(f"pass one of num_neighbors (--neighbors), context_window_size (--window-chars) or focus_chars (--focus-chars), not both {sorted(given)}")
-    implied = {"num_neighbors": "neighbors", "context_window_size": "budget", "focus_chars": "focus"}
-    if mode is None:
-        mode = implied[next(iter(given))] if given else DEFAULT_ENHANCE["mode"]
-    if mode not in ("none", "neighbors", "budget", "focus"):
-        raise AskError(f"enhance_mode must be 'none', 'neighbors', 'budget' or 'focus'; got {mode!r}")
-    for name in given:
-        if implied[name] != mode:
-            raise AskError(f"{name} is for enhance_mode={implied[name]!r}, not {mode!r}; drop it or change the mode")
-    opts = {k: v for k, v in DEFAULT_ENHANCE.items() if k != "mode"} if mode == DEFAULT_ENHANCE["mode"] and not given else {}
-    if "focus_chars" in given:
-        opts["budget_chars"] = given["focus_chars"]
-    elif given:
-        opts.update(given)
-    return mode, opts
+def _settings(retrieval: RetrievalSettings | str | None) -> RetrievalSettings:
+    """The retrieval settings of a call: as given, the named ones, or ``ask``'s."""
+    if retrieval is None:
+        return RETRIEVAL_PRESETS["ask"]
+    if isinstance(retrieval, str):
+        try:
+            return RetrievalSettings.named(retrieval)
+        except ValueError as exc:
+            raise AskError(str(exc)) from exc
+    if not isinstance(retrieval, RetrievalSettings):
+        raise AskError(f"retrieval= takes a RetrievalSettings or the name of one; got {type(retrieval).__name__}")
+    return retrieval

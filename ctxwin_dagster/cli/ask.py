@@ -105,31 +105,26 @@ def format_result(result: AskResult, *, width: int = 100) -> str:
 
 
 def _ask_kwargs(args: Any) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {
+    """:meth:`Asker.ask`'s arguments from the command's: the retrieval options become one
+    :class:`RetrievalSettings` (the named ``--retrieval``, default ``ask``, changed by them)."""
+    retrieval = RetrievalSettings.named(
+        getattr(args, "retrieval", None) or "ask",
+        enhance_mode="none" if args.no_enhance else None,
+        num_neighbors=args.neighbors,
+        context_window_size=args.window_chars,
+        focus_chars=args.focus_chars,
+        k=args.k,
+        hybrid=args.hybrid,
+    )
+    return {
         "variant": args.variant,
         "doc_id": args.doc or None,
         "mode": args.mode,
-        "k": args.k,
-        "hybrid": args.hybrid,
+        "retrieval": retrieval,
         "window_tokens": args.window_tokens,
         "overlap_tokens": args.overlap_tokens,
         "early_stop": args.early_stop,
     }
-    if args.no_enhance:
-        kwargs["enhance_mode"] = "none"
-    elif args.neighbors is not None:
-        kwargs["num_neighbors"] = args.neighbors
-    elif args.window_chars is not None:
-        kwargs["context_window_size"] = args.window_chars
-    elif args.focus_chars is not None:
-        kwargs["focus_chars"] = args.focus_chars
-    name = getattr(args, "retrieval", None)
-    if name:
-        changes = {key: kwargs.pop(key, None) for key in ("enhance_mode", "num_neighbors", "context_window_size", "focus_chars", "k", "hybrid")}
-        implied = {"num_neighbors": "neighbors", "context_window_size": "budget", "focus_chars": "focus"}
-        changes["enhance_mode"] = changes["enhance_mode"] or next((m for key, m in implied.items() if changes[key] is not None), None)
-        kwargs["retrieval"] = RetrievalSettings.named(name, **changes)
-    return kwargs
 
 
 def run_cli(args: Any, *, stdin: Any = None, stdout: Any = None, stderr: Any = None) -> int:

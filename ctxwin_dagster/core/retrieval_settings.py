@@ -14,7 +14,11 @@ the evaluation, so the evaluation measures what users get.
 ``paper``
     the SWB-RAG paper's protocol: the top-4 chunks as they are, no enhancement.
 
-Each signal can be changed on its own, e.g. ``RetrievalSettings.named("ask", hybrid=False)``.
+Each signal can be changed on its own, e.g. ``RetrievalSettings.named("ask", hybrid=False)``. An
+option of another enhancement mode picks that mode (:data:`MODE_OPTIONS`, the one table of
+which option belongs to which mode): ``named("ask", num_neighbors=2)`` is the neighbors mode.
+``ctxwin ask``'s options, the evaluation resource's fields and :meth:`Asker.ask
+<ctxwin_dagster.ask.Asker.ask>`'s ``retrieval=`` all go through :meth:`RetrievalSettings.named`.
 
 Example::
 
@@ -22,6 +26,8 @@ Example::
     top-4 chunks, no enhancement (the paper's protocol)
     >>> RetrievalSettings.named("ask", score_drop=0.25).score_drop
     0.25
+    >>> RetrievalSettings.named("ask", num_neighbors=2).describe()
+    "top-4 chunks, each with ±2 neighbouring chunks, merged (changed from 'ask')"
 """
 
 from __future__ import annotations
@@ -37,10 +43,20 @@ from .enhance import (
     MODES,
 )
 
-__all__ = ["DEFAULT_K", "RETRIEVAL_PRESETS", "RetrievalSettings"]
+__all__ = ["DEFAULT_K", "MODE_OPTIONS", "RETRIEVAL_PRESETS", "RetrievalSettings"]
 
 #: Chunks retrieved when ``k`` is not given and the mode is not focus: the design's top-4.
 DEFAULT_K = 4
+
+#: The options of each enhancement mode; an option may only be set in its own mode. The first
+#: option of a mode picks that mode when it is given without one (``--neighbors 2``).
+MODE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "focus": ("focus_chars", "lexical_weight", "score_drop", "question_parts", "structure"),
+    "neighbors": ("num_neighbors",),
+    "budget": ("context_window_size",),
+    "none": (),
+}
+_PICKS_MODE = {options[0]: mode for mode, options in MODE_OPTIONS.items() if options}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +65,8 @@ class RetrievalSettings:
 
     Attributes:
         enhance_mode: ``"focus"``, ``"neighbors"``, ``"budget"`` or ``"none"``.
-        k: chunks retrieved (default 16 candidates for focus, else 4).
-        focus_chars: the focus mode's character budget (default 4,000).
+        k: chunks retrieved (None: 16 candidates for focus, else 4; the ``ask`` setting takes 24).
+        focus_chars: the focus mode's character budget (None: 4,000; the ``ask`` setting: 8,000).
         num_neighbors: chunks added on each side of a hit (neighbors mode; default 1).
         context_window_size: characters per hit (budget mode; default 3,000).
         hybrid: fuse vector search with full-text search (in focus mode: BM25 over the hit
@@ -87,27 +103,26 @@ class RetrievalSettings:
             value = getattr(self, field_name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
                 raise ValueError(f"{field_name} must be a number >= 0 or None; got {value!r}")
-        owner = {"focus_chars": "focus", "num_neighbors": "neighbors", "context_window_size": "budget",
-                 "lexical_weight": "focus", "score_drop": "focus"}
-        for field_name, mode in owner.items():
-            if getattr(self, field_name) is not None and self.enhance_mode != mode:
-                raise ValueError(
-                    f"{field_name} is an option of enhance_mode={mode!r}, not {self.enhance_mode!r}; drop it or set "
-                    f"enhance_mode={mode!r}"
-                )
-        for field_name in ("question_parts", "structure"):
-            if getattr(self, field_name) and self.enhance_mode != "focus":
-                raise ValueError(
-                    f"{field_name} is an option of enhance_mode='focus', not {self.enhance_mode!r}; drop it or set "
-                    "enhance_mode='focus'"
-                )
+        for mode, options in MODE_OPTIONS.items():
+            for field_name in options:
+                value = getattr(self, field_name)
+                if value is not None and value is not False and self.enhance_mode != mode:
+                    raise ValueError(
+                        f"{field_name} is an option of enhance_mode={mode!r}, not {self.enhance_mode!r}; drop it or set "
+                        f"enhance_mode={mode!r}"
+                    )
 
     @classmethod
     def named(cls, name: str, **changes: Any) -> RetrievalSettings:
-        """A named setting (``ask`` or ``paper``), optionally changed.
+        """A named setting (``ask``, ``focus-dense`` or ``paper``), optionally changed (None: unchanged).
 
         Changing the mode starts from that mode's plain setting (no hybrid search, the mode's
-        ``k``) with the changes given.
+        ``k``) with the changes given. Without ``enhance_mode``, an option of one mode
+        (``focus_chars``, ``num_neighbors``, ``context_window_size``) picks that mode.
+
+        Raises:
+            ValueError: an unknown name or field, options of two modes, an option of another
+                mode than the one given, or a value out of range.
         """
         if name not in RETRIEVAL_PRESETS:
             raise ValueError(f"unknown retrieval setting {name!r}; use one of {sorted(RETRIEVAL_PRESETS)}")
@@ -115,6 +130,11 @@ class RetrievalSettings:
         changes = {k: v for k, v in changes.items() if v is not None}
         if not changes:
             return base
+        picked = {field: mode for field, mode in _PICKS_MODE.items() if field in changes}
+        if len(set(picked.values())) > 1:
+            raise ValueError(f"pass one of {', '.join(_PICKS_MODE)}, not both {sorted(picked)}: each belongs to another enhancement mode")
+        if "enhance_mode" not in changes and picked:
+            changes["enhance_mode"] = next(iter(picked.values()))
         if "enhance_mode" in changes and changes["enhance_mode"] != base.enhance_mode:
             base = cls(enhance_mode=changes["enhance_mode"])
         return replace(base, **changes, name=f"{name}+")
@@ -130,10 +150,6 @@ class RetrievalSettings:
         if self.k is not None:
             return self.k
         return DEFAULT_FOCUS_CANDIDATES if self.enhance_mode == "focus" else DEFAULT_K
-
-    def ask_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of :meth:`ctxwin_dagster.ask.Asker.ask` for these settings."""
-        return {"retrieval": self}
 
     def describe(self) -> str:
         """One line a report can print, e.g. ``"sentence focus, 4,000 characters from the top-16 chunks"``."""

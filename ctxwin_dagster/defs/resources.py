@@ -274,10 +274,11 @@ def task_ledger(tasks):
 class EvaluationSettings(dg.ConfigurableResource):
     """How questions are answered and scored, and where an experiment's results go.
 
-    Retrieval is ``ctxwin ask``'s by default (``retrieval="ask"``: sentence focus, 4,000
-    characters from the top-16 chunks), so the evaluation measures what users get;
+    Retrieval is ``ctxwin ask``'s by default (``retrieval="ask"``: hybrid sentence focus over the
+    top-24 chunks, at most 8,000 characters), so the evaluation measures what users get;
     ``retrieval="paper"`` is the SWB-RAG paper's protocol (top-4 chunks, no enhancement). Every
-    option of ``ctxwin ask`` can change the named setting (unset fields keep it). ``experiment``
+    option of ``ctxwin ask`` can change the named setting (unset fields keep it; an option of
+    another mode picks that mode, see :meth:`RetrievalSettings.named`). ``experiment``
     names the folder of results (``{results_dir}/{experiment}``) and of the report
     (``{reports_dir}/{experiment}``).
     """

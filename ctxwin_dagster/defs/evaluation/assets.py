@@ -113,7 +113,6 @@ def _answers_asset(variant: str):
         started = time.perf_counter()
         questions = qa_sets[: evaluation.max_questions_per_document] if evaluation.max_questions_per_document else qa_sets
         retrieval = evaluation.retrieval_settings()
-        ask_options = retrieval.ask_kwargs()
         embedder = embeddings.embedder()
         # Refused before any question is answered when the index was built with another model.
         lancedb.index().check_embedder(variant, embedder)
@@ -124,7 +123,7 @@ def _answers_asset(variant: str):
             # The chunks as the index holds them (the asset's upstream is the index, not the chunks asset).
             by_id = {c.chunk_id: c for c in asker.indexed_chunks(variant, doc_id)}
             for q in questions:
-                result = asker.ask(q["question"], variant=variant, doc_id=doc_id, **ask_options)
+                result = asker.ask(q["question"], variant=variant, doc_id=doc_id, retrieval=retrieval)
                 rec = result.to_record(
                     question_id=q["question_id"],
                     reference_answer=q["reference_answer"],

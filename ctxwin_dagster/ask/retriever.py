@@ -1,0 +1,155 @@
+"""Finding a question's context: :class:`Retriever`.
+
+A retriever owns what retrieval needs and nothing else: the index, the embedder that built it,
+the documents the context windows are cut from, and the BM25 indexes of the documents it has
+searched (built on first use and kept, so a stream of questions builds each once). What it does
+is said by one :class:`~ctxwin_dagster.core.retrieval_settings.RetrievalSettings`:
+
+* ``enhance_mode="focus"`` — the vector ranking (``4 * k`` deep when hybrid, the fusion's
+  depth) and every chunk of the hit documents become a sentence-focus context
+  (:func:`~ctxwin_dagster.core.focus_select.focus_context`, the selection the retrieval evaluation
+  measures: evaluations/reports/retrieval_quality.md);
+* ``"neighbors"``, ``"budget"``, ``"none"`` — the top-``k`` rows (fused with the index's
+  full-text search when hybrid) grown by :func:`~ctxwin_dagster.core.enhance.enhance`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import numpy as np
+
+from ctxwin_dagster.core.enhance import EnhancedContext, EnhanceMode, enhance, hits_from_rows
+from ctxwin_dagster.core.focus_select import LexicalIndexes, dense_scorer, focus_context, query_texts
+from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
+from ctxwin_dagster.core.splitting import Chunk
+
+from .documents import IndexedDocuments
+from .results import AskError, normalize_variant
+
+__all__ = ["Retriever"]
+
+
+class Retriever:
+    """Searches the index and assembles a question's context windows.
+
+    Args:
+        index: the :class:`~ctxwin_dagster.models.vectorstore.ChunkIndex` (None: nothing to
+            search; every method but :meth:`chunks` of files raises :class:`AskError`).
+        embedder: the embedder the index was built with (it embeds the questions).
+        documents: where chunk rows and document text come from.
+    """
+
+    def __init__(self, index: Any | None, embedder: Any | None, documents: IndexedDocuments) -> None:
+        if index is not None and embedder is None:
+            raise ValueError("an index needs the embedder it was built with; pass embedder=LocalEmbedder() (or the index's)")
+        self.index = index
+        self.embedder = embedder
+        self.documents = documents
+        self.lexical = LexicalIndexes()
+
+    # ----------------------------------------------------------------- checks and rows
+    def require_index(self) -> Any:
+        """The index (a clear error when there is none, or no embedder for it)."""
+        if self.index is None:
+            raise AskError("this asker has no index; open one with Asker.open(lancedb=...) or use mode='sliding' with doc_id=")
+        if self.embedder is None:
+            raise AskError("searching needs the embedder the index was built with; pass embedder=")
+        return self.index
+
+    def check_doc(self, variant: str, doc_id: str) -> None:
+        """Raise :class:`AskError` naming the known documents when ``doc_id`` has no rows in ``variant``."""
+        index = self.require_index()
+        if index.count(variant, doc_id=doc_id) == 0:
+            known = sorted({r["doc_id"] for r in index.rows(variant, columns=["doc_id"])})
+            if not known:
+                raise AskError(
+                    f"the {variant} table in {index.uri} is empty or missing; materialize it with `ctxwin run` "
+                    f"(or `ctxwin run --job {variant}_job`)"
+                )
+            raise AskError(f"document {doc_id!r} is not in the {variant} index; known documents: {', '.join(known)}")
+
+    def chunks(self, variant: str, doc_ids: Sequence[str]) -> tuple[list[Chunk], dict[str, str]]:
+        """The chunks of ``doc_ids`` as the ``variant`` table holds them, and their documents' text."""
+        self.require_index()
+        return self.documents.chunks(variant, doc_ids)
+
+    # ----------------------------------------------------------------- search
+    def embed(self, question: str) -> Any:
+        """The question's vector, by the index's embedder."""
+        if not isinstance(question, str) or not question.strip():
+            raise AskError("question is empty; pass the question to answer")
+        self.require_index()
+        return self.embedder.embed([question])[0]
+
+    def search(self, question: str, vector: Any, *, variant: str, doc_id: str | None, k: int, hybrid: bool) -> list[dict[str, Any]]:
+        """The top-``k`` rows of ``variant`` for ``vector`` (fused with full-text search of
+        ``question`` when ``hybrid``), within ``doc_id`` or every document whose file is there."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise AskError(f"k must be an int >= 1; got {k!r}")
+        variant = normalize_variant(variant)
+        index = self.require_index()
+        if doc_id:
+            self.check_doc(variant, doc_id)
+        elif index.count(variant) == 0:
+            raise AskError(f"the {variant} table in {index.uri} is empty or missing; materialize it with `ctxwin run`")
+        from ctxwin_dagster.models.vectorstore import EmbedderMismatchError
+
+        try:
+            # Over every document: only those whose file is in the folder (a document whose file
+            # is gone keeps its rows until `ctxwin prune`, but is not searched).
+            present = None if doc_id else self.documents.present_ids()
+            return index.search(
+                variant, vector, k=k, doc_id=doc_id or None, query_text=question, hybrid=hybrid, embedder=self.embedder, doc_ids=present
+            )
+        except EmbedderMismatchError as exc:
+            raise AskError(str(exc)) from exc
+
+    def top_rows(self, question: str, settings: RetrievalSettings, *, variant: str, doc_id: str | None) -> list[dict[str, Any]]:
+        """The settings' top-``k`` rows for ``question``, best first, before any enhancement."""
+        return self.search(question, self.embed(question), variant=variant, doc_id=doc_id, k=settings.effective_k, hybrid=settings.hybrid)
+
+    # ----------------------------------------------------------------- context
+    def context(self, question: str, settings: RetrievalSettings, *, variant: str, doc_id: str | None) -> EnhancedContext:
+        """The merged context windows of ``question``, best first, as ``settings`` say."""
+        variant = normalize_variant(variant)
+        vector = self.embed(question)
+        if settings.enhance_mode == "focus":
+            return self._focus(question, vector, settings, variant=variant, doc_id=doc_id)
+        mode, hybrid = cast(EnhanceMode, settings.enhance_mode), settings.hybrid
+        rows = self.search(question, vector, variant=variant, doc_id=doc_id, k=settings.effective_k, hybrid=hybrid)
+        if not rows:
+            return EnhancedContext([], mode)
+        score_key = "rrf_score" if hybrid and all("rrf_score" in r for r in rows) else "score"
+        hits = hits_from_rows(rows, score_key=score_key)
+        chunks, texts = self.chunks(variant, list(dict.fromkeys(c.doc_id for c, _ in hits)))
+        return enhance(hits, chunks, mode=mode, doc_texts=texts, num_neighbors=settings.num_neighbors if mode == "neighbors" else None,
+                       context_window_size=settings.context_window_size if mode == "budget" else None)
+
+    def _focus(self, question: str, vector: Any, settings: RetrievalSettings, *, variant: str, doc_id: str | None) -> EnhancedContext:
+        k = settings.effective_k
+        rows = self.search(question, vector, variant=variant, doc_id=doc_id, k=4 * k if settings.hybrid else k, hybrid=False)
+        if not rows:
+            return EnhancedContext([], "focus")
+        hits = hits_from_rows(rows)
+        chunks, texts = self.chunks(variant, list(dict.fromkeys(c.doc_id for c, _ in hits)))
+        q = np.asarray(vector, dtype=np.float32)
+        parts = query_texts(question, settings)
+        embedder = self.embedder
+        qvecs = q[None, :] if parts == [question] else np.asarray(embedder.embed(parts), dtype=np.float32)
+        score = dense_scorer(lambda ts: np.asarray(embedder.embed(list(ts)), dtype=np.float32), qvecs)
+        vectors: dict[str, np.ndarray] = {}
+        loaded: set[str] = set()
+
+        def vector_score(chunk: Chunk) -> float:
+            """Cosine similarity of a chunk that only full-text search found (its stored vector)."""
+            if chunk.doc_id not in loaded:
+                got = self.index.rows(variant, doc_id=chunk.doc_id, columns=["chunk_id", "vector"])
+                vectors.update({r["chunk_id"]: np.asarray(r["vector"], dtype=np.float32) for r in got})
+                loaded.add(chunk.doc_id)
+            v = vectors.get(chunk.chunk_id)
+            return float(v @ q) if v is not None else 0.0
+
+        return focus_context(question, hits, chunks, settings=settings, score_sentences=score, doc_texts=texts,
+                             lexical=self.lexical, vector_score=vector_score)
