@@ -12,6 +12,7 @@ from ctxwin_dagster.ask.results import AskError
 from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
 from ctxwin_dagster.models.embeddings import factory
 from ctxwin_dagster.models.embeddings.identity import EmbedderIdentity
+from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
 from ctxwin_dagster.models.vectorstore import ChunkIndex, EmbedderMismatchError, IndexError_, IndexRecord
 
 DIM = 8
@@ -32,14 +33,6 @@ class FakeEmbedder:
             seed = int.from_bytes(hashlib.sha256(f"{self.model}:{t}".encode()).digest()[:4], "little")
             out[i] = np.random.default_rng(seed).standard_normal(self.dim)
         return out / np.linalg.norm(out, axis=1, keepdims=True)
-
-
-class StubTasks:
-    engine = "stub"
-    model = "stub"
-
-    def answer(self, question, passages, doc_id=""):  # pragma: no cover - retrieval only
-        raise AssertionError("not reached")
 
 
 def _rows(doc_id: str, texts: list[str]) -> list[dict]:
@@ -125,9 +118,9 @@ def test_question_vector_of_another_size_is_refused_clearly(tmp_path):
 def test_asker_refuses_a_search_with_another_embedder(tmp_path):
     idx = ChunkIndex(str(tmp_path))
     _write(idx, FakeEmbedder("model-a"), variant="swb_rag")
-    ok = Asker(index=idx, embedder=FakeEmbedder("model-a"), tasks=StubTasks())
+    ok = Asker(index=idx, embedder=FakeEmbedder("model-a"), tasks=ExtractiveTasks(FakeEmbedder("model-a")))
     assert ok.retrieve("fine", variant="swb", retrieval=RetrievalSettings.named("paper", k=1))
-    asker = Asker(index=idx, embedder=FakeEmbedder("model-b"), tasks=StubTasks())
+    asker = Asker(index=idx, embedder=FakeEmbedder("model-b"), tasks=ExtractiveTasks(FakeEmbedder("model-b")))
     with pytest.raises(AskError, match="built with model-a .* question with model-b"):
         asker.retrieve("fine", variant="swb", retrieval=RetrievalSettings.named("paper", k=1))
 

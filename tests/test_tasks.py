@@ -16,7 +16,7 @@ from ctxwin_dagster.core.tokens import PromptMeter, get_token_counter
 from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
-from ctxwin_dagster.models.tasks.results import Answerer, Contextualizer, Summarizer
+from ctxwin_dagster.models.tasks.results import Answerer, Contextualizer, Summarizer, TaskEngine
 
 AI_ACT = Path(__file__).resolve().parents[1] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"
 AI_ACT_DE = Path(__file__).resolve().parent / "fixtures" / "eu_ai_act" / "eu_ai_act_2024_1689_DE.txt"
@@ -140,6 +140,21 @@ def test_swb_batches_are_consecutive(chunks):
 @pytest.mark.slow
 def test_extractive_implements_the_task_protocols(extractive):
     assert isinstance(extractive, Summarizer) and isinstance(extractive, Contextualizer) and isinstance(extractive, Answerer)
+    assert isinstance(extractive, TaskEngine) and extractive.chat is None and extractive.limits is None and extractive.max_tokens is None
+
+
+def test_the_asker_takes_only_a_task_engine(extractive):
+    from ctxwin_dagster.ask import Asker
+
+    class AnswersOnly:
+        engine = model = "stub"
+
+        def answer(self, question, passages, doc_id=""):
+            raise AssertionError("not reached")
+
+    with pytest.raises(TypeError, match=r"AnswersOnly lacks \['summarize', 'contextualize_cc', 'contextualize_swb', 'counter', 'stats'"):
+        Asker(index=None, embedder=None, tasks=AnswersOnly())
+    assert Asker(index=None, embedder=None, tasks=extractive).engine == "extractive"
 
 
 @pytest.mark.slow

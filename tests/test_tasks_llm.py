@@ -21,7 +21,7 @@ from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
 from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
 from ctxwin_dagster.models.tasks.llm import LLMTasks
-from ctxwin_dagster.models.tasks.results import Answerer, Contextualizer, Summarizer
+from ctxwin_dagster.models.tasks.results import Answerer, Contextualizer, Summarizer, TaskEngine
 from ctxwin_dagster.testing import FakeOpenAIServer
 
 AI_ACT = Path(__file__).resolve().parents[1] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"
@@ -318,7 +318,8 @@ def test_llm_answer_citations_and_not_found(small_chunks):
 
     with FakeOpenAIServer(responder=responder) as server, _backend(server) as chat:
         tasks = LLMTasks(chat)
-        assert isinstance(tasks, Answerer) and isinstance(tasks, Summarizer)
+        assert isinstance(tasks, Answerer) and isinstance(tasks, Summarizer) and isinstance(tasks, TaskEngine)
+        assert tasks.ledger is chat.ledger and tasks.embedder is None and tasks.limits is not None
         found = tasks.answer("What is the subject matter?", passages, doc_id="d")
         missing = tasks.answer("When does water boil?", passages, doc_id="d")
     assert found.cited_chunk_ids == [ids[1], ids[2]] and not found.not_found and found.records[0].tags.stage == "answer"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ctxwin_dagster.core.defaults import PAPER
 from ctxwin_dagster.core.experiment_spec import DEFAULT_CACHE_DIR, DEFAULT_DOCUMENTS_DIR, DEFAULT_LANCEDB_URI
@@ -30,6 +30,9 @@ from ctxwin_dagster.core.windows.window import Window
 from .documents import IndexedDocuments
 from .results import AskError, AskResult, Citation, _cited_excerpt, _window_dict, normalize_variant, sliding_result
 from .retriever import Retriever
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.models.tasks.results import TaskEngine
 
 __all__ = ["ASK_MODES", "Asker"]
 
@@ -65,24 +68,28 @@ class Asker:
         *,
         index: Any | None,
         embedder: Any | None,
-        tasks: Any,
+        tasks: TaskEngine,
         reader: WindowReader | None = None,
         documents_dir: str | Path | None = None,
         limits: ModelLimits | None = None,
         counter: TokenCounter | None = None,
     ) -> None:
-        if not callable(getattr(tasks, "answer", None)):
-            raise TypeError(f"tasks must have answer(question, passages, doc_id=); got {type(tasks).__name__}")
+        from ctxwin_dagster.models.tasks.results import TaskEngine
+
+        if not isinstance(tasks, TaskEngine):
+            missing = [n for n in ("answer", "summarize", "contextualize_cc", "contextualize_swb", *TaskEngine.__annotations__, "ledger")
+                       if not hasattr(tasks, n)]
+            raise TypeError(f"tasks must be a task engine (LLMTasks, ExtractiveTasks); {type(tasks).__name__} lacks {missing}")
         self.documents = IndexedDocuments(index, documents_dir)
         self.retriever = Retriever(index, embedder, self.documents)
         self.index = index
         self.embedder = embedder
         self.tasks = tasks
-        self.engine = getattr(tasks, "engine", "")
-        self.model = getattr(tasks, "model", "")
+        self.engine = tasks.engine
+        self.model = tasks.model
         self.documents_dir = self.documents.documents_dir
-        self.limits = limits or getattr(tasks, "limits", None) or get_model_limits(DEFAULT_LIMITS_MODEL)
-        self.counter = counter or getattr(tasks, "counter", None) or get_token_counter(DEFAULT_LIMITS_MODEL)
+        self.limits = limits or tasks.limits or get_model_limits(DEFAULT_LIMITS_MODEL)
+        self.counter = counter or tasks.counter or get_token_counter(DEFAULT_LIMITS_MODEL)
         self._reader = reader
         self._closers: list[Callable[[], None]] = []
 
@@ -146,17 +153,15 @@ class Asker:
         if self._reader is None:
             from ctxwin_dagster.models.sliding_qa import ExtractiveWindowReader, LLMWindowReader
 
-            chat = getattr(self.tasks, "chat", None)
-            if chat is not None:
-                self._reader = LLMWindowReader(chat, limits=self.limits, counter=self.counter)
+            tasks = self.tasks
+            if tasks.chat is not None:
+                self._reader = LLMWindowReader(tasks.chat, limits=self.limits, counter=self.counter)
             else:
-                embedder = getattr(self.tasks, "embedder", None) or self.embedder
+                embedder = tasks.embedder or self.embedder
                 if embedder is None:
                     raise AskError("sliding-window QA with the extractive engine needs an embedder; pass embedder=")
-                self._reader = ExtractiveWindowReader(
-                    embedder, ledger=getattr(self.tasks, "ledger", None), counter=self.counter,
-                    threshold=getattr(self.tasks, "answer_threshold", 0.40),
-                )
+                threshold = {} if tasks.answer_threshold is None else {"threshold": tasks.answer_threshold}
+                self._reader = ExtractiveWindowReader(embedder, ledger=tasks.ledger, counter=self.counter, **threshold)
         return self._reader
 
     # ----------------------------------------------------------------- documents and retrieval
@@ -270,7 +275,8 @@ class Asker:
         passages, _ = self._passages(ctx)
         lang = detect_language(question + "\n" + " ".join(t for _, t in passages[:2]))
         msgs = get_template("answer", lang).render(question=question, passages=format_passages(passages))
-        reserved = min(int(getattr(self.tasks, "max_tokens", self.limits.max_completion_tokens)), self.limits.max_completion_tokens)
+        most = self.tasks.max_tokens if self.tasks.max_tokens is not None else self.limits.max_completion_tokens
+        reserved = min(int(most), self.limits.max_completion_tokens)
         return check_fit(msgs, limits=self.limits, reserved_completion=reserved, counter=self.counter)
 
     def _answer_context(self, question: str, ctx: EnhancedContext, *, variant: str, doc_id: str | None, mode: str) -> AskResult:
@@ -280,9 +286,9 @@ class Asker:
         if not ctx.windows:
             return AskResult(question, NOT_IN_DOCUMENTS, True, [], [], mode, "retrieve", variant, doc_id, self.engine, self.model, notes=notes + ["the search returned no chunks"], context=ctx)
         passages, by_label = self._passages(ctx)
-        dropped_before = _dropped(self.tasks)
+        dropped_before = self.tasks.stats["answer_passages_dropped"]
         res = self.tasks.answer(question, passages, doc_id=doc_id or "")
-        dropped = _dropped(self.tasks) - dropped_before
+        dropped = self.tasks.stats["answer_passages_dropped"] - dropped_before
         if dropped:
             notes.append(f"{dropped} of {len(passages)} windows did not fit {self.model} and were left out (the least relevant)")
         citations: list[Citation] = []
@@ -293,7 +299,7 @@ class Asker:
                     citations.append(Citation(label, w.doc_id, w.start, w.end, _cited_excerpt(w.text, res.text, label)))
             if not citations:
                 notes.append("the answer cites none of the passages")
-        if getattr(res, "unknown_citations", None):
+        if res.unknown_citations:
             notes.append(f"the answer cites unknown ids: {list(res.unknown_citations)}")
         return AskResult(
             question=question,
@@ -305,8 +311,8 @@ class Asker:
             mode_used="retrieve",
             variant=variant,
             doc_id=doc_id,
-            engine=getattr(res, "engine", self.engine) or self.engine,
-            model=getattr(res, "model", self.model) or self.model,
+            engine=res.engine or self.engine,
+            model=res.model or self.model,
             records=list(res.records),
             notes=notes,
             context=ctx,
@@ -388,11 +394,6 @@ class Asker:
         result.fit = fit
         result.context = ctx
         return result
-
-
-def _dropped(tasks: Any) -> int:
-    stats = getattr(tasks, "stats", None)
-    return int(stats.get("answer_passages_dropped", 0)) if stats is not None else 0
 
 
 def _settings(retrieval: RetrievalSettings | str | None) -> RetrievalSettings:

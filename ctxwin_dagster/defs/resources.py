@@ -6,9 +6,10 @@ implementation beside the live one; secrets only ever come from ``EnvVar``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
@@ -30,6 +31,9 @@ from ctxwin_dagster.core.document_folder import DocumentFolder, load_id_registry
 from ctxwin_dagster.core.documents import DocumentError
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.core.tokens import TokenCounter, get_token_counter
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.models.tasks.results import TaskEngine
 
 
 class ProjectSettings(dg.ConfigurableResource):
@@ -251,7 +255,7 @@ class PipelineSettings(dg.ConfigurableResource):
 
 
 @contextmanager
-def build_tasks(chat: ChatModelResource, embeddings: EmbeddingsResource, pipeline: PipelineSettings):
+def build_tasks(chat: ChatModelResource, embeddings: EmbeddingsResource, pipeline: PipelineSettings) -> Iterator[TaskEngine]:
     """The task engine for a role: the chat model when one is configured (its backend is the
     resource's, closed when the run ends), else the extractive engine."""
     backend = chat.backend()
@@ -263,12 +267,6 @@ def build_tasks(chat: ChatModelResource, embeddings: EmbeddingsResource, pipelin
     from ctxwin_dagster.models.tasks.llm import LLMTasks
 
     yield LLMTasks(backend, temperature=pipeline.temperature, top_p=pipeline.top_p, max_tokens=pipeline.max_output_tokens)
-
-
-def task_ledger(tasks):
-    """Where a task engine records its calls."""
-    chat = getattr(tasks, "chat", None)
-    return chat.ledger if chat is not None else tasks.ledger
 
 
 class EvaluationSettings(dg.ConfigurableResource):

@@ -14,7 +14,6 @@ from ctxwin_dagster.defs.resources import (
     EmbeddingsResource,
     PipelineSettings,
     build_tasks,
-    task_ledger,
 )
 
 
@@ -39,8 +38,8 @@ def _contexts_result(contexts, chunks, records, tasks, chat, pipeline, started: 
         value=contexts,
         check_results=_context_checks(chunks, contexts, records, chat, pipeline),
         metadata={
-            "engine": getattr(tasks, "engine", ""),
-            "model": getattr(tasks, "model", ""),
+            "engine": tasks.engine,
+            "model": tasks.model,
             "n_contexts": len(contexts),
             **extra,
             "fallbacks": sum(1 for c in contexts if c.fallback),
@@ -128,7 +127,7 @@ def cc_rag_contexts(
 ):
     started = time.perf_counter()
     with build_tasks(contextualizer, embeddings, pipeline) as tasks:
-        ledger = task_ledger(tasks)
+        ledger = tasks.ledger
         mark = len(ledger)
         contexts = tasks.contextualize_cc(raw_documents.text, chunks, doc_id=raw_documents.doc_id)
         records = ledger.since(mark)
@@ -154,7 +153,7 @@ def swb_rag_contexts(
 ):
     started = time.perf_counter()
     with build_tasks(contextualizer, embeddings, pipeline) as tasks:
-        ledger = task_ledger(tasks)
+        ledger = tasks.ledger
         mark = len(ledger)
         contexts = tasks.contextualize_swb(
             raw_documents.text,
@@ -168,9 +167,8 @@ def swb_rag_contexts(
     fallbacks = sum(1 for c in contexts if c.fallback)
     if fallbacks:
         context.log.warning(f"{fallbacks} chunks of {raw_documents.doc_id} fell back to single-chunk calls")
-    stats = getattr(tasks, "stats", None)
     # How the model's replies fared (LLM engine): unusable first replies, repairs, retries, windows cut to fit.
-    replies = {f"replies_{k}": int(stats.get(k, 0)) for k in _SWB_STATS} if stats is not None else {}
+    replies = {f"replies_{k}": int(tasks.stats[k]) for k in _SWB_STATS}
     return _contexts_result(
         contexts, chunks, records, tasks, contextualizer, pipeline, started, batches=-(-len(chunks) // pipeline.swb_batch_size), **replies
     )

@@ -150,7 +150,7 @@ def _answers_asset(variant: str):
                 "questions_over_window": question_fit["over_window"],
                 "question_tokens_cut": question_fit["tokens_cut"],
                 "not_found": sum(1 for r in records if r["not_found"]),
-                "engine": getattr(tasks, "engine", ""),
+                "engine": tasks.engine,
                 "mean_context_chars": round(sum(sum(len(c) for c in r["contexts"]) for r in records) / n, 1),
                 "input_tokens": sum(r["input_tokens"] or 0 for r in records),
                 "input_chars": sum(r["input_chars"] or 0 for r in records),

@@ -139,6 +139,10 @@ class ExtractiveTasks:
     """
 
     engine = "extractive"
+    #: No chat model, so no window and no replies of one (see :class:`~.results.TaskEngine`).
+    chat = None
+    limits = None
+    max_tokens = None
 
     def __init__(
         self,

@@ -48,7 +48,7 @@ from ...core.swb import (
     swb_batch_prompts,
 )
 from ...core.tokens import PromptMeter, TokenCounter, get_token_counter
-from ..base import CallRecord, CallTags, ChatBackend, ChatRequest, ChatResult
+from ..base import CallRecord, CallTags, ChatBackend, ChatRequest, ChatResult, Ledger
 from .results import (
     STAGE_ANSWER,
     STAGE_CONTEXT,
@@ -94,6 +94,9 @@ class LLMTasks:
     """
 
     engine = "llm"
+    #: Sentences are not selected by an embedder, and the model decides itself when there is no answer.
+    embedder = None
+    answer_threshold = None
 
     def __init__(
         self,
@@ -123,6 +126,11 @@ class LLMTasks:
         self.meter = PromptMeter(self.counter)
         self.wave_size = wave_size or max(16, 4 * int(getattr(chat, "max_concurrency", 8)))
         self.stats: Counter[str] = Counter()
+
+    @property
+    def ledger(self) -> Ledger:
+        """Every call's record: the chat backend's ledger."""
+        return self.chat.ledger
 
     def __repr__(self) -> str:
         return f"LLMTasks(model={self.model!r}, temperature={self.temperature}, top_p={self.top_p}, max_tokens={self.max_tokens})"

@@ -1,18 +1,24 @@
 """What the task engines return, and the protocols they implement.
 
 Three small protocols — :class:`Summarizer`, :class:`Contextualizer`, :class:`Answerer` — and
-their results. Both engines (:class:`~ctxwin_dagster.models.tasks.llm.LLMTasks` and
-:class:`~ctxwin_dagster.models.tasks.extractive.ExtractiveTasks`) implement all three.
+their results, and :class:`TaskEngine`: all three with what the pipeline and the asker read of
+an engine (its name and model, token counter, call ledger, counts, and the answer model's
+window). The engines — :class:`~ctxwin_dagster.models.tasks.llm.LLMTasks` (any chat model: an
+OpenAI-compatible server or the local GGUF model behind its chat backend) and
+:class:`~ctxwin_dagster.models.tasks.extractive.ExtractiveTasks` — implement it.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ...core.defaults import PAPER
-from ..base import CallRecord
+from ...core.limits import ModelLimits
+from ...core.tokens import TokenCounter
+from ..base import CallRecord, ChatBackend, Embedder, Ledger
 
 __all__ = [
     "STAGE_ANSWER",
@@ -24,6 +30,7 @@ __all__ = [
     "Contextualizer",
     "Summarizer",
     "SummaryResult",
+    "TaskEngine",
 ]
 
 #: The ``stage`` tags of the engines' calls (:class:`~ctxwin_dagster.models.base.CallTags`).
@@ -126,3 +133,35 @@ class Contextualizer(Protocol):
 @runtime_checkable
 class Answerer(Protocol):
     def answer(self, question: str, passages: Sequence[tuple[str, str]], *, doc_id: str = "") -> AnswerResult: ...
+
+
+@runtime_checkable
+class TaskEngine(Summarizer, Contextualizer, Answerer, Protocol):
+    """A task engine: the three tasks, and what the pipeline and the asker read of it.
+
+    Attributes:
+        engine: ``"llm"`` or ``"extractive"`` (in every record and report).
+        model: the model's name, as the records give it.
+        counter: counts the model's tokens (the extractive engine meters the prompts an LLM would get).
+        stats: counts of what happened (unusable replies, repairs, passages dropped, ...).
+        ledger: every call's record.
+        chat: the chat backend (None: no chat model, the extractive engine).
+        limits: the chat model's window (None: the extractive engine has none).
+        max_tokens: most tokens of a reply (None: no model replies).
+        embedder: the embedder the engine selects sentences with (None: the LLM engine).
+        answer_threshold: the similarity under which the extractive engine finds no answer
+            (None: the LLM engine decides itself).
+    """
+
+    engine: str
+    model: str
+    counter: TokenCounter
+    stats: Counter[str]
+    chat: ChatBackend | None
+    limits: ModelLimits | None
+    max_tokens: int | None
+    embedder: Embedder | None
+    answer_threshold: float | None
+
+    @property
+    def ledger(self) -> Ledger: ...
