@@ -33,6 +33,7 @@ from ctxwin_dagster.defs.resources import (
     ChatModelResource,
     EmbeddingsResource,
     EvaluationSettings,
+    JudgeResource,
     LanceDBResource,
     PipelineSettings,
     ProjectSettings,
@@ -60,6 +61,7 @@ def default_resources(experiment: Experiment | None = None, home: str | Path | N
         "contextualizer": ChatModelResource(**config["contextualizer"]),
         "answerer": ChatModelResource(**config["answerer"]),
         "evaluation": EvaluationSettings(**config["evaluation"]),
+        "judge": JudgeResource(**config["judge"]),
         "embeddings": EmbeddingsResource(**config["embeddings"]),
         "lancedb": LanceDBResource(**config["lancedb"]),
     }

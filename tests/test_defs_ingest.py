@@ -202,3 +202,19 @@ def test_documents_sensor_records_the_ids_so_a_new_file_cannot_take_one(tmp_path
         (docs / "x.md").write_text("text", encoding="utf-8")  # sorts first
         second = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=first.cursor))
         assert [list(r.partition_keys) for r in second.dynamic_partitions_requests] == [["x_md"]]
+
+
+def test_a_new_judge_changes_the_scores_and_the_comparison_not_the_answers():
+    """The judge is a resource of its own: only the assets that use it get a new settings version."""
+    from ctxwin_dagster.core.experiment_spec import Experiment
+    from ctxwin_dagster.definitions import build_definitions
+
+    def versions(experiment):
+        graph = build_definitions(experiment=experiment).resolve_asset_graph()
+        return {k.to_user_string(): graph.get(k).code_version for k in graph.get_all_asset_keys()}
+
+    before = versions(Experiment())
+    # an experiment file written before the judge had its section: the old keys are read as the judge's
+    after = versions(Experiment.from_dict({"name": "sample", "evaluation": {"judge_model": "gpt-4o-mini"}}))
+    changed = sorted(k for k in before if before[k] != after[k])
+    assert changed == ["cc_rag_ragas_scores", "experiment_comparison", "swb_rag_ragas_scores", "t_rag_ragas_scores"]

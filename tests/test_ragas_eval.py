@@ -302,7 +302,7 @@ def test_nan_heavy_scores_fail_the_asset_check(tmp_path):
 
     from ctxwin_dagster.core.splitting import Chunk
     from ctxwin_dagster.defs.evaluation.assets import t_rag_ragas_scores
-    from ctxwin_dagster.defs.resources import EmbeddingsResource, EvaluationSettings
+    from ctxwin_dagster.defs.resources import EmbeddingsResource, EvaluationSettings, JudgeResource
 
     chunks = [Chunk(c["chunk_id"], "d", i, c["start"], c["end"], c["text"]) for i, c in enumerate(CATALOG["d"])]
     heavy = [rec(f"n{i}", "t_rag", [0, 1], [[900, 950]]) for i in range(5)] + [rec("ok", "t_rag", [1], [[210, 250]])]
@@ -311,7 +311,7 @@ def test_nan_heavy_scores_fail_the_asset_check(tmp_path):
     outcomes = {}
     for name, records in (("heavy", heavy), ("clean", clean)):
         with dg.build_asset_context(partition_key="d") as context:
-            result = t_rag_ragas_scores(context, evaluation=evaluation, embeddings=EmbeddingsResource(), answers=records, chunks=chunks)
+            result = t_rag_ragas_scores(context, evaluation=evaluation, judge=JudgeResource(), embeddings=EmbeddingsResource(), answers=records, chunks=chunks)
         check = result.check_results[0]
         outcomes[name] = check.passed
         if name == "heavy":

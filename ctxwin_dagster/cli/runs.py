@@ -267,9 +267,9 @@ class RunPlanner:
             c = conf(role)
             if (c.get("model") or "").strip():
                 out.append((role, c["model"], c.get("base_url") or None, key_of(c.get("api_key"))))
-        ev = conf("evaluation")
-        if (ev.get("judge_model") or "").strip():
-            out.append(("judge", ev["judge_model"], ev.get("judge_base_url") or None, None))
+        judge = conf("judge")
+        if (judge.get("model") or "").strip():
+            out.append(("judge", judge["model"], judge.get("base_url") or None, os.environ.get(judge.get("api_key_env") or "OPENAI_API_KEY")))
         emb = conf("embeddings")
         if emb.get("provider") == "openai":
             out.append(("embeddings", emb["model"], emb.get("base_url") or None, key_of(emb.get("api_key"))))

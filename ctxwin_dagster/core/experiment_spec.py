@@ -67,7 +67,10 @@ EXPERIMENT_FILE = "ctxwin_experiment.json"
 SAMPLE = "sample"
 
 #: Sections of an experiment file: the resources of the code location they configure.
-RESOURCE_SECTIONS = ("settings", "pipeline", "contextualizer", "answerer", "embeddings", "evaluation", "lancedb")
+RESOURCE_SECTIONS = ("settings", "pipeline", "contextualizer", "answerer", "embeddings", "evaluation", "judge", "lancedb")
+#: Settings that moved to a section of their own: (old section, old key) -> (new section, new key).
+#: Files written before are read with them moved.
+MOVED_KEYS = {("evaluation", "judge_model"): ("judge", "model"), ("evaluation", "judge_base_url"): ("judge", "base_url")}
 _TOP_KEYS = ("name", "description", "documents_dir", "qa_dir", "lancedb_uri", "cache_dir", "prepare")
 
 _GENERIC_FOLDERS = {"documents", "docs", "data", "files", "texts", "corpus", "input"}
@@ -175,6 +178,12 @@ class Experiment:
         if unknown:
             raise ValueError(f"{source} has unknown keys {sorted(unknown)}; allowed: {', '.join((*_TOP_KEYS, *RESOURCE_SECTIONS))}")
         sections = {k: dict(data[k]) for k in RESOURCE_SECTIONS if isinstance(data.get(k), Mapping) and data[k]}
+        for (old, key), (new, new_key) in MOVED_KEYS.items():
+            if key in sections.get(old, {}):
+                value = sections[old].pop(key)
+                if value not in ("", None):
+                    sections.setdefault(new, {}).setdefault(new_key, value)
+        sections = {k: v for k, v in sections.items() if v}
         lancedb = sections.get("lancedb", {})
         uri = str(data.get("lancedb_uri") or lancedb.pop("uri", "") or "")
         if "lancedb" in sections and not sections["lancedb"]:

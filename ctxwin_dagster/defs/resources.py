@@ -269,6 +269,55 @@ def build_tasks(chat: ChatModelResource, embeddings: EmbeddingsResource, pipelin
     yield LLMTasks(backend, temperature=pipeline.temperature, top_p=pipeline.top_p, max_tokens=pipeline.max_output_tokens)
 
 
+class JudgeResource(dg.ConfigurableResource):
+    """The model that judges answers for the paper's five RAGAS metrics (faithfulness, answer
+    relevancy, answer correctness, context precision, context recall).
+
+    Its own resource, so a new judge reruns the scores only, never the answers. With ``model``
+    empty (the default) there is no judge and the scores are the non-LLM and ID-based metrics;
+    ``local:smollm2`` judges in process, offline; any other name is served by an
+    OpenAI-compatible server (``base_url``; empty: OpenAI). The key is read at run time from the
+    environment variable ``api_key_env``, never stored (a local server needs none).
+    """
+
+    model: str = Field(default="", description="judge model name; empty: no judge, non-LLM metrics only")
+    base_url: str = Field(default="", description="OpenAI-compatible server of the judge (empty: OpenAI)")
+    api_key_env: str = Field(default="OPENAI_API_KEY", description="environment variable holding the judge's key (read at run time, never stored)")
+    metrics: list[str] = Field(
+        default=["faithfulness", "answer_relevancy", "context_recall", "context_precision", "answer_correctness"],
+        description="which of the paper's five LLM metrics to judge (default all five)",
+    )
+    max_tokens: int = Field(default=2048, ge=1, description="most tokens of one judge reply")
+    attempts: int = Field(default=3, ge=1, description="tries per judge call when its reply does not parse")
+    max_concurrency: int = Field(default=4, ge=1, le=256, description="judge calls in flight at once")
+    max_retries: int = Field(default=3, ge=0, le=20, description="retries with backoff on 429, 5xx and timeouts")
+    timeout_s: float = Field(default=120.0, gt=0, description="seconds before a request times out")
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.model.strip())
+
+    def config(self):
+        """The :class:`~ctxwin_dagster.models.ragas.JudgeConfig` (None without a judge)."""
+        if not self.configured:
+            return None
+        from ctxwin_dagster.models.ragas.judge import JudgeConfig
+
+        return JudgeConfig(
+            model=self.model.strip(), base_url=self.base_url or None, api_key_env=self.api_key_env, metrics=tuple(self.metrics),
+            max_tokens=self.max_tokens, attempts=self.attempts, max_concurrency=self.max_concurrency, max_retries=self.max_retries,
+            timeout_s=self.timeout_s,
+        )
+
+    def describe(self) -> str:
+        """The judge for the report ("" without one)."""
+        if not self.configured:
+            return ""
+        from ctxwin_dagster.models.chat.factory import describe_chat_model
+
+        return describe_chat_model(self.model.strip(), self.base_url or None)
+
+
 class EvaluationSettings(dg.ConfigurableResource):
     """How questions are answered and scored, and where an experiment's results go.
 
@@ -296,8 +345,6 @@ class EvaluationSettings(dg.ConfigurableResource):
     hybrid: bool | None = Field(default=None, description="fuse vector search with full-text search (unset: the named setting's, off)")
     max_questions_per_document: int = Field(default=0, ge=0, description="answer at most this many questions per document (0: all)")
     max_failed_share: float = Field(default=0.2, ge=0.0, le=1.0, description="share of NaN or failed scores per metric above which the scores check fails")
-    judge_model: str = Field(default="", description="chat model that judges the paper's five LLM metrics (empty: non-LLM metrics only)")
-    judge_base_url: str = Field(default="", description="OpenAI-compatible server of the judge (empty: OpenAI)")
 
     def results_path(self) -> Path:
         return Path(self.results_dir) / self.experiment

@@ -18,6 +18,7 @@ from ctxwin_dagster.defs.resources import (
     ChatModelResource,
     EmbeddingsResource,
     EvaluationSettings,
+    JudgeResource,
     LanceDBResource,
     PipelineSettings,
     ProjectSettings,
@@ -202,13 +203,14 @@ def _scores_asset(variant: str):
         description=f"RAGAS scores of the {variant} answers: non-LLM and ID-based context metrics always, the paper's five LLM metrics with a judge; plus span recall, hit@k and MRR.",
         check_specs=[dg.AssetCheckSpec("few_nan_scores", asset=name, description="NaN or failed scores stay under the threshold for every metric")],
     )
-    def _asset(context: dg.AssetExecutionContext, evaluation: EvaluationSettings, embeddings: EmbeddingsResource, answers: list, chunks: list[Chunk]):
-        from ctxwin_dagster.models.ragas import JudgeConfig, evaluate_records
+    def _asset(context: dg.AssetExecutionContext, evaluation: EvaluationSettings, judge: JudgeResource, embeddings: EmbeddingsResource,
+               answers: list, chunks: list[Chunk]):
+        from ctxwin_dagster.models.ragas import evaluate_records
 
         started = time.perf_counter()
-        judge = JudgeConfig(model=evaluation.judge_model, base_url=evaluation.judge_base_url or None) if evaluation.judge_model else None
+        config = judge.config()
         catalog = [c.to_dict() for c in chunks]
-        result = evaluate_records(answers, chunks=catalog, judge=judge, embedder=embeddings.embedder() if judge else None)
+        result = evaluate_records(answers, chunks=catalog, judge=config, embedder=embeddings.embedder() if config else None)
         doc_id = context.partition_key
         _write_jsonl(evaluation.results_path() / "scores" / variant / f"{doc_id}.jsonl", result.rows)
         worst = 0.0
@@ -286,7 +288,7 @@ WINDOW_FIELDS = ("rows_over_window", "rows_pooled", "chunk_tokens_cut", "context
 MAX_REPORT_CHARS = 600_000
 
 
-def experiment_setup(instance, doc_ids, evaluation, contextualizer, answerer, embeddings, answers):
+def experiment_setup(instance, doc_ids, evaluation, contextualizer, answerer, judge, embeddings, answers):
     """What made the comparison's numbers: engines and models per role, the embedding model and
     its window counts from the latest index materializations, the retrieval setting."""
     from ctxwin_dagster.core.verdict import ExperimentSetup
@@ -306,14 +308,11 @@ def experiment_setup(instance, doc_ids, evaluation, contextualizer, answerer, em
                     agg[f] += float(value)
         window[v] = agg
     engine = "extractive" if not contextualizer.configured else "llm"
-    from ctxwin_dagster.models.chat.factory import describe_chat_model
-
-    judge = describe_chat_model(evaluation.judge_model, evaluation.judge_base_url or None) if evaluation.judge_model else ""
     return ExperimentSetup(
         contextualizer=contextualizer.describe(),
         contextualizer_engine=engine,
         answerer=answerer.describe(),
-        judge=judge,
+        judge=judge.describe(),
         embedding_model=embeddings.model if embeddings.provider == "openai" else "all-MiniLM-L6-v2 (local)",
         embedding_window=emb_window,
         embed_strategy=strategy,
@@ -373,6 +372,7 @@ def experiment_comparison(
     evaluation: EvaluationSettings,
     contextualizer: ChatModelResource,
     answerer: ChatModelResource,
+    judge: JudgeResource,
     embeddings: EmbeddingsResource,
     t_rag_ragas_scores,
     cc_rag_ragas_scores,
@@ -395,7 +395,7 @@ def experiment_comparison(
     gaps = [f"{v}: {', '.join(d for d in doc_ids if d not in scores_by[v])}" for v in VARIANTS if any(d not in scores_by[v] for d in doc_ids)]
     if gaps:
         notes.append(f"documents scored for some variants only (the missing ones are left out of that variant): {'; '.join(gaps)}")
-    setup = experiment_setup(context.instance, doc_ids, evaluation, contextualizer, answerer, embeddings, answers)
+    setup = experiment_setup(context.instance, doc_ids, evaluation, contextualizer, answerer, judge, embeddings, answers)
     result = compare_experiment(
         scores, answers, indexing_costs(context.instance, doc_ids), evaluation.reports_path(),
         title=f"ctxwin experiment: {evaluation.experiment}", notes=notes, setup=setup,
