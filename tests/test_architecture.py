@@ -1,12 +1,17 @@
-"""The layers hold: every import points down (core ← models ← ask/testing ← defs ← definitions ← cli).
+"""The house holds its shape: every import points down (core ← models ← ask/testing ← defs ←
+definitions ← cli), no two modules import each other, the core stays plain Python, only Dagster's
+public API is used, modules stay short, and the installed versions are pinned.
 
-Read from the source with ``ast``, so a lazy import inside a function counts as much as one at
-the top of a module.
+Imports are read from the source with ``ast``, so a lazy import inside a function counts as much
+as one at the top of a module; the core's plain-Python check imports it for real.
 """
 
 from __future__ import annotations
 
 import ast
+import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "ctxwin_dagster"
@@ -168,3 +173,25 @@ def test_constraints_pin_every_requirement_to_a_version_it_allows():
         elif not req.specifier.contains(pin, prereleases=True):
             problems.append(f"{req.name}: constraints.txt pins {pin}, pyproject.toml wants {req.specifier}")
     assert not problems, "write constraints.txt again (its header says how): " + "; ".join(problems)
+
+
+def test_core_imports_no_dagster_ragas_or_lancedb():
+    """Importing every core module, in a fresh interpreter, pulls in neither Dagster, RAGAS nor LanceDB."""
+    import ctxwin_dagster.core
+
+    modules = sorted(m.name for m in pkgutil.walk_packages(ctxwin_dagster.core.__path__, "ctxwin_dagster.core."))
+    assert "ctxwin_dagster.core.tokens" in modules and "ctxwin_dagster.core.fit" in modules
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "bad = sorted(n for n in sys.modules if n.split('.')[0] in ('dagster', 'ragas', 'lancedb'))\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"core imported {out.stdout.strip()}"
+
+
+def test_package_ships_py_typed():
+    from importlib.resources import files
+
+    assert files("ctxwin_dagster").joinpath("py.typed").is_file()

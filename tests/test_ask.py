@@ -24,7 +24,6 @@ from ctxwin_dagster.core.qa.items import load_qa_jsonl
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
-from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
 from ctxwin_dagster.models.tasks.llm import LLMTasks
 from ctxwin_dagster.testing import FakeOpenAIServer
@@ -36,11 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "data" / "documents"
 QA = ROOT / "data" / "qa" / "squad_sample.jsonl"
 DOC_IDS = ("squad_Normans", "squad_1973_oil_crisis")
-
-
-@pytest.fixture(scope="module")
-def embedder(tmp_path_factory) -> LocalEmbedder:
-    return LocalEmbedder(cache=ResponseCache(tmp_path_factory.mktemp("emb") / "embeddings.sqlite")).load()
 
 
 @pytest.fixture(scope="module")

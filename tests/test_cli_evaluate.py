@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from ctxwin_dagster.testing.projects import run_ctxwin
 
 # Runs Dagster (in process or as a webserver) and the embedding model: the slow tier.
 pytestmark = pytest.mark.slow
@@ -18,9 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _ctxwin(args, cwd):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    env.pop("DAGSTER_HOME", None)
-    return subprocess.run([sys.executable, "-m", "ctxwin_dagster.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    return run_ctxwin(args, cwd)
 
 
 def test_evaluate_own_corpus_and_compare_experiments(tmp_path):

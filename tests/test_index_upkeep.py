@@ -10,31 +10,14 @@ import pytest
 from ctxwin_dagster.models import index_upkeep
 from ctxwin_dagster.models.index_upkeep import IndexPolicy
 from ctxwin_dagster.models.vectorstore import ChunkIndex
+from ctxwin_dagster.testing.rows import synthetic_document
 
 DIM = 16
 ROWS_PER_DOC = 100
 
 
 def doc(i: int, n: int = ROWS_PER_DOC, *, dim: int = DIM, seed: int | None = None):
-    """``n`` rows of document ``d{i}``: vectors around a per-document centre, like a real document's chunks."""
-    name = f"d{i:03d}"
-    rng = np.random.default_rng(i if seed is None else seed)
-    v = rng.normal(size=dim) + 0.8 * rng.normal(size=(n, dim))
-    rows = [
-        {
-            "chunk_id": f"{name}-{j}",
-            "doc_id": name,
-            "chunk_index": j,
-            "start": j * 10,
-            "end": j * 10 + 10,
-            "text": f"chunk {j} of {name}",
-            "section": None,
-            "context": "",
-            "embedded_text": f"chunk {j} of {name} word{j % 13}",
-        }
-        for j in range(n)
-    ]
-    return name, rows, (v / np.linalg.norm(v, axis=1, keepdims=True)).astype("float32")
+    return synthetic_document(i, n, dim=dim, seed=seed)
 
 
 @pytest.fixture

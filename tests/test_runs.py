@@ -10,15 +10,13 @@ a run after one document changed.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from ctxwin_dagster.testing.projects import make_project
+from ctxwin_dagster.testing.projects import make_project, run_ctxwin
 from ctxwin_dagster.testing.webserver import dagster_webserver, graphql
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,8 +24,7 @@ DOCS = ("squad_Normans", "cuad_todos_medical_reseller")
 
 
 def _ctxwin(args, cwd, home):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DAGSTER_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "ctxwin_dagster.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
+    return run_ctxwin(args, cwd, home)
 
 
 def _runs(home) -> list[dg.DagsterRun]:

@@ -26,12 +26,10 @@ from ctxwin_dagster.core.tokens import get_token_counter
 from ctxwin_dagster.core.windows.window import Window
 from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
-from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 from ctxwin_dagster.models.sliding_qa import ExtractiveWindowReader, LLMWindowReader
 from ctxwin_dagster.testing import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[1]
-AI_ACT = ROOT / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"
 SECTIONS = ROOT / "tests" / "fixtures" / "eu_ai_act" / "eu_ai_act_sections_EN.jsonl"
 ENC = get_token_counter("gpt-4o").encoding
 
@@ -45,8 +43,8 @@ ARTICLE_5 = _sections()["article_5"]
 
 
 @pytest.fixture(scope="module")
-def act() -> str:
-    text = AI_ACT.read_text(encoding="utf-8")
+def act(ai_act_text) -> str:
+    text = ai_act_text
     assert text[ARTICLE_5[0] : ARTICLE_5[0] + 40].startswith("Article 5")
     return text
 
@@ -167,11 +165,6 @@ def test_merge_helpers():
 # --------------------------------------------------------------------------------------
 # The extractive reader over the whole AI Act
 # --------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def embedder(tmp_path_factory) -> LocalEmbedder:
-    return LocalEmbedder(cache=ResponseCache(tmp_path_factory.mktemp("emb") / "emb.sqlite")).load()
 
 
 PROHIBITED_Q = "Is it prohibited to use AI systems to infer the emotions of a natural person in the workplace?"

@@ -14,11 +14,9 @@ from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.core.swb import split_segments, swb_batches
 from ctxwin_dagster.core.tokens import PromptMeter, get_token_counter
 from ctxwin_dagster.models.cache import ResponseCache
-from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
 from ctxwin_dagster.models.tasks.results import Answerer, Contextualizer, Summarizer, TaskEngine
 
-AI_ACT = Path(__file__).resolve().parents[1] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"
 AI_ACT_DE = Path(__file__).resolve().parent / "fixtures" / "eu_ai_act" / "eu_ai_act_2024_1689_DE.txt"
 # Articles 1-10 of the AI Act (Article 5, "Prohibited AI practices", lies inside).
 ARTICLES_START, ARTICLES_END = 228_229, 280_657
@@ -26,8 +24,8 @@ EMOTIONS = "to infer emotions of a natural person in the areas of workplace and 
 
 
 @pytest.fixture(scope="module")
-def full_text() -> str:
-    return AI_ACT.read_text(encoding="utf-8")
+def full_text(ai_act_text) -> str:
+    return ai_act_text
 
 
 @pytest.fixture(scope="module")
@@ -44,12 +42,6 @@ def chunks(doc):
 def art5(chunks):
     """The chunk of Article 5 holding the emotion-recognition prohibition."""
     return next(c for c in chunks if EMOTIONS in c.text)
-
-
-@pytest.fixture(scope="module")
-def embedder(tmp_path_factory) -> LocalEmbedder:
-    cache = ResponseCache(tmp_path_factory.mktemp("emb") / "emb.sqlite")
-    return LocalEmbedder(cache=cache).load()
 
 
 @pytest.fixture(scope="module")

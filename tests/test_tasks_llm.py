@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -18,26 +17,18 @@ from ctxwin_dagster.core.swb import swb_batches
 from ctxwin_dagster.core.tokens import PromptMeter, get_token_counter
 from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
-from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
 from ctxwin_dagster.models.tasks.llm import LLMTasks
 from ctxwin_dagster.models.tasks.results import Answerer, Contextualizer, Summarizer, TaskEngine
 from ctxwin_dagster.testing import FakeOpenAIServer
 
-AI_ACT = Path(__file__).resolve().parents[1] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"
 # Articles 1-10 of the AI Act (Article 5, "Prohibited AI practices", lies inside).
 ARTICLES_START, ARTICLES_END = 228_229, 280_657
 
 
 @pytest.fixture(scope="module")
-def doc() -> str:
-    return AI_ACT.read_text(encoding="utf-8")[ARTICLES_START:ARTICLES_END]
-
-
-@pytest.fixture(scope="module")
-def embedder(tmp_path_factory) -> LocalEmbedder:
-    cache = ResponseCache(tmp_path_factory.mktemp("emb") / "emb.sqlite")
-    return LocalEmbedder(cache=cache).load()
+def doc(ai_act_text) -> str:
+    return ai_act_text[ARTICLES_START:ARTICLES_END]
 
 
 # --------------------------------------------------------------------------------------
