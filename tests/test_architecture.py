@@ -195,3 +195,16 @@ def test_package_ships_py_typed():
     from importlib.resources import files
 
     assert files("ctxwin_dagster").joinpath("py.typed").is_file()
+
+
+def test_the_tests_mirror_the_package():
+    """A test lives in the folder of the room it tests (``tests/core/`` for ``ctxwin_dagster/core/``
+    …); only the checks of the whole house stay at the top, and no test imports another."""
+    tests = PACKAGE.parent / "tests"
+    rooms = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
+    misplaced = [str(p.relative_to(tests)) for p in tests.rglob("test_*.py")
+                 if p.parent != tests and p.parent.name not in rooms or p.parent == tests and p.name != "test_architecture.py"]
+    assert not misplaced, f"tests outside a folder named after a package room ({sorted(rooms)}): {misplaced}"
+    importing = [f"{p.relative_to(tests)}:{line}" for p in tests.rglob("*.py") for line, name in _plain_imports(p)
+                 if name.split(".")[0].startswith(("test_", "conftest", "tests"))]
+    assert not importing, f"tests that import other tests (share a fixture in conftest.py instead): {importing}"

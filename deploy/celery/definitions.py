@@ -11,7 +11,7 @@ Load it with ``deploy/celery/workspace.yaml``. A worker loads this same code to 
 is sent (the run names it by file path, or as the module ``deploy.celery.definitions`` with the
 repository as working directory), so the repository sits at the same path on every worker.
 
-Proved by ``tests/test_celery_executor.py``: a document partition of ``all_assets_job`` through
+Proved by ``tests/defs/test_celery_executor.py``: a document partition of ``all_assets_job`` through
 this executor with a Redis broker, its steps shared by two ``dagster-celery worker`` processes,
 with the same index rows, answers and scores as the default in-process executor.
 """

@@ -15,7 +15,7 @@ import pytest
 from ctxwin_dagster.models.preflight import EndpointError, check_endpoint
 from ctxwin_dagster.testing import FakeOpenAIServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _closed_port() -> int:

@@ -27,7 +27,7 @@ from ctxwin_dagster.core.embedding_window import (
 )
 from ctxwin_dagster.models.embeddings.tokenizers import HFTokenizer, TiktokenTokenizer
 
-SAMPLE = Path(__file__).resolve().parents[1] / "data" / "documents"
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "documents"
 MINILM = EmbeddingLimits("all-MiniLM-L6-v2", 256, 2)
 
 

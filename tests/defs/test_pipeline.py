@@ -30,7 +30,7 @@ from ctxwin_dagster.core.defaults import VARIANTS
 # Runs Dagster (in process or as a webserver) and the embedding model: the slow tier.
 pytestmark = pytest.mark.slow
 
-SAMPLE = Path(__file__).resolve().parents[1] / "data" / "documents"
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "documents"
 DOCS = ("squad_Normans", "cuad_todos_medical_reseller")
 MODEL = "ctxwin-test-contextualizer"
 ASSETS = [raw_documents, chunks, global_summaries, cc_rag_contexts, swb_rag_contexts, t_rag_index, cc_rag_index, swb_rag_index]

@@ -20,7 +20,7 @@ from ctxwin_dagster.core.sentences import split_sentences
 from ctxwin_dagster.core.splitting import Chunk, RecursiveSplitter
 from ctxwin_dagster.core.windows.focus import focus_windows, structure_starts
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 TEMPLATE = ('Highlight the parts (if any) of this contract related to "Governing Law" that should be reviewed by a lawyer. '
             "Details: Which state/country's law governs the interpretation of the contract?")
 

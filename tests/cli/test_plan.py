@@ -13,7 +13,7 @@ from ctxwin_dagster.core.prompts import get_template
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.models.planning import plan_document
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DE = ROOT / "tests" / "fixtures" / "eu_ai_act" / "eu_ai_act_2024_1689_DE.txt"
 
 

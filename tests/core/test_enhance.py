@@ -23,7 +23,7 @@ from ctxwin_dagster.core.enhance import (
 )
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 
-DOCS = Path(__file__).resolve().parents[1] / "data" / "documents"
+DOCS = Path(__file__).resolve().parents[2] / "data" / "documents"
 
 
 @pytest.fixture(scope="module")

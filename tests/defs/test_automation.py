@@ -15,7 +15,7 @@ from ctxwin_dagster.core.experiment_spec import Experiment
 from ctxwin_dagster.definitions import build_definitions
 from ctxwin_dagster.defs.automation import SENSOR_NAME
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DONE, NEW = "squad_1973_oil_crisis", "squad_Normans"
 HOUR = dt.datetime(2026, 11, 25, 10, 0, tzinfo=dt.timezone.utc)
 

@@ -19,7 +19,7 @@ import pytest
 from ctxwin_dagster.testing.projects import make_project, run_ctxwin
 from ctxwin_dagster.testing.webserver import dagster_webserver, graphql
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("squad_Normans", "cuad_todos_medical_reseller")
 
 

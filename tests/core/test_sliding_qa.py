@@ -29,7 +29,7 @@ from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
 from ctxwin_dagster.models.sliding_qa import ExtractiveWindowReader, LLMWindowReader
 from ctxwin_dagster.testing import FakeOpenAIServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SECTIONS = ROOT / "tests" / "fixtures" / "eu_ai_act" / "eu_ai_act_sections_EN.jsonl"
 ENC = get_token_counter("gpt-4o").encoding
 

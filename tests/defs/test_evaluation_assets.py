@@ -21,7 +21,7 @@ from ctxwin_dagster.defs.resources import (
 # Runs Dagster (in process or as a webserver) and the embedding model: the slow tier.
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_evaluation_graph_writes_a_comparison_report(tmp_path):

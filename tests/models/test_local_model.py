@@ -35,7 +35,7 @@ from ctxwin_dagster.models.planning import plan_document
 pytestmark = pytest.mark.slow
 
 MODEL = "local:smollm2"
-SAMPLE = Path(__file__).resolve().parents[1] / "data" / "documents"
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "documents"
 DOC = "normans_excerpt"
 ASSETS = [raw_documents, chunks, global_summaries, cc_rag_contexts, swb_rag_contexts, t_rag_index, cc_rag_index, swb_rag_index]
 MAX_NEW = 40  # tokens per reply: enough to show what the model does, short enough for CI

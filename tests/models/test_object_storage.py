@@ -23,7 +23,7 @@ from ctxwin_dagster.models.vectorstore import ChunkIndex
 
 from ctxwin_dagster.testing.rows import synthetic_document as doc
 
-SAMPLE = Path(__file__).resolve().parents[1] / "data" / "documents"
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "documents"
 POLICY = IndexPolicy(ann_min_rows=1_000, retrain_growth=0.5, append_rows=300, rows_per_partition=100, nprobes=4, refine_factor=5)
 
 

@@ -27,8 +27,8 @@ from ctxwin_dagster.core.prompts import (
     summary_block,
 )
 
-CORPUS = Path(__file__).resolve().parent / "fixtures" / "eu_ai_act"  # DE text; EN is the sample document
-EN_TEXT = Path(__file__).resolve().parents[1] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "eu_ai_act"  # DE text; EN is the sample document
+EN_TEXT = Path(__file__).resolve().parents[2] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt"
 NAMES = ("summarize_segment", "summarize_overview", "cc_context", "swb_batch", "answer", "window_answer")
 
 SAMPLE_VARS = {

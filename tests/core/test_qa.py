@@ -15,7 +15,7 @@ from ctxwin_dagster.core.documents import read_text_document
 from ctxwin_dagster.core.qa.corpora import cuad_to_qa, squad_to_qa
 from ctxwin_dagster.core.qa.items import QAFormatError, QAItem, load_qa_folder, load_qa_jsonl, validate_spans, write_qa_jsonl
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCS_DIR = REPO_ROOT / "data" / "documents"
 QA_DIR = REPO_ROOT / "data" / "qa"
 def _unpack_corpus() -> Path:

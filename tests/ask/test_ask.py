@@ -31,7 +31,7 @@ from ctxwin_dagster.models.vectorstore import ChunkIndex
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "data" / "documents"
 QA = ROOT / "data" / "qa" / "squad_sample.jsonl"
 DOC_IDS = ("squad_Normans", "squad_1973_oil_crisis")

@@ -19,7 +19,7 @@ from ctxwin_dagster.core.documents import (
     safe_doc_id,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCS_DIR = REPO_ROOT / "data" / "documents"
 
 SAMPLE_DOCS = {
@@ -287,7 +287,7 @@ def test_core_modules_import_neither_dagster_ragas_nor_lancedb():
 def test_read_document_html_and_pdf_of_the_ai_act():
     from ctxwin_dagster.core.documents import read_document
 
-    folder = Path(__file__).resolve().parent / "fixtures" / "eu_ai_act"
+    folder = Path(__file__).resolve().parents[1] / "fixtures" / "eu_ai_act"
     html = read_document(folder / "L_202401689EN.000101.fmx.xml.html")
     assert html.n_chars > 500_000 and "Article 5" in html.text and "<div" not in html.text
     pdf = read_document(folder / "OJ_L_202401689_EN_TXT.pdf")

@@ -15,7 +15,7 @@ from ctxwin_dagster.testing.webserver import dagster_webserver, graphql
 # Runs Dagster (in process or as a webserver) and the embedding model: the slow tier.
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 ASSETS_QUERY = """
 { assetNodes { assetKey { path } groupName isPartitioned

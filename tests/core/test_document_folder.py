@@ -15,7 +15,7 @@ from ctxwin_dagster.core.documents import DocumentError, read_document
 from ctxwin_dagster.core.qa.items import QAExtraFieldsWarning, QAItem, load_qa_jsonl
 from ctxwin_dagster.core.qa.resolve import resolve_questions
 
-DOCS = Path(__file__).resolve().parents[1] / "data" / "documents"
+DOCS = Path(__file__).resolve().parents[2] / "data" / "documents"
 
 
 def test_real_contract_names_become_readable_ids_and_every_file_is_accounted_for(tmp_path):

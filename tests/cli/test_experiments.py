@@ -26,7 +26,7 @@ from ctxwin_dagster.testing.projects import ctxwin_env, make_project, run_ctxwin
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_DOC = "squad_Normans"
 OWN_DOC = "squad_1973_oil_crisis"
 

@@ -35,7 +35,7 @@ from ctxwin_dagster.core.defaults import VARIANTS
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PRICED_MODEL = "gpt-4o-mini"  # genai-prices knows its price
 
 

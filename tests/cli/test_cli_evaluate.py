@@ -13,7 +13,7 @@ from ctxwin_dagster.testing.projects import run_ctxwin
 # Runs Dagster (in process or as a webserver) and the embedding model: the slow tier.
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _ctxwin(args, cwd):

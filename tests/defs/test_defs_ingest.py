@@ -16,7 +16,7 @@ from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import ProjectSettings
 from ctxwin_dagster.defs.sensors import partition_changes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "documents"
 
 

@@ -17,7 +17,7 @@ from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
 from ctxwin_dagster.models.tasks.results import Answerer, Contextualizer, Summarizer, TaskEngine
 
-AI_ACT_DE = Path(__file__).resolve().parent / "fixtures" / "eu_ai_act" / "eu_ai_act_2024_1689_DE.txt"
+AI_ACT_DE = Path(__file__).resolve().parents[1] / "fixtures" / "eu_ai_act" / "eu_ai_act_2024_1689_DE.txt"
 # Articles 1-10 of the AI Act (Article 5, "Prohibited AI practices", lies inside).
 ARTICLES_START, ARTICLES_END = 228_229, 280_657
 EMOTIONS = "to infer emotions of a natural person in the areas of workplace and education institutions"
