@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -48,7 +49,7 @@ from ctxwin_dagster.defs.staleness import with_settings_versions
 DOC_IDS_FILE = "ctxwin_doc_ids.json"
 
 
-def default_resources(experiment: Experiment | None = None, home: str | Path | None = None) -> dict[str, object]:
+def default_resources(experiment: Experiment | None = None, home: str | Path | None = None) -> dict[str, Any]:
     """The resources of ``experiment`` (default: the sample's embedded defaults: no chat model,
     so the extractive engine; local embeddings; local LanceDB). With ``home``, the documents'
     ids are remembered in that Dagster home, so an id never changes because another file did."""
@@ -107,6 +108,12 @@ def home_definitions(home: str | Path | None = None, executor: dg.ExecutorDefini
     """The definitions of the experiment of the Dagster home ``home`` (default ``$DAGSTER_HOME``)."""
     folder = home if home is not None else os.environ.get("DAGSTER_HOME")
     return build_definitions(executor, experiment=home_experiment(folder), home=folder or None)
+
+
+def home_resources(home: str | Path | None = None) -> dict[str, Any]:
+    """The resources of the experiment of the Dagster home ``home`` (default ``$DAGSTER_HOME``)."""
+    folder = home if home is not None else os.environ.get("DAGSTER_HOME")
+    return default_resources(home_experiment(folder), folder or None)
 
 
 defs = home_definitions()

@@ -96,6 +96,8 @@ class IndexedDocuments:
         chunks: list[Chunk] = []
         texts: dict[str, str] = {}
         cols = ["chunk_id", "doc_id", "chunk_index", "start", "end", "text", "section", "doc_sha256"]
+        if self.index is None:
+            raise AskError("there is no index to read chunks from; open the asker with Asker.open(lancedb=...)")
         for d in doc_ids:
             rows = self.index.rows(variant, doc_id=d, columns=cols)
             chunks.extend(chunks_from_rows(rows))

@@ -58,7 +58,7 @@ def open_asker(
             max_concurrency=max_concurrency,
         )
         closers.append(chat.close)
-        tasks: Any = LLMTasks(chat, **({"max_tokens": max_tokens} if max_tokens else {}))
+        tasks: Any = LLMTasks(chat, max_tokens=max_tokens) if max_tokens else LLMTasks(chat)
     else:
         tasks = ExtractiveTasks(embedder)
     asker = cls(index=ChunkIndex(uri), embedder=embedder, tasks=tasks, documents_dir=documents)

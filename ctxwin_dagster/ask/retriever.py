@@ -44,8 +44,9 @@ class Retriever:
     def __init__(self, index: Any | None, embedder: Any | None, documents: IndexedDocuments) -> None:
         if index is not None and embedder is None:
             raise ValueError("an index needs the embedder it was built with; pass embedder=LocalEmbedder() (or the index's)")
-        self.index = index
-        self.embedder = embedder
+        # Duck-typed (a ChunkIndex, an embedder); require_index() says when one is missing.
+        self.index: Any = index
+        self.embedder: Any = embedder
         self.documents = documents
         self.lexical = LexicalIndexes()
 

@@ -77,8 +77,7 @@ class Asker:
         from ctxwin_dagster.models.tasks.results import TaskEngine
 
         if not isinstance(tasks, TaskEngine):
-            missing = [n for n in ("answer", "summarize", "contextualize_cc", "contextualize_swb", *TaskEngine.__annotations__, "ledger")
-                       if not hasattr(tasks, n)]
+            missing = [n for n in dir(TaskEngine) if not n.startswith("_") and not hasattr(tasks, n)]
             raise TypeError(f"tasks must be a task engine (LLMTasks, ExtractiveTasks); {type(tasks).__name__} lacks {missing}")
         self.documents = IndexedDocuments(index, documents_dir)
         self.retriever = Retriever(index, embedder, self.documents)
@@ -152,6 +151,7 @@ class Asker:
         """The sliding-window reader (built on first use)."""
         if self._reader is None:
             from ctxwin_dagster.models.sliding_qa import ExtractiveWindowReader, LLMWindowReader
+            from ctxwin_dagster.models.tasks.extractive import DEFAULT_ANSWER_THRESHOLD
 
             tasks = self.tasks
             if tasks.chat is not None:
@@ -160,8 +160,8 @@ class Asker:
                 embedder = tasks.embedder or self.embedder
                 if embedder is None:
                     raise AskError("sliding-window QA with the extractive engine needs an embedder; pass embedder=")
-                threshold = {} if tasks.answer_threshold is None else {"threshold": tasks.answer_threshold}
-                self._reader = ExtractiveWindowReader(embedder, ledger=tasks.ledger, counter=self.counter, **threshold)
+                self._reader = ExtractiveWindowReader(embedder, ledger=tasks.ledger, counter=self.counter,
+                                                      threshold=tasks.answer_threshold if tasks.answer_threshold is not None else DEFAULT_ANSWER_THRESHOLD)
         return self._reader
 
     # ----------------------------------------------------------------- documents and retrieval
@@ -381,7 +381,7 @@ class Asker:
             f"(limit {fit.limit:,}, over by {fit.overflow:,}): sliding-window QA over it"
         ]
         run = self._run_sliding(question, ctx.windows, doc_id=doc_id or "", window_tokens=window_tokens, overlap_tokens=overlap_tokens, summary=summary, early_stop=early_stop, wave_size=wave_size, progress=progress)
-        texts = {}
+        texts: dict[str, None] = {}
         for w in ctx.windows:
             texts.setdefault(w.doc_id, None)
         doc_texts: dict[str, str] = {}

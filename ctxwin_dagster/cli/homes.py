@@ -109,7 +109,7 @@ def _worker_alive(instance: Any, run_id: str) -> bool:
 
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
     pid = records[0].event_log_entry.dagster_event.pid if records and records[0].event_log_entry.dagster_event else None
-    return bool(pid) and pid_alive(int(pid))
+    return pid is not None and bool(pid) and pid_alive(int(pid))
 
 
 def fail_orphaned_runs(instance: Any) -> list[str]:

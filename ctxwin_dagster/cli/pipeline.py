@@ -164,7 +164,7 @@ def run_pipeline(
         if orphans:
             print(f"ended {len(orphans)} run(s) that a killed ctxwin command left unfinished: {', '.join(o[:8] for o in orphans)}")
         defs = home_definitions(home)
-        settings = defs.resources["settings"]
+        settings: Any = (defs.resources or {})["settings"]
 
         # 1. The document list, resolved before anything is launched.
         folder = document_listing(settings, quiet=not print_listing)

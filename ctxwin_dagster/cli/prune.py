@@ -56,23 +56,23 @@ def prune(home: Path, *, delete: bool, out: Any = sys.stdout) -> dict[str, Any]:
     from dagster import DagsterInstance
 
     from ctxwin_dagster.core.documents import DocumentError
-    from ctxwin_dagster.definitions import home_definitions
-    from ctxwin_dagster.defs.partitions import documents_partitions
+    from ctxwin_dagster.definitions import home_resources
+    from ctxwin_dagster.defs.partitions import DOCUMENTS_PARTITION
     from ctxwin_dagster.models.index_rows import export_rows, table_version, write_rows
 
     instance = DagsterInstance.get()
-    defs = home_definitions(home)
-    settings, index, evaluation = defs.resources["settings"], defs.resources["lancedb"].index(), defs.resources["evaluation"]
+    resources = home_resources(home)
+    settings, index, evaluation = resources["settings"], resources["lancedb"].index(), resources["evaluation"]
     try:
         folder = settings.document_folder()
     except DocumentError as exc:
         raise SystemExit(f"ctxwin prune: {exc}; nothing was deleted (a missing folder never deletes documents)") from None
-    partitions = list(instance.get_dynamic_partitions(documents_partitions.name))
+    partitions = list(instance.get_dynamic_partitions(DOCUMENTS_PARTITION))
     present = set(folder.ids())
     gone = sorted(d for d in partitions if d not in present)
     rows = {v: {d: index.count(v, doc_id=d) for d in gone} for v in VARIANTS}
     files = _result_files(evaluation, gone)
-    report = {"doc_ids": gone, "rows": {v: sum(c.values()) for v, c in rows.items()}, "files": len(files)}
+    report: dict[str, Any] = {"doc_ids": gone, "rows": {v: sum(c.values()) for v, c in rows.items()}, "files": len(files)}
     if not gone:
         print(f"every document partition has its file in {settings.documents_dir}; nothing to prune", file=out)
         return report
@@ -103,7 +103,7 @@ def prune(home: Path, *, delete: bool, out: Any = sys.stdout) -> dict[str, Any]:
         shutil.move(str(p), target)
         moved.append([str(p), str(target)])
     for d in gone:
-        instance.delete_dynamic_partition(documents_partitions.name, d)
+        instance.delete_dynamic_partition(DOCUMENTS_PARTITION, d)
     manifest = {"stamp": stamp, "doc_ids": gone, "rows": report["rows"], "files": moved, "table_versions": versions, "lancedb": index.uri}
     (trash / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
     _log(home, {"action": "prune", **{k: manifest[k] for k in ("stamp", "doc_ids", "rows", "table_versions")}, "files": len(moved)})
@@ -116,8 +116,8 @@ def undo(home: Path, *, out: Any = sys.stdout) -> dict[str, Any]:
     """Put back what the last prune of ``home`` deleted."""
     from dagster import DagsterInstance
 
-    from ctxwin_dagster.definitions import home_definitions
-    from ctxwin_dagster.defs.partitions import documents_partitions
+    from ctxwin_dagster.definitions import home_resources
+    from ctxwin_dagster.defs.partitions import DOCUMENTS_PARTITION
     from ctxwin_dagster.models.index_rows import read_rows, restore_rows
 
     manifests = sorted((home / TRASH).glob("*/manifest.json"))
@@ -125,8 +125,7 @@ def undo(home: Path, *, out: Any = sys.stdout) -> dict[str, Any]:
         raise SystemExit(f"ctxwin prune --undo: nothing to undo in {home / TRASH}")
     path = manifests[-1]
     manifest = json.loads(path.read_text(encoding="utf-8"))
-    defs = home_definitions(home)
-    index = defs.resources["lancedb"].index()
+    index = home_resources(home)["lancedb"].index()
     restored = {}
     for v in VARIANTS:
         stored = path.parent / "rows" / f"{v}.arrow"
@@ -136,10 +135,10 @@ def undo(home: Path, *, out: Any = sys.stdout) -> dict[str, Any]:
         Path(original).parent.mkdir(parents=True, exist_ok=True)
         shutil.move(moved, original)
     instance = DagsterInstance.get()
-    have = set(instance.get_dynamic_partitions(documents_partitions.name))
+    have = set(instance.get_dynamic_partitions(DOCUMENTS_PARTITION))
     again = [d for d in manifest["doc_ids"] if d not in have]
     if again:
-        instance.add_dynamic_partitions(documents_partitions.name, again)
+        instance.add_dynamic_partitions(DOCUMENTS_PARTITION, again)
     path.rename(path.with_name("manifest.undone.json"))
     _log(home, {"action": "undo", "stamp": manifest["stamp"], "rows": restored, "files": len(manifest["files"]), "partitions": len(again)})
     print(f"undid the prune of {manifest['stamp']}: {sum(restored.values())} index rows, {len(manifest['files'])} result files "

@@ -189,7 +189,8 @@ def read_requests(instance: dg.DagsterInstance, after: int | None = None, page: 
 def command_runs_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     # The cursor is the event-log id of the last request read. A request read once is launched
     # once (and its run key would stop a second launch anyway).
-    after = int(context.cursor) if (context.cursor or "").isdigit() else None
+    previous = context.cursor or ""
+    after = int(previous) if previous.isdigit() else None
     waiting, last = read_requests(context.instance, after)
     cursor = str(last) if last is not None else context.cursor
     live = [r for r in waiting if command_alive(r.command)]

@@ -12,7 +12,7 @@ import dagster as dg
 
 from ctxwin_dagster.core.document_folder import DocumentFolder
 from ctxwin_dagster.core.documents import DocumentError
-from ctxwin_dagster.defs.partitions import documents_partitions
+from ctxwin_dagster.defs.partitions import DOCUMENTS_PARTITION, documents_partitions
 from ctxwin_dagster.defs.resources import ProjectSettings
 
 
@@ -31,10 +31,10 @@ def sync_partitions(instance: dg.DagsterInstance, settings: ProjectSettings, fol
     """Add a partition for every document without one and remember the folder's ids; returns
     (added, partitions whose file is gone). Used by ``ctxwin run``; the sensor does the same
     through a ``SensorResult``."""
-    existing = list(instance.get_dynamic_partitions(documents_partitions.name))
+    existing = list(instance.get_dynamic_partitions(DOCUMENTS_PARTITION))
     added, gone = partition_changes(settings, existing, folder)
     if added:
-        instance.add_dynamic_partitions(documents_partitions.name, added)
+        instance.add_dynamic_partitions(DOCUMENTS_PARTITION, added)
     settings.remember_ids(folder)
     return added, gone
 
@@ -52,7 +52,7 @@ def documents_sensor(context: dg.SensorEvaluationContext, settings: ProjectSetti
         return dg.SensorResult(skip_reason=f"{exc} (nothing was changed)")
     listing = folder.report_lines()
     seen = hashlib.sha1("\n".join(listing).encode("utf-8")).hexdigest()[:12]
-    existing = list(context.instance.get_dynamic_partitions(documents_partitions.name))
+    existing = list(context.instance.get_dynamic_partitions(DOCUMENTS_PARTITION))
     added, gone = partition_changes(settings, existing, folder)
     if gone:
         listing.append(

@@ -72,7 +72,11 @@ def with_settings_versions(assets: Iterable[dg.AssetsDefinition], resources: Map
     for asset in assets:
         used = sorted(set(asset.required_resource_keys) & set(versions))
         digest = _digest({k: versions[k] for k in used})[:8]
-        out.append(asset.map_asset_specs(lambda spec, d=digest: spec.replace_attributes(code_version=f"{spec.code_version or '0'}+settings.{d}")))
+
+        def versioned(spec: dg.AssetSpec, d: str = digest) -> dg.AssetSpec:
+            return spec.replace_attributes(code_version=f"{spec.code_version or '0'}+settings.{d}")
+
+        out.append(asset.map_asset_specs(versioned))
     return out
 
 

@@ -30,7 +30,7 @@ def make_project(root: Path, docs: Sequence[str], *, questions_per_doc: int) -> 
     count = dict.fromkeys(docs, 0)
     for source in sorted((REPOSITORY / "data" / "qa").glob("*.jsonl")):
         for line in source.read_text(encoding="utf-8").splitlines():
-            doc = json.loads(line)["doc_id"] if line.strip() else None
+            doc = str(json.loads(line)["doc_id"]) if line.strip() else ""
             if doc in count and count[doc] < questions_per_doc:
                 count[doc] += 1
                 lines.append(line)

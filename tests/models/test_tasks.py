@@ -144,7 +144,7 @@ def test_the_asker_takes_only_a_task_engine(extractive):
         def answer(self, question, passages, doc_id=""):
             raise AssertionError("not reached")
 
-    with pytest.raises(TypeError, match=r"AnswersOnly lacks \['summarize', 'contextualize_cc', 'contextualize_swb', 'counter', 'stats'"):
+    with pytest.raises(TypeError, match=r"AnswersOnly lacks \['answer_threshold', 'chat', 'contextualize_cc', 'contextualize_swb', 'counter', 'embedder', 'ledger', 'limits', 'max_tokens', 'stats', 'summarize'\]"):
         Asker(index=None, embedder=None, tasks=AnswersOnly())
     assert Asker(index=None, embedder=None, tasks=extractive).engine == "extractive"
 

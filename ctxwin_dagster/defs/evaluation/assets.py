@@ -2,6 +2,7 @@
 
 import json
 import time
+from typing import cast
 from pathlib import Path
 
 import dagster as dg
@@ -176,10 +177,10 @@ def _answers_asset(variant: str):
 def _question_window(embedder, questions: list[str], oversize: str) -> dict[str, int]:
     """Questions over the embedding model's window, pooled from pieces or (``oversize="truncate"``)
     cut by the model, counted with the model's own tokenizer."""
-    from ctxwin_dagster.core.embedding_window import fit_text
+    from ctxwin_dagster.core.embedding_window import Oversize, fit_text
 
     fits = [
-        fit_text(q, embedder.tokenizer, embedder.limits, oversize=oversize, offsets=o)
+        fit_text(q, embedder.tokenizer, embedder.limits, oversize=cast(Oversize, oversize), offsets=o)
         for q, o in zip(questions, embedder.tokenizer.offsets_many(questions), strict=True)
     ]
     return {

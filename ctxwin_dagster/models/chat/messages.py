@@ -52,7 +52,7 @@ def _text_parts(content: Any) -> list[str]:
         return []
     if isinstance(content, list):
         return [
-            p["text"] if isinstance(p, Mapping) and isinstance(p.get("text"), str) else p
+            str(p["text"]) if isinstance(p, Mapping) else str(p)
             for p in content
             if isinstance(p, str) or (isinstance(p, Mapping) and isinstance(p.get("text"), str))
         ]

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from ctxwin_dagster.core.embedding_window import (
     OVERSIZE_MODES,
     EmbeddingLimits,
     EmbeddingTokenizer,
+    Oversize,
     RowPlan,
     fit_text,
 )
@@ -143,7 +144,7 @@ class CachedEmbedder:
             return self._embed_fitting(texts)
         limits = self.limits
         offsets = self.tokenizer.offsets_many(texts)
-        fits = [fit_text(t, self.tokenizer, limits, oversize=self.oversize, offsets=o) for t, o in zip(texts, offsets, strict=True)]
+        fits = [fit_text(t, self.tokenizer, limits, oversize=cast(Oversize, self.oversize), offsets=o) for t, o in zip(texts, offsets, strict=True)]
         over = [f for f in fits if f.over_window]
         with self._stats_lock:
             self.stats.texts_over_window += len(over)

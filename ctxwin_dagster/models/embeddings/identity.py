@@ -49,8 +49,10 @@ def identity_of(embedder: Any, *, dim: int | None = None) -> EmbedderIdentity:
     elif isinstance(embedder, str):
         ident = EmbedderIdentity(embedder)
     else:
-        ident = getattr(embedder, "identity", None)
-        if not isinstance(ident, EmbedderIdentity):
+        found = getattr(embedder, "identity", None)
+        if isinstance(found, EmbedderIdentity):
+            ident = found
+        else:
             model = getattr(embedder, "model", None)
             if not isinstance(model, str) or not model:
                 raise TypeError(f"an embedder needs a model name (a .model or .identity); got {type(embedder).__name__}")

@@ -132,7 +132,7 @@ def ragas_embeddings(embedder: Any) -> Any:
     r = import_ragas()
     if _ADAPTER_CLASS is None:
 
-        class CtxwinRagasEmbeddings(r.BaseRagasEmbedding):
+        class CtxwinRagasEmbeddings(r.BaseRagasEmbedding):  # type: ignore[name-defined]  # ragas, imported lazily as r
             """A ctxwin embedder seen by ragas."""
 
             def __init__(self, inner: Any) -> None:
@@ -186,7 +186,7 @@ def string_measure(choice: str) -> tuple[Any, str]:
     from dataclasses import field as _field
 
     @_dc
-    class DifflibSimilarity(r.SingleTurnMetric):
+    class DifflibSimilarity(r.SingleTurnMetric):  # type: ignore[name-defined]  # ragas, imported lazily as r
         """``difflib.SequenceMatcher(autojunk=False).ratio()`` of reference and response."""
 
         name: str = "difflib_similarity"

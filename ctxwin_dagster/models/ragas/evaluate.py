@@ -97,7 +97,7 @@ class RagasEvaluation:
 
     def counts(self, metric: str, variant: str | None = None) -> dict[str, int]:
         """``n``, ``n_nan``, ``n_failed``, ``n_skipped`` of one metric (summed over variants)."""
-        out = Counter()
+        out: Counter[str] = Counter()
         for s in self.summary:
             if s["metric"] == metric and (variant is None or s["variant"] == variant):
                 for k in ("n_population", "n", "n_nan", "n_failed", "n_skipped", "n_missing"):
@@ -225,7 +225,7 @@ async def aevaluate_records(
             pop = populations[m]
             members = [i for i in idx if pop == "all" or base_rows[i]["answerable"]]
             states = [status.get((i, m), ("skipped", "not evaluated")) for i in members]
-            vals = [values[(i, m)] for i in members if status.get((i, m), ("",))[0] == "ok"]
+            vals = [float(val) for i in members if status.get((i, m), ("",))[0] == "ok" and (val := values[(i, m)]) is not None]
             reasons = Counter(d for st, d in states if st == "skipped")
             lo = hi = None
             if vals:

@@ -19,7 +19,7 @@ import asyncio
 import json
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,7 +156,7 @@ def _has_text(value: Any) -> bool:
 async def run_judge(
     judge: JudgeConfig,
     embedder: Any,
-    records: list[dict[str, Any]],
+    records: Sequence[Mapping[str, Any]],
     base_rows: list[dict[str, Any]],
     include_unanswerable: bool,
     put: Callable[..., None],

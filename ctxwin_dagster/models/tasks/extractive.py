@@ -492,7 +492,7 @@ class ExtractiveTasks:
                 chosen = sorted((int(eligible[i]) for i in picked), key=lambda i: (sents[i][0], sents[i][1]))
                 pieces: list[str] = []
                 group: list[str] = []
-                group_p = None
+                group_p = -1
                 for i in chosen:
                     p = sents[i][0]
                     if group and p != group_p:

@@ -153,15 +153,25 @@ class TaskEngine(Summarizer, Contextualizer, Answerer, Protocol):
             (None: the LLM engine decides itself).
     """
 
-    engine: str
-    model: str
-    counter: TokenCounter
-    stats: Counter[str]
-    chat: ChatBackend | None
-    limits: ModelLimits | None
-    max_tokens: int | None
-    embedder: Embedder | None
-    answer_threshold: float | None
-
+    # Read-only members (properties), so an engine may narrow them: the extractive engine's
+    # ``chat`` is always None, the LLM engine's always a backend.
+    @property
+    def engine(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def counter(self) -> TokenCounter: ...
+    @property
+    def stats(self) -> Counter[str]: ...
     @property
     def ledger(self) -> Ledger: ...
+    @property
+    def chat(self) -> ChatBackend | None: ...
+    @property
+    def limits(self) -> ModelLimits | None: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def embedder(self) -> Embedder | None: ...
+    @property
+    def answer_threshold(self) -> float | None: ...
