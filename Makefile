@@ -47,7 +47,8 @@ test-fast: setup
 	$(BIN)/python -m pytest -q -m "not slow"
 
 lint: setup
-	$(BIN)/ruff check ctxwin_dagster tests evaluations benchmarks
+	$(BIN)/ruff check ctxwin_dagster tests evaluations benchmarks deploy
+	$(BIN)/ruff format --check ctxwin_dagster tests evaluations benchmarks deploy
 	$(BIN)/mypy
 
 bench: setup

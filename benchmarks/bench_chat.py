@@ -103,7 +103,9 @@ def make_requests(n: int, prefix: str = "Chunk") -> list[ChatRequest]:
     ]
 
 
-def timed_run(base_url: str, cache_path: Path | None, reqs: list[ChatRequest], concurrency: int) -> tuple[float, Ledger, float]:
+def timed_run(
+    base_url: str, cache_path: Path | None, reqs: list[ChatRequest], concurrency: int
+) -> tuple[float, Ledger, float]:
     """Wall time of one complete_many with a new backend; also client CPU seconds."""
     ledger = Ledger()
     with OpenAIChatBackend(

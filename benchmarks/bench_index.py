@@ -65,8 +65,17 @@ def doc_vectors(i: int) -> np.ndarray:
 def doc_rows(i: int) -> list[dict]:
     d = f"doc{i:05d}"
     return [
-        {"chunk_id": f"{d}-{j}", "doc_id": d, "chunk_index": j, "start": j * 900, "end": j * 900 + 1000,
-         "text": f"chunk {j} of {d}", "section": None, "context": "", "embedded_text": f"chunk {j} of {d} term{(i * 7 + j) % 997}"}
+        {
+            "chunk_id": f"{d}-{j}",
+            "doc_id": d,
+            "chunk_index": j,
+            "start": j * 900,
+            "end": j * 900 + 1000,
+            "text": f"chunk {j} of {d}",
+            "section": None,
+            "context": "",
+            "embedded_text": f"chunk {j} of {d} term{(i * 7 + j) % 997}",
+        }
         for j in range(PER_DOC)
     ]
 
@@ -80,7 +89,8 @@ def bulk_load(idx: ChunkIndex, n_docs: int, batch: int = 20) -> None:
         rows = [r for i in ids for r in doc_rows(i)]
         vecs = np.vstack([doc_vectors(i) for i in ids])
         arrays = [
-            pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), pa.float32()), DIM) if f.name == "vector"
+            pa.FixedSizeListArray.from_arrays(pa.array(vecs.reshape(-1), pa.float32()), DIM)
+            if f.name == "vector"
             else pa.array([r.get(f.name) for r in rows], f.type)
             for f in schema
         ]
@@ -115,8 +125,13 @@ def search_figures(idx: ChunkIndex, q: np.ndarray, q_docs: np.ndarray, ids: np.n
         s = time.perf_counter()
         idx.search("t_rag", v, k=4, doc_id=str(d))
         per_doc.append(time.perf_counter() - s)
-    return {"whole_p50_ms": pct(whole, 50), "whole_p90_ms": pct(whole, 90), "recall_at_10": round(float(np.mean(recall)), 4),
-            "per_doc_p50_ms": pct(per_doc, 50), "per_doc_p90_ms": pct(per_doc, 90)}
+    return {
+        "whole_p50_ms": pct(whole, 50),
+        "whole_p90_ms": pct(whole, 90),
+        "recall_at_10": round(float(np.mean(recall)), 4),
+        "per_doc_p50_ms": pct(per_doc, 50),
+        "per_doc_p90_ms": pct(per_doc, 90),
+    }
 
 
 def run_size(size: int, args, policy: IndexPolicy) -> dict:
@@ -127,8 +142,13 @@ def run_size(size: int, args, policy: IndexPolicy) -> dict:
         bulk_load(idx, n_docs)
         load_s = time.perf_counter() - s
         first = idx.maintain("t_rag")  # indexes made, ANN trained if the table is large enough
-        out: dict = {"rows": size, "bulk_load_s": round(load_s, 1), "first_upkeep_s": first.seconds,
-                     "ann_index": first.ann_index, "ann_trained": first.trained}
+        out: dict = {
+            "rows": size,
+            "bulk_load_s": round(load_s, 1),
+            "first_upkeep_s": first.seconds,
+            "ann_index": first.ann_index,
+            "ann_trained": first.trained,
+        }
         train_s = first.seconds if first.trained else 0.0
         write, upkeep, total, appends = [], [], [], []
         for i in range(n_docs, n_docs + args.docs):
@@ -141,18 +161,25 @@ def run_size(size: int, args, policy: IndexPolicy) -> dict:
             upkeep.append(u)
             total.append(w + u)
             if report.trained:
-                raise SystemExit(f"retrained after {i - n_docs + 1} documents at {report.rows} rows: the policy is not what the benchmark assumes")
+                raise SystemExit(
+                    f"retrained after {i - n_docs + 1} documents at {report.rows} rows: the policy is not what the benchmark assumes"
+                )
             if report.appended:
                 appends.append(round(w + u, 3))
         docs_per_training = size * policy.retrain_growth / PER_DOC
-        out.update({
-            "docs_timed": args.docs,
-            "write_p50_ms": pct(write, 50), "upkeep_p50_ms": pct(upkeep, 50),
-            "doc_total_p50_ms": pct(total, 50), "doc_total_p90_ms": pct(total, 90), "doc_total_max_ms": pct(total, 100),
-            "docs_with_append_s": appends,
-            "train_s": round(train_s, 2),
-            "train_amortized_ms_per_doc": round(train_s / docs_per_training * 1000, 1) if train_s else 0.0,
-        })
+        out.update(
+            {
+                "docs_timed": args.docs,
+                "write_p50_ms": pct(write, 50),
+                "upkeep_p50_ms": pct(upkeep, 50),
+                "doc_total_p50_ms": pct(total, 50),
+                "doc_total_p90_ms": pct(total, 90),
+                "doc_total_max_ms": pct(total, 100),
+                "docs_with_append_s": appends,
+                "train_s": round(train_s, 2),
+                "train_amortized_ms_per_doc": round(train_s / docs_per_training * 1000, 1) if train_s else 0.0,
+            }
+        )
         stats = idx.index_stats("t_rag")
         out["index_parts"] = {c: st["parts"] for c, st in stats.items()}
         out["unindexed_rows"] = max(st["unindexed_rows"] for st in stats.values())
@@ -165,10 +192,22 @@ def run_size(size: int, args, policy: IndexPolicy) -> dict:
             sweep = []
             for nprobes in (5, 10, 20, 40):
                 for refine in (1, 2, 5, 10):
-                    tuned = ChunkIndex(folder, policy=IndexPolicy(**{**policy.__dict__, "nprobes": nprobes, "refine_factor": refine}))
+                    tuned = ChunkIndex(
+                        folder, policy=IndexPolicy(**{**policy.__dict__, "nprobes": nprobes, "refine_factor": refine})
+                    )
                     fig = search_figures(tuned, q, q_docs, ids, vecs)
-                    sweep.append({"nprobes": nprobes, "refine_factor": refine, "whole_p50_ms": fig["whole_p50_ms"], "recall_at_10": fig["recall_at_10"]})
-                    print(f"    sweep nprobes={nprobes:3d} refine={refine:3d}: p50 {fig['whole_p50_ms']:6.1f} ms  recall@10 {fig['recall_at_10']:.3f}", flush=True)
+                    sweep.append(
+                        {
+                            "nprobes": nprobes,
+                            "refine_factor": refine,
+                            "whole_p50_ms": fig["whole_p50_ms"],
+                            "recall_at_10": fig["recall_at_10"],
+                        }
+                    )
+                    print(
+                        f"    sweep nprobes={nprobes:3d} refine={refine:3d}: p50 {fig['whole_p50_ms']:6.1f} ms  recall@10 {fig['recall_at_10']:.3f}",
+                        flush=True,
+                    )
             out["sweep"] = sweep
         return out
 
@@ -193,7 +232,9 @@ def run_real(args, policy: IndexPolicy) -> dict:
     texts: dict[str, str] = {}
     for path in sorted((CORPUS / "cuad_dev" / "contracts").glob("*.txt")):
         texts[f"cuad{len(texts):03d}"] = path.read_text(encoding="utf-8", errors="replace")
-    for line in (CORPUS / "squad_v2_dev_half" / "squad_v2_dev_half_docs.jsonl").read_text(encoding="utf-8").splitlines():
+    for line in (
+        (CORPUS / "squad_v2_dev_half" / "squad_v2_dev_half_docs.jsonl").read_text(encoding="utf-8").splitlines()
+    ):
         d = json.loads(line)
         texts[f"squad{len(texts):03d}"] = d["text"]
     for lang in ("EN", "DE"):
@@ -204,7 +245,7 @@ def run_real(args, policy: IndexPolicy) -> dict:
         qs += [x["question"] for x in items if not x.get("is_impossible")]
     rng = np.random.default_rng(3)
     picked = [qs[i] for i in rng.choice(len(qs), 2 * args.queries, replace=False)]
-    questions_ = picked[: args.queries] if args.split == "tune" else picked[args.queries:]
+    questions_ = picked[: args.queries] if args.split == "tune" else picked[args.queries :]
     with tempfile.TemporaryDirectory(prefix="bench_index_real_") as folder:
         idx = ChunkIndex(folder, policy=policy)
         total, trained_at = [], []
@@ -222,20 +263,43 @@ def run_real(args, policy: IndexPolicy) -> dict:
         ids, docs, vecs = table_arrays(idx)
         q = embedder.embed(questions_)
         truth = [set(ids[np.argpartition(-(vecs @ v), 10)[:10]]) for v in q]
-        out = {"rows": len(ids), "documents": len(texts), "build_s": round(time.perf_counter() - started, 1),
-               "doc_total_p50_ms": pct(total, 50), "doc_total_max_ms": pct(total, 100), "trainings_at_rows": trained_at,
-               "split": args.split, "queries": len(q)}
+        out = {
+            "rows": len(ids),
+            "documents": len(texts),
+            "build_s": round(time.perf_counter() - started, 1),
+            "doc_total_p50_ms": pct(total, 50),
+            "doc_total_max_ms": pct(total, 100),
+            "trainings_at_rows": trained_at,
+            "split": args.split,
+            "queries": len(q),
+        }
         sweep = []
-        for nprobes, refine in ([(n, r) for n in (5, 10, 20, 40) for r in (1, 2, 5, 10)] if args.sweep else [(policy.nprobes, policy.refine_factor)]):
-            tuned = ChunkIndex(folder, policy=IndexPolicy(**{**policy.__dict__, "nprobes": nprobes, "refine_factor": refine}))
+        for nprobes, refine in (
+            [(n, r) for n in (5, 10, 20, 40) for r in (1, 2, 5, 10)]
+            if args.sweep
+            else [(policy.nprobes, policy.refine_factor)]
+        ):
+            tuned = ChunkIndex(
+                folder, policy=IndexPolicy(**{**policy.__dict__, "nprobes": nprobes, "refine_factor": refine})
+            )
             lat, rec = [], []
             for v, t in zip(q, truth, strict=True):
                 s = time.perf_counter()
                 hits = tuned.search("t_rag", v, k=10)
                 lat.append(time.perf_counter() - s)
                 rec.append(len({h["chunk_id"] for h in hits} & t) / 10)
-            sweep.append({"nprobes": nprobes, "refine_factor": refine, "whole_p50_ms": pct(lat, 50), "recall_at_10": round(float(np.mean(rec)), 4)})
-            print(f"    real nprobes={nprobes:3d} refine={refine:3d}: p50 {pct(lat, 50):6.1f} ms  recall@10 {np.mean(rec):.3f}", flush=True)
+            sweep.append(
+                {
+                    "nprobes": nprobes,
+                    "refine_factor": refine,
+                    "whole_p50_ms": pct(lat, 50),
+                    "recall_at_10": round(float(np.mean(rec)), 4),
+                }
+            )
+            print(
+                f"    real nprobes={nprobes:3d} refine={refine:3d}: p50 {pct(lat, 50):6.1f} ms  recall@10 {np.mean(rec):.3f}",
+                flush=True,
+            )
         out["search"] = sweep
         out["index_stats"] = idx.index_stats("t_rag")
         return out
@@ -244,12 +308,27 @@ def run_real(args, policy: IndexPolicy) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 30_000, 100_000])
-    parser.add_argument("--docs", type=int, default=24, help="documents written and indexed one after another per size (timed)")
+    parser.add_argument(
+        "--docs", type=int, default=24, help="documents written and indexed one after another per size (timed)"
+    )
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--split", choices=("tune", "report"), default="report", help="which set of questions (settings were tuned on 'tune')")
-    parser.add_argument("--sweep", action="store_true", help="also print recall and latency for several nprobes / refine_factor")
-    parser.add_argument("--ann-min-rows", type=int, default=IndexPolicy().ann_min_rows, help="train the ANN index from this many rows")
-    parser.add_argument("--real", action="store_true", help="real MiniLM vectors of ../shared/corpus and real questions instead of synthetic rows")
+    parser.add_argument(
+        "--split",
+        choices=("tune", "report"),
+        default="report",
+        help="which set of questions (settings were tuned on 'tune')",
+    )
+    parser.add_argument(
+        "--sweep", action="store_true", help="also print recall and latency for several nprobes / refine_factor"
+    )
+    parser.add_argument(
+        "--ann-min-rows", type=int, default=IndexPolicy().ann_min_rows, help="train the ANN index from this many rows"
+    )
+    parser.add_argument(
+        "--real",
+        action="store_true",
+        help="real MiniLM vectors of ../shared/corpus and real questions instead of synthetic rows",
+    )
     parser.add_argument("--out", default="", help="write the figures as JSON here")
     args = parser.parse_args(argv)
     policy = IndexPolicy(ann_min_rows=args.ann_min_rows)
@@ -267,15 +346,22 @@ def main(argv: list[str] | None = None) -> int:
         r["load_avg_after"] = round(os.getloadavg()[0], 1)
         results.append(r)
         print(json.dumps({k: v for k, v in r.items() if k != "sweep"}), flush=True)
-    print("\n| rows | write+index one doc p50 / p90 / max | of which upkeep p50 | docs with optimize() | ANN training (amortized per doc) "
-          "| per-doc search p50 | whole-table search p50 | recall@10 |")
+    print(
+        "\n| rows | write+index one doc p50 / p90 / max | of which upkeep p50 | docs with optimize() | ANN training (amortized per doc) "
+        "| per-doc search p50 | whole-table search p50 | recall@10 |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['rows']:,} | {r['doc_total_p50_ms']:.0f} / {r['doc_total_p90_ms']:.0f} / {r['doc_total_max_ms']:.0f} ms | {r['upkeep_p50_ms']:.0f} ms "
-              f"| {', '.join(f'{a:.2f} s' for a in r['docs_with_append_s']) or 'none'} "
-              f"| {r['train_s']:.1f} s ({r['train_amortized_ms_per_doc']:.0f} ms) | {r['per_doc_p50_ms']:.1f} ms | {r['whole_p50_ms']:.1f} ms | {r['recall_at_10']:.3f} |")
+        print(
+            f"| {r['rows']:,} | {r['doc_total_p50_ms']:.0f} / {r['doc_total_p90_ms']:.0f} / {r['doc_total_max_ms']:.0f} ms | {r['upkeep_p50_ms']:.0f} ms "
+            f"| {', '.join(f'{a:.2f} s' for a in r['docs_with_append_s']) or 'none'} "
+            f"| {r['train_s']:.1f} s ({r['train_amortized_ms_per_doc']:.0f} ms) | {r['per_doc_p50_ms']:.1f} "
+            f"ms | {r['whole_p50_ms']:.1f} ms | {r['recall_at_10']:.3f} |"
+        )
     if args.out:
-        Path(args.out).write_text(json.dumps({"policy": policy.__dict__, "split": args.split, "results": results}, indent=2))
+        Path(args.out).write_text(
+            json.dumps({"policy": policy.__dict__, "split": args.split, "results": results}, indent=2)
+        )
     return 0
 
 

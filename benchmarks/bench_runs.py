@@ -48,8 +48,13 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENI
 def ctxwin(args: list[str], cwd: Path) -> tuple[float, str]:
     """Wall time and output of ``ctxwin ARGS`` in ``cwd`` (its own Dagster home)."""
     started = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "ctxwin_dagster.cli", *args], cwd=cwd, env={**ENV, "DAGSTER_HOME": str(cwd / "home")},
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "ctxwin_dagster.cli", *args],
+        cwd=cwd,
+        env={**ENV, "DAGSTER_HOME": str(cwd / "home")},
+        capture_output=True,
+        text=True,
+    )
     took = time.perf_counter() - started
     if out.returncode != 0:
         print(out.stdout[-3000:], out.stderr[-3000:])
@@ -97,9 +102,24 @@ def bench_workers(base: Path, latency: float) -> None:
         for workers in (1, 4):
             root = project(base / f"workers{workers}", docs)
             calls = server.request_count
-            took, out = ctxwin(["run", "--job", "swb_rag_job", "--model", model, "--base-url", server.base_url, "--workers", str(workers)], root)
+            took, out = ctxwin(
+                [
+                    "run",
+                    "--job",
+                    "swb_rag_job",
+                    "--model",
+                    model,
+                    "--base-url",
+                    server.base_url,
+                    "--workers",
+                    str(workers),
+                ],
+                root,
+            )
             times[workers] = took
-            print(f"--workers {workers}: {took:.1f}s wall, {server.request_count - calls} requests at {latency * 1000:.0f} ms")
+            print(
+                f"--workers {workers}: {took:.1f}s wall, {server.request_count - calls} requests at {latency * 1000:.0f} ms"
+            )
             print("   " + next(line for line in out.splitlines() if line.startswith("Summary")))
     print(f"speed-up --workers 4 vs 1: {times[1] / times[4]:.2f}x (target >= 3x; {os.cpu_count()} cores)")
 
@@ -112,10 +132,10 @@ def bench_unchanged(base: Path) -> None:
     print("   " + "\n   ".join(line for line in out.splitlines() if "up to date" in line))
 
 
-MULTI_DEFS = '''import dagster as dg
+MULTI_DEFS = """import dagster as dg
 from ctxwin_dagster.definitions import build_definitions
 defs = build_definitions(executor=dg.multiprocess_executor.configured({"max_concurrent": 2}))
-'''
+"""
 
 
 def _run_durations(home: Path) -> list[float]:
@@ -123,15 +143,21 @@ def _run_durations(home: Path) -> list[float]:
 
     os.environ["DAGSTER_HOME"] = str(home)
     with dg.DagsterInstance.get() as instance:
-        runs = instance.get_runs(filters=dg.RunsFilter(job_name="all_assets_job", statuses=[dg.DagsterRunStatus.SUCCESS]))
-        return [(lambda s: (s.end_time or 0) - (s.launch_time or s.start_time or 0))(instance.get_run_stats(r.run_id)) for r in runs]
+        runs = instance.get_runs(
+            filters=dg.RunsFilter(job_name="all_assets_job", statuses=[dg.DagsterRunStatus.SUCCESS])
+        )
+        return [
+            (lambda s: (s.end_time or 0) - (s.launch_time or s.start_time or 0))(instance.get_run_stats(r.run_id))
+            for r in runs
+        ]
 
 
 def bench_executor(base: Path, doc: str = "squad_Normans") -> None:
     root = project(base / "executor")
     (root / "multi_defs.py").write_text(MULTI_DEFS, encoding="utf-8")
     (root / "multi_workspace.yaml").write_text(
-        "load_from:\n  - python_file:\n      relative_path: multi_defs.py\n      location_name: ctxwin\n      working_directory: .\n", encoding="utf-8"
+        "load_from:\n  - python_file:\n      relative_path: multi_defs.py\n      location_name: ctxwin\n      working_directory: .\n",
+        encoding="utf-8",
     )
     ctxwin(["run", "--doc", doc], root)  # warm the caches
     results = {}
@@ -193,7 +219,9 @@ def bench_floor(base: Path, docs: list[str] | None = None) -> None:
     vecs = original(fresh, distinct) if distinct else np.zeros((0, 1))
     floor = time.perf_counter() - t0
     dup = {t: n for t, n in encoded.items() if n > 1}
-    print(f"cold run of the sample ({len(keys)} documents, in process): {total:.1f}s; embedding inside it {spent[0]:.1f}s")
+    print(
+        f"cold run of the sample ({len(keys)} documents, in process): {total:.1f}s; embedding inside it {spent[0]:.1f}s"
+    )
     print(f"embedding floor: {len(distinct):,} distinct texts embedded once in {floor:.1f}s ({len(vecs)} vectors)")
     print(f"texts embedded more than once in the run: {len(dup):,} ({sum(dup.values()) - len(dup):,} extra encodings)")
     print(f"job / floor: {total / floor:.2f}x (target <= 1.3x)")
@@ -211,8 +239,12 @@ def main() -> None:
     args = parser.parse_args()
     base = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="ctxwin-bench-"))
     try:
-        {"workers": lambda: bench_workers(base, args.latency), "unchanged": lambda: bench_unchanged(base),
-         "executor": lambda: bench_executor(base), "floor": lambda: bench_floor(base, args.doc)}[args.what]()
+        {
+            "workers": lambda: bench_workers(base, args.latency),
+            "unchanged": lambda: bench_unchanged(base),
+            "executor": lambda: bench_executor(base),
+            "floor": lambda: bench_floor(base, args.doc),
+        }[args.what]()
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)

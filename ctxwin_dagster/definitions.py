@@ -15,7 +15,8 @@ from typing import Any
 import dagster as dg
 
 from ctxwin_dagster.core.experiment_spec import Experiment, home_experiment
-
+from ctxwin_dagster.defs.automation import stale_documents_sensor, with_stale_reruns
+from ctxwin_dagster.defs.command_runs import command_runs_sensor, requests_spec
 from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts, global_summaries, swb_rag_contexts
 from ctxwin_dagster.defs.evaluation.assets import (
     cc_rag_answers,
@@ -39,11 +40,8 @@ from ctxwin_dagster.defs.resources import (
     PipelineSettings,
     ProjectSettings,
 )
-from ctxwin_dagster.defs.automation import stale_documents_sensor, with_stale_reruns
-from ctxwin_dagster.defs.command_runs import command_runs_sensor, requests_spec
 from ctxwin_dagster.defs.sensors import documents_sensor
 from ctxwin_dagster.defs.staleness import with_settings_versions
-
 
 #: The file in a Dagster home that remembers which doc_id each file name was given.
 DOC_IDS_FILE = "ctxwin_doc_ids.json"
@@ -79,24 +77,31 @@ def build_definitions(
     """
     resources = default_resources(experiment, home)
     return dg.Definitions(
-        assets=with_stale_reruns(with_settings_versions([
-            raw_documents,
-            chunks,
-            global_summaries,
-            cc_rag_contexts,
-            swb_rag_contexts,
-            t_rag_index,
-            cc_rag_index,
-            swb_rag_index,
-            qa_sets,
-            t_rag_answers,
-            cc_rag_answers,
-            swb_rag_answers,
-            t_rag_ragas_scores,
-            cc_rag_ragas_scores,
-            swb_rag_ragas_scores,
-            experiment_comparison,
-        ], resources), resources) + [requests_spec],
+        assets=with_stale_reruns(
+            with_settings_versions(
+                [
+                    raw_documents,
+                    chunks,
+                    global_summaries,
+                    cc_rag_contexts,
+                    swb_rag_contexts,
+                    t_rag_index,
+                    cc_rag_index,
+                    swb_rag_index,
+                    qa_sets,
+                    t_rag_answers,
+                    cc_rag_answers,
+                    swb_rag_answers,
+                    t_rag_ragas_scores,
+                    cc_rag_ragas_scores,
+                    swb_rag_ragas_scores,
+                    experiment_comparison,
+                ],
+                resources,
+            ),
+            resources,
+        )
+        + [requests_spec],
         jobs=[all_assets_job, *VARIANT_JOBS],
         sensors=[documents_sensor, command_runs_sensor, stale_documents_sensor],
         resources=resources,

@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "evaluations"))
 
 import numpy as np  # noqa: E402
+from retrieval_quality import CORPUS, load  # noqa: E402
 
 from ctxwin_dagster.core.embedding_window import (  # noqa: E402
     DEFAULT_ROW_STRATEGY,
@@ -60,7 +61,6 @@ from ctxwin_dagster.core.metrics.aggregation import bootstrap_mean_ci  # noqa: E
 from ctxwin_dagster.models.cache import ResponseCache  # noqa: E402
 from ctxwin_dagster.models.embeddings.local import LocalEmbedder  # noqa: E402
 from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks  # noqa: E402
-from retrieval_quality import CORPUS, load  # noqa: E402
 
 WORK = ROOT / "data" / "experiments" / "embedding_strategies"
 STRATEGIES = ("legacy", *ROW_STRATEGIES)
@@ -87,7 +87,9 @@ def contexts_for(doc, tasks: ExtractiveTasks) -> dict[str, dict[str, str]]:
             return data["contexts"]
     summary = tasks.summarize(doc.text, doc_id=doc.doc_id, max_tokens=4000, segment_chars=1_000_000)
     cc = tasks.contextualize_cc(doc.text, doc.chunks, doc_id=doc.doc_id)
-    swb = tasks.contextualize_swb(doc.text, doc.chunks, summary.text, doc_id=doc.doc_id, batch_size=5, window_chars=20_000)
+    swb = tasks.contextualize_swb(
+        doc.text, doc.chunks, summary.text, doc_id=doc.doc_id, batch_size=5, window_chars=20_000
+    )
     out = {"cc_rag": {c.chunk_id: c.context for c in cc}, "swb_rag": {c.chunk_id: c.context for c in swb}}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"sha256": sha, "n_chunks": len(doc.chunks), "contexts": out}), encoding="utf-8")
@@ -97,7 +99,9 @@ def contexts_for(doc, tasks: ExtractiveTasks) -> dict[str, dict[str, str]]:
 def plans_for(doc, contexts: dict[str, str] | None, strategy: str, embedder: LocalEmbedder):
     pairs = [(c.text, (contexts or {}).get(c.chunk_id, "")) for c in doc.chunks]
     if strategy == "legacy":  # context first, given to the model as it is (the model cuts)
-        return plan_rows(pairs, tokenizer=embedder.tokenizer, limits=embedder.limits, strategy="context_budget", oversize="truncate")
+        return plan_rows(
+            pairs, tokenizer=embedder.tokenizer, limits=embedder.limits, strategy="context_budget", oversize="truncate"
+        )
     return plan_rows(pairs, tokenizer=embedder.tokenizer, limits=embedder.limits, strategy=strategy)
 
 
@@ -112,7 +116,12 @@ def rank_metrics(doc, vectors: np.ndarray, q: np.ndarray, refs) -> tuple[float, 
 
 def summarize(values: list[float]) -> dict:
     lo, hi = bootstrap_mean_ci(values, n_boot=2000, seed=0) if values else (float("nan"), float("nan"))
-    return {"mean": float(np.mean(values)) if values else float("nan"), "ci_low": float(lo), "ci_high": float(hi), "n": len(values)}
+    return {
+        "mean": float(np.mean(values)) if values else float("nan"),
+        "ci_low": float(lo),
+        "ci_high": float(hi),
+        "n": len(values),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,21 +168,39 @@ def main(argv: list[str] | None = None) -> int:
                     rrs.append(rr)
                     by_set[docs[q.doc_id].dataset][0].append(h)
                     by_set[docs[q.doc_id].dataset][1].append(rr)
-                label = "chunk only, cut by the model" if (variant == "t_rag" and strategy == "legacy") else (
-                    "chunk only, pooled" if variant == "t_rag" else strategy)
-                row = {"split": split, "variant": variant, "strategy": strategy, "label": label,
-                       "span_hit@4": summarize(hits), "mrr": summarize(rrs),
-                       **{f"{ds}_span_hit@4": summarize(v[0]) for ds, v in by_set.items()},
-                       **{f"{ds}_mrr": summarize(v[1]) for ds, v in by_set.items()},
-                       "window": window_report(plans_all)}
+                label = (
+                    "chunk only, cut by the model"
+                    if (variant == "t_rag" and strategy == "legacy")
+                    else ("chunk only, pooled" if variant == "t_rag" else strategy)
+                )
+                row = {
+                    "split": split,
+                    "variant": variant,
+                    "strategy": strategy,
+                    "label": label,
+                    "span_hit@4": summarize(hits),
+                    "mrr": summarize(rrs),
+                    **{f"{ds}_span_hit@4": summarize(v[0]) for ds, v in by_set.items()},
+                    **{f"{ds}_mrr": summarize(v[1]) for ds, v in by_set.items()},
+                    "window": window_report(plans_all),
+                }
                 results.append(row)
                 w = row["window"]
-                print(f"  {variant:<8} {strategy:<15} hit@4 {row['span_hit@4']['mean']:.3f}  mrr {row['mrr']['mean']:.3f}  "
-                      f"over {w['rows_over_window']}/{w['rows']}  chunk cut {w['chunk_tokens_cut']}  ctx cut {w['context_tokens_cut']}"
-                      f"  ({time.perf_counter() - t0:.0f}s)", flush=True)
+                print(
+                    f"  {variant:<8} {strategy:<15} hit@4 {row['span_hit@4']['mean']:.3f}  mrr {row['mrr']['mean']:.3f}  "
+                    f"over {w['rows_over_window']}/{w['rows']}  chunk cut {w['chunk_tokens_cut']}  ctx cut {w['context_tokens_cut']}"
+                    f"  ({time.perf_counter() - t0:.0f}s)",
+                    flush=True,
+                )
         windows.append({"split": split, "documents": doc_ids, "questions": len(qs)})
-    meta = {"splits": windows, "seconds": round(time.perf_counter() - started), "python": platform.python_version(),
-            "embedding_model": embedder.model, "window": embedder.limits.describe(), "default": DEFAULT_ROW_STRATEGY}
+    meta = {
+        "splits": windows,
+        "seconds": round(time.perf_counter() - started),
+        "python": platform.python_version(),
+        "embedding_model": embedder.model,
+        "window": embedder.limits.describe(),
+        "default": DEFAULT_ROW_STRATEGY,
+    }
     write_report(results, meta, args.out)
     print(f"written {args.out} ({meta['seconds']}s)")
     return 0
@@ -197,16 +224,21 @@ def write_report(results: list[dict], meta: dict, out: Path) -> None:
         "",
     ]
     for s in meta["splits"]:
-        lines.append(f"- **{s['split']}**: {len(s['documents'])} documents, {s['questions']} answerable questions "
-                     f"({', '.join(s['documents'][:3])}, …)")
+        lines.append(
+            f"- **{s['split']}**: {len(s['documents'])} documents, {s['questions']} answerable questions "
+            f"({', '.join(s['documents'][:3])}, …)"
+        )
     lines.append("")
     for split in ("tune", "report"):
         rows = [r for r in results if r["split"] == split]
         if not rows:
             continue
-        lines += [f"## {split} split", "",
-                  "| variant | strategy | span hit@4 | MRR | SQuAD hit@4 | CUAD hit@4 | rows over window | rows pooled | chunk tokens cut | context tokens cut |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            f"## {split} split",
+            "",
+            "| variant | strategy | span hit@4 | MRR | SQuAD hit@4 | CUAD hit@4 | rows over window | rows pooled | chunk tokens cut | context tokens cut |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for r in rows:
             w = r["window"]
             lines.append(

@@ -43,8 +43,13 @@ def audit(uri: str) -> list[dict]:
         over = cut_rows = cut_tokens = pooled = mismatches = 0
         for r in rows:
             if recorded and r.get("embed_pieces") is not None:
-                plan = plan_row(r["text"], r.get("context") or "", strategy=r["embed_strategy"] if r["context"] else "context_budget",
-                                tokenizer=tok, limits=lim)
+                plan = plan_row(
+                    r["text"],
+                    r.get("context") or "",
+                    strategy=r["embed_strategy"] if r["context"] else "context_budget",
+                    tokenizer=tok,
+                    limits=lim,
+                )
                 too_long = [p for part in plan.parts for p in part.pieces if tok.count(p) > lim.max_tokens]
                 over += plan.over_window
                 pooled += plan.embed_pieces > len(plan.parts)
@@ -57,12 +62,22 @@ def audit(uri: str) -> list[dict]:
                     continue
                 over += 1
                 start = text.rfind(r["text"])
-                cut = sum(1 for a, _ in offs[lim.content_tokens:] if a >= start)
+                cut = sum(1 for a, _ in offs[lim.content_tokens :] if a >= start)
             if cut:
                 cut_rows += 1
                 cut_tokens += cut
-        out.append({"table": name, "rows": len(rows), "recorded": recorded, "over_window": over, "pooled": pooled,
-                    "rows_with_chunk_cut": cut_rows, "chunk_tokens_cut": cut_tokens, "mismatches": mismatches})
+        out.append(
+            {
+                "table": name,
+                "rows": len(rows),
+                "recorded": recorded,
+                "over_window": over,
+                "pooled": pooled,
+                "rows_with_chunk_cut": cut_rows,
+                "chunk_tokens_cut": cut_tokens,
+                "mismatches": mismatches,
+            }
+        )
     return out
 
 
@@ -74,9 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     print("| table | rows | over the window | pooled | rows with chunk text cut | chunk word pieces cut |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in results:
-        print(f"| {r['table']} | {r['rows']:,} | {r['over_window']:,} | {r['pooled']:,} | {r['rows_with_chunk_cut']:,} | {r['chunk_tokens_cut']:,} |")
+        print(
+            f"| {r['table']} | {r['rows']:,} | {r['over_window']:,} | {r['pooled']:,} | {r['rows_with_chunk_cut']:,} | {r['chunk_tokens_cut']:,} |"
+        )
         if r["mismatches"]:
-            print(f"  {r['mismatches']} rows record a chunk_tokens_cut that the tokenizer does not confirm", file=sys.stderr)
+            print(
+                f"  {r['mismatches']} rows record a chunk_tokens_cut that the tokenizer does not confirm",
+                file=sys.stderr,
+            )
     return 1 if any(r["chunk_tokens_cut"] or r["mismatches"] for r in results) else 0
 
 

@@ -43,7 +43,10 @@ CORPUS = WORK / "corpus"
 REPORTS = ROOT / "evaluations" / "reports" / EXP
 RESULTS = ROOT / "evaluations" / "results" / EXP
 # document -> (its QA file, characters to keep at most, questions without an answer to add)
-DOCS = {"squad_1973_oil_crisis": ("squad_sample.jsonl", 6000, 1), "cuad_todos_medical_reseller": ("cuad_sample.jsonl", 6000, 0)}
+DOCS = {
+    "squad_1973_oil_crisis": ("squad_sample.jsonl", 6000, 1),
+    "cuad_todos_medical_reseller": ("cuad_sample.jsonl", 6000, 0),
+}
 
 
 def prepare(n_questions: int) -> dict[str, Any]:
@@ -58,16 +61,31 @@ def prepare(n_questions: int) -> dict[str, Any]:
         excerpt = text[:cut] + "\n"
         new_id = f"{doc}_part"
         (docs_dir / f"{new_id}.txt").write_text(excerpt, encoding="utf-8")
-        rows = [json.loads(line) for line in (ROOT / "data" / "qa" / qa_file).read_text(encoding="utf-8").splitlines() if line.strip()]
+        rows = [
+            json.loads(line)
+            for line in (ROOT / "data" / "qa" / qa_file).read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
         rows = [r for r in rows if r["doc_id"] == doc]
-        answerable = [r for r in rows if r["reference_spans"] and max(e for _s, e in r["reference_spans"]) <= cut][:n_questions]
+        answerable = [r for r in rows if r["reference_spans"] and max(e for _s, e in r["reference_spans"]) <= cut][
+            :n_questions
+        ]
         impossible = [
-            r for r in rows if r.get("is_impossible") and (r.get("meta") or {}).get("paragraph") and r["meta"]["paragraph"][1] <= cut
+            r
+            for r in rows
+            if r.get("is_impossible") and (r.get("meta") or {}).get("paragraph") and r["meta"]["paragraph"][1] <= cut
         ][:n_impossible]
         picked = [dict(r, doc_id=new_id) for r in answerable + impossible]
-        (qa_dir / f"{new_id}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in picked), encoding="utf-8")
-        covered[new_id] = {"source": f"data/documents/{doc}.txt", "chars": len(excerpt), "of_chars": len(text),
-                           "answerable": len(answerable), "unanswerable": len(impossible)}
+        (qa_dir / f"{new_id}.jsonl").write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in picked), encoding="utf-8"
+        )
+        covered[new_id] = {
+            "source": f"data/documents/{doc}.txt",
+            "chars": len(excerpt),
+            "of_chars": len(text),
+            "answerable": len(answerable),
+            "unanswerable": len(impossible),
+        }
     return covered
 
 
@@ -86,14 +104,28 @@ def collect() -> dict[str, Any]:
     os.environ["DAGSTER_HOME"] = str(WORK / "dagster_home")
     instance = dg.DagsterInstance.get()
     out: dict[str, dict[str, Any]] = {}
-    for asset in ("global_summaries", "cc_rag_contexts", "swb_rag_contexts", "t_rag_answers", "cc_rag_answers", "swb_rag_answers"):
+    for asset in (
+        "global_summaries",
+        "cc_rag_contexts",
+        "swb_rag_contexts",
+        "t_rag_answers",
+        "cc_rag_answers",
+        "swb_rag_answers",
+    ):
         for doc in instance.get_dynamic_partitions("documents"):
-            records = instance.fetch_materializations(dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[doc]), limit=50)
+            records = instance.fetch_materializations(
+                dg.AssetRecordsFilter(asset_key=dg.AssetKey(asset), asset_partitions=[doc]), limit=50
+            )
             # the first run made the calls; a later run may have read everything from the cache
-            metas = [{k: getattr(v, "value", v) for k, v in r.asset_materialization.metadata.items()} for r in records.records]
+            metas = [
+                {k: getattr(v, "value", v) for k, v in r.asset_materialization.metadata.items()}
+                for r in records.records
+            ]
             made = [m for m in metas if m.get("calls")]
             if made or metas:
-                out.setdefault(asset, {})[doc] = (made or metas)[-1]  # records come newest first: the oldest run that called
+                out.setdefault(asset, {})[doc] = (made or metas)[
+                    -1
+                ]  # records come newest first: the oldest run that called
     return out
 
 
@@ -105,21 +137,31 @@ def measure(meta: dict[str, Any]) -> dict[str, Any]:
             continue  # from the answer records below: their metadata has no model time
         c = sum(m.get("calls", 0) for m in docs.values())
         s = sum(m.get("model_latency_s", 0.0) for m in docs.values())
-        per_stage[asset] = {"calls": int(c), "model_seconds": round(s, 1), "seconds_per_call": round(s / c, 1) if c else None,
-                            "output_tokens": int(sum(m.get("output_tokens", 0) for m in docs.values())),
-                            "input_tokens": int(sum(m.get("input_tokens", 0) for m in docs.values()))}
+        per_stage[asset] = {
+            "calls": int(c),
+            "model_seconds": round(s, 1),
+            "seconds_per_call": round(s / c, 1) if c else None,
+            "output_tokens": int(sum(m.get("output_tokens", 0) for m in docs.values())),
+            "input_tokens": int(sum(m.get("input_tokens", 0) for m in docs.values())),
+        }
         calls += c
         latency += s
     for variant in ("t_rag", "cc_rag", "swb_rag"):
         rows = []
         for path in sorted((RESULTS / "answers" / variant).glob("*.jsonl")):
             rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        made = [r for r in rows if r.get("calls")]  # the others were answered from the cache (same prompt as another variant's)
+        made = [
+            r for r in rows if r.get("calls")
+        ]  # the others were answered from the cache (same prompt as another variant's)
         c = sum(int(r["calls"]) for r in made)
         sec = sum(float(r.get("latency_s") or 0) for r in made)  # retrieval included
-        per_stage[f"{variant}_answers"] = {"calls": c, "model_seconds": round(sec, 1), "seconds_per_call": round(sec / c, 1) if c else None,
-                                           "output_tokens": int(sum(r.get("output_tokens") or 0 for r in made)),
-                                           "input_tokens": int(sum(r.get("input_tokens") or 0 for r in made))}
+        per_stage[f"{variant}_answers"] = {
+            "calls": c,
+            "model_seconds": round(sec, 1),
+            "seconds_per_call": round(sec / c, 1) if c else None,
+            "output_tokens": int(sum(r.get("output_tokens") or 0 for r in made)),
+            "input_tokens": int(sum(r.get("input_tokens") or 0 for r in made)),
+        }
         calls += c
         latency += sec
     swb = meta.get("swb_rag_contexts", {})
@@ -140,8 +182,13 @@ def measure(meta: dict[str, Any]) -> dict[str, Any]:
         "fallback_empty": total("replies_swb_fallback_failed"),
         "windows_cut_to_fit": total("replies_swb_windows_shrunk"),
     }
-    return {"calls": int(calls), "model_seconds": round(latency, 1), "seconds_per_call": round(latency / calls, 1) if calls else None,
-            "per_stage": per_stage, "swb_replies": replies}
+    return {
+        "calls": int(calls),
+        "model_seconds": round(latency, 1),
+        "seconds_per_call": round(latency / calls, 1) if calls else None,
+        "per_stage": per_stage,
+        "swb_replies": replies,
+    }
 
 
 def answers() -> dict[str, Any]:
@@ -151,9 +198,13 @@ def answers() -> dict[str, Any]:
         for path in sorted((RESULTS / "answers" / variant).glob("*.jsonl")):
             rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         nf = sum(1 for r in rows if r.get("not_found"))
-        out[variant] = {"answers": len(rows), "not_in_documents": nf, "not_in_documents_rate": round(nf / len(rows), 3) if rows else None,
-                        "unanswerable_questions": sum(1 for r in rows if r.get("is_impossible")),
-                        "mean_output_tokens": round(statistics.fmean(r.get("output_tokens", 0) for r in rows), 1) if rows else None}
+        out[variant] = {
+            "answers": len(rows),
+            "not_in_documents": nf,
+            "not_in_documents_rate": round(nf / len(rows), 3) if rows else None,
+            "unanswerable_questions": sum(1 for r in rows if r.get("is_impossible")),
+            "mean_output_tokens": round(statistics.fmean(r.get("output_tokens", 0) for r in rows), 1) if rows else None,
+        }
     return out
 
 
@@ -170,9 +221,16 @@ def tokens() -> dict[str, Any]:
     t0 = time.perf_counter()
     n_cl = cl.count(text)
     t_cl = time.perf_counter() - t0
-    return {"document": "data/documents/eu_ai_act_2024_1689_EN.txt", "chars": len(text), "smollm2_tokens": n_own, "cl100k_tokens": n_cl,
-            "difference_percent": round(100 * (n_own - n_cl) / n_cl, 1), "smollm2_chars_per_token": round(len(text) / n_own, 2),
-            "cl100k_chars_per_token": round(len(text) / n_cl, 2), "count_seconds": {"smollm2": round(t_own, 2), "cl100k": round(t_cl, 2)}}
+    return {
+        "document": "data/documents/eu_ai_act_2024_1689_EN.txt",
+        "chars": len(text),
+        "smollm2_tokens": n_own,
+        "cl100k_tokens": n_cl,
+        "difference_percent": round(100 * (n_own - n_cl) / n_cl, 1),
+        "smollm2_chars_per_token": round(len(text) / n_own, 2),
+        "cl100k_chars_per_token": round(len(text) / n_cl, 2),
+        "count_seconds": {"smollm2": round(t_own, 2), "cl100k": round(t_cl, 2)},
+    }
 
 
 def judge(n: int, metrics: tuple[str, ...], max_tokens: int) -> dict[str, Any]:
@@ -184,13 +242,25 @@ def judge(n: int, metrics: tuple[str, ...], max_tokens: int) -> dict[str, Any]:
         rows += [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     rows = [r for r in rows if not r.get("is_impossible")][:n]
     if not rows:
-        return {"records": 0, "seconds": 0.0, "usage": {}, "metrics": {}, "failure_examples": ["no SWB-RAG answers to judge"]}
+        return {
+            "records": 0,
+            "seconds": 0.0,
+            "usage": {},
+            "metrics": {},
+            "failure_examples": ["no SWB-RAG answers to judge"],
+        }
     started = time.perf_counter()
     config = JudgeConfig(model=MODEL, metrics=metrics, max_tokens=max_tokens, timeout_s=1800, max_retries=0, attempts=1)
     result = evaluate_records(rows, judge=config, n_boot=200)
     took = time.perf_counter() - started
-    out: dict[str, Any] = {"records": len(rows), "seconds": round(took, 1), "usage": result.judge_usage, "max_tokens": max_tokens,
-                           "attempts": config.attempts, "metrics": {}}
+    out: dict[str, Any] = {
+        "records": len(rows),
+        "seconds": round(took, 1),
+        "usage": result.judge_usage,
+        "max_tokens": max_tokens,
+        "attempts": config.attempts,
+        "metrics": {},
+    }
     for m in metrics:
         c = result.counts(m)
         vals = [r[m] for r in result.rows if isinstance(r.get(m), float) and not math.isnan(r[m])]
@@ -216,32 +286,54 @@ def write(note: dict[str, Any]) -> None:
         "",
     ]
     for doc, c in note.get("covered", {}).items():
-        lines.append(f"- `{doc}`: the first {c['chars']:,} of {c['of_chars']:,} characters of `{c['source']}`, "
-                     f"{c['answerable']} answerable + {c['unanswerable']} unanswerable questions")
-    lines += ["", "Settings: chunks 1,000/100, SWB batches of 5 with ±20,000 characters, summary ≤ 300 tokens, "
-              "contextualizer replies ≤ 256 new tokens, answers ≤ 128, temperature 0.2 / top-p 0.95 (sampling seeded per batch).", ""]
+        lines.append(
+            f"- `{doc}`: the first {c['chars']:,} of {c['of_chars']:,} characters of `{c['source']}`, "
+            f"{c['answerable']} answerable + {c['unanswerable']} unanswerable questions"
+        )
+    lines += [
+        "",
+        "Settings: chunks 1,000/100, SWB batches of 5 with ±20,000 characters, summary ≤ 300 tokens, "
+        "contextualizer replies ≤ 256 new tokens, answers ≤ 128, temperature 0.2 / top-p 0.95 (sampling seeded per batch).",
+        "",
+    ]
     if m:
-        lines += ["## Time per call", "", "| stage | calls | model seconds | seconds per call | input tokens | output tokens |", "|---|---:|---:|---:|---:|---:|"]
+        lines += [
+            "## Time per call",
+            "",
+            "| stage | calls | model seconds | seconds per call | input tokens | output tokens |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         for stage, s in m["per_stage"].items():
-            lines.append(f"| {stage} | {s['calls']} | {s['model_seconds']} | {s['seconds_per_call']} | {s['input_tokens']:,} | {s['output_tokens']:,} |")
+            lines.append(
+                f"| {stage} | {s['calls']} | {s['model_seconds']} | {s['seconds_per_call']} | {s['input_tokens']:,} | {s['output_tokens']:,} |"
+            )
         lines += [f"| **all** | {m['calls']} | {m['model_seconds']} | {m['seconds_per_call']} | | |", ""]
         b = max(1, r["batches"])
         lines += [
             "## SWB-RAG replies",
             "",
             f"- batches: {r['batches']} ({r['chunks']} chunks)",
-            f"- first replies unusable (no JSON with a context per chunk): {r['unusable_first_replies']} of {r['batches']} ({100 * r['unusable_first_replies'] / b:.0f} %)",
+            f"- first replies unusable (no JSON with a context per chunk): {r['unusable_first_replies']} of "
+            f"{r['batches']} ({100 * r['unusable_first_replies'] / b:.0f} %)",
             f"- usable replies that needed repair (code fence, prose, other shape, abbreviated ids): {r['repaired_replies']}",
-            f"- batches retried: {r['retried_batches']}; still unusable after the retry: {r['unusable_after_retry']} ({100 * r['unusable_after_retry'] / b:.0f} % of batches)",
+            f"- batches retried: {r['retried_batches']}; still unusable after the retry: "
+            f"{r['unusable_after_retry']} ({100 * r['unusable_after_retry'] / b:.0f} % of batches)",
             f"- chunks that fell back to a single-chunk call: {r['fallback_chunks']} of {r['chunks']} "
             f"({100 * r['fallback_chunks'] / max(1, r['chunks']):.0f} %); fallbacks that came back empty: {r['fallback_empty']}",
             f"- batch windows cut to fit the 8,192-token window: {r['windows_cut_to_fit']}",
             "",
         ]
     if note.get("answers"):
-        lines += ["## Answers", "", "| variant | answers | of them unanswerable | NOT_IN_DOCUMENTS | rate | mean output tokens |", "|---|---:|---:|---:|---:|---:|"]
+        lines += [
+            "## Answers",
+            "",
+            "| variant | answers | of them unanswerable | NOT_IN_DOCUMENTS | rate | mean output tokens |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         for v, a in note["answers"].items():
-            lines.append(f"| {v} | {a['answers']} | {a['unanswerable_questions']} | {a['not_in_documents']} | {a['not_in_documents_rate']} | {a['mean_output_tokens']} |")
+            lines.append(
+                f"| {v} | {a['answers']} | {a['unanswerable_questions']} | {a['not_in_documents']} | {a['not_in_documents_rate']} | {a['mean_output_tokens']} |"
+            )
         lines.append("")
     if t:
         lines += [
@@ -255,11 +347,18 @@ def write(note: dict[str, Any]) -> None:
         ]
     j = note.get("judge")
     if j:
-        lines += [f"## RAGAS judged by the same model ({j['records']} SWB-RAG answers, {j['seconds']} s)", "",
-                  f"One attempt per judge call (no re-ask on invalid JSON), replies of at most {j.get('max_tokens')} tokens.", "",
-                  "| metric | scored | NaN | failed | skipped | mean of scored |", "|---|---:|---:|---:|---:|---:|"]
+        lines += [
+            f"## RAGAS judged by the same model ({j['records']} SWB-RAG answers, {j['seconds']} s)",
+            "",
+            f"One attempt per judge call (no re-ask on invalid JSON), replies of at most {j.get('max_tokens')} tokens.",
+            "",
+            "| metric | scored | NaN | failed | skipped | mean of scored |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         for metric, c in j["metrics"].items():
-            lines.append(f"| {metric} | {c['n']} | {c['n_nan']} | {c['n_failed']} | {c['n_skipped']} | {c['mean_of_ok']} |")
+            lines.append(
+                f"| {metric} | {c['n']} | {c['n_nan']} | {c['n_failed']} | {c['n_skipped']} | {c['mean_of_ok']} |"
+            )
         lines += ["", f"Judge requests: {j['usage']}."]
         for e in j.get("failure_examples", []):
             lines.append(f"- failure: `{' '.join(e.split())}`")
@@ -268,7 +367,9 @@ def write(note: dict[str, Any]) -> None:
         lines += ["## Run", ""]
         if note.get("evaluate"):
             e = note["evaluate"]
-            lines.append(f"`ctxwin evaluate {EXP}` exited {e['exit_code']} after {e['seconds']:.0f} s (model load included).")
+            lines.append(
+                f"`ctxwin evaluate {EXP}` exited {e['exit_code']} after {e['seconds']:.0f} s (model load included)."
+            )
         lines += [f"- {n}" for n in note.get("run_notes", [])]
     (REPORTS / "local_model.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
@@ -276,8 +377,15 @@ def write(note: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--questions", type=int, default=3, help="answerable questions per document (default 3)")
-    ap.add_argument("--judge-n", type=int, default=4, help="SWB-RAG answers the local model judges (default 4; 0: keep the last judging, if any)")
-    ap.add_argument("--judge-metrics", default="context_recall", help="comma-separated RAGAS LLM metrics (default context_recall)")
+    ap.add_argument(
+        "--judge-n",
+        type=int,
+        default=4,
+        help="SWB-RAG answers the local model judges (default 4; 0: keep the last judging, if any)",
+    )
+    ap.add_argument(
+        "--judge-metrics", default="context_recall", help="comma-separated RAGAS LLM metrics (default context_recall)"
+    )
     ap.add_argument("--judge-max-tokens", type=int, default=160, help="most tokens of one judge reply (default 160)")
     ap.add_argument("--prepare-only", action="store_true")
     ap.add_argument("--skip-evaluate", action="store_true", help="reuse the finished run's results")
@@ -304,7 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: note[k] for k in ("measure", "answers", "tokens")}, indent=1), flush=True)
     write(note)
     if args.judge_n:
-        note["judge"] = judge(args.judge_n, tuple(m.strip() for m in args.judge_metrics.split(",") if m.strip()), args.judge_max_tokens)
+        note["judge"] = judge(
+            args.judge_n, tuple(m.strip() for m in args.judge_metrics.split(",") if m.strip()), args.judge_max_tokens
+        )
         print(json.dumps(note["judge"], indent=1), flush=True)
         write(note)
     print(f"wrote {REPORTS / 'local_model.md'}")

@@ -87,8 +87,7 @@ AI_ACT_QUESTIONS: list[dict] = [
             "(a) Chapters I and II shall apply from 2 February 2025;",
             "(b) Chapter III Section 4, Chapter V, Chapter VII and Chapter XII and Article 78 "
             "shall apply from 2 August 2025, with the exception of Article 101;",
-            "(c) Article 6(1) and the corresponding obligations in this Regulation shall apply "
-            "from 2 August 2027.",
+            "(c) Article 6(1) and the corresponding obligations in this Regulation shall apply from 2 August 2027.",
         ],
         "answer": (
             "It enters into force on the twentieth day after its publication in the Official "
@@ -133,10 +132,7 @@ AI_ACT_QUESTIONS: list[dict] = [
         ),
     },
     {
-        "question": (
-            "What must providers ensure for AI systems intended to interact directly with "
-            "natural persons?"
-        ),
+        "question": ("What must providers ensure for AI systems intended to interact directly with natural persons?"),
         "article": "article_50",
         "spans": [
             "Providers shall ensure that AI systems intended to interact directly with natural "
@@ -154,10 +150,7 @@ AI_ACT_QUESTIONS: list[dict] = [
         ),
     },
     {
-        "question": (
-            "By when must Member States have an AI regulatory sandbox operational at "
-            "national level?"
-        ),
+        "question": ("By when must Member States have an AI regulatory sandbox operational at national level?"),
         "article": "article_57",
         "spans": [
             "Member States shall ensure that their competent authorities establish at least "
@@ -170,9 +163,7 @@ AI_ACT_QUESTIONS: list[dict] = [
         ),
     },
     {
-        "question": (
-            "What does the AI Act require of providers and deployers regarding AI literacy?"
-        ),
+        "question": ("What does the AI Act require of providers and deployers regarding AI literacy?"),
         "article": "article_4",
         "spans": [
             "Providers and deployers of AI systems shall take measures to ensure, to their best "
@@ -244,10 +235,7 @@ def ai_act_items(text: str, sections_path: Path) -> list[QAItem]:
             lead = "1. The following AI practices shall be prohibited:"
             p_lo, _ = _locate_once(text, lead, lo, hi, what)
             p_hi, _ = _locate_once(text, "\n\n2. The use of", p_lo, hi, what)
-            spans = [
-                (p_lo + m.start(), p_lo + m.end())
-                for m in re.finditer(r"(?m)^\([a-h]\) .+$", text[p_lo:p_hi])
-            ]
+            spans = [(p_lo + m.start(), p_lo + m.end()) for m in re.finditer(r"(?m)^\([a-h]\) .+$", text[p_lo:p_hi])]
             if len(spans) != 8:
                 raise SystemExit(f"{what}: expected points (a)-(h), found {len(spans)}")
         else:
@@ -291,9 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         default=REPO_ROOT.parent / "shared" / "corpus",
         help="corpus folder (default: ../shared/corpus relative to the repository root)",
     )
-    parser.add_argument(
-        "--out", type=Path, default=REPO_ROOT / "data", help="output folder (default: data/)"
-    )
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "data", help="output folder (default: data/)")
     args = parser.parse_args(argv)
     corpus: Path = args.corpus
     if not (corpus / "README.md").is_file():
@@ -338,9 +324,7 @@ def main(argv: list[str] | None = None) -> int:
             doc_id_for=CUAD_CONTRACTS.__getitem__,
         )
     )
-    ai_act = ai_act_items(
-        texts[AI_ACT_DOC_ID], corpus / "eu_ai_act" / "eu_ai_act_sections_EN.jsonl"
-    )
+    ai_act = ai_act_items(texts[AI_ACT_DOC_ID], corpus / "eu_ai_act" / "eu_ai_act_sections_EN.jsonl")
 
     for items in (squad, cuad, ai_act):
         validate_spans(items, texts)
@@ -370,9 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         size = (qa_dir / name).stat().st_size
         answerable = sum(not q.is_impossible for q in items)
         print(f"{name:40} {size:8,} bytes, {len(items)} questions, {answerable} answerable")
-    total = sum(p.stat().st_size for p in written) + sum(
-        (qa_dir / n).stat().st_size for n in outputs
-    )
+    total = sum(p.stat().st_size for p in written) + sum((qa_dir / n).stat().st_size for n in outputs)
     print(f"total {total:,} bytes")
     return 0
 

@@ -18,8 +18,11 @@ from pathlib import Path
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", default=str(Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "cuad_dev"),
-                        help="CUAD dev folder (default: shared/corpus/cuad_dev beside the project)")
+    parser.add_argument(
+        "--corpus",
+        default=str(Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "cuad_dev"),
+        help="CUAD dev folder (default: shared/corpus/cuad_dev beside the project)",
+    )
     parser.add_argument("--out", required=True)
     parser.add_argument("--n", type=int, default=40)
     args = parser.parse_args()
@@ -35,11 +38,20 @@ def main() -> None:
         if q["doc"] not in names:
             continue
         spans = [list(p) for a in q["answers"] for p in (a.get("pieces") or [[a["answer_start"], a["answer_end"]]])]
-        lines.append(json.dumps({
-            "question_id": q["id"], "doc_id": q["doc"], "question": q["question"],
-            "reference_answer": "\n".join(a["text"] for a in q["answers"]), "reference_spans": spans,
-            "is_impossible": q["is_impossible"], "category": q["category"],
-        }, ensure_ascii=False))
+        lines.append(
+            json.dumps(
+                {
+                    "question_id": q["id"],
+                    "doc_id": q["doc"],
+                    "question": q["question"],
+                    "reference_answer": "\n".join(a["text"] for a in q["answers"]),
+                    "reference_spans": spans,
+                    "is_impossible": q["is_impossible"],
+                    "category": q["category"],
+                },
+                ensure_ascii=False,
+            )
+        )
     (out / "qa" / "contracts.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(f"{len(names)} contracts and {len(lines)} questions in {out}")
 

@@ -20,6 +20,7 @@ Run with a Python that has the peers' packages (``PEERS_VENV``: a virtual enviro
 
 Usage: peer_retrieval_cached.py TOPK CACHE.npz [--no-llamaindex] FOLDER OUT.json
 """
+
 import atexit
 import hashlib
 import os
@@ -28,13 +29,15 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
 topk, cache_path = sys.argv[1], sys.argv[2]
 args = sys.argv[3:]
 os.environ["TOPK"] = topk
 if args[0] == "--no-llamaindex":
     sys.modules["llama_index"] = None  # the tool records C as unavailable and stops after A/B
     args = args[1:]
-from sentence_transformers import SentenceTransformer
+from sentence_transformers import SentenceTransformer  # noqa: E402 - after the llama_index switch above
+
 cache = {}
 if os.path.exists(cache_path):
     z = np.load(cache_path)
@@ -42,13 +45,18 @@ if os.path.exists(cache_path):
 # Texts the project's evaluation already embedded with the same model (sentence-transformers,
 # all-MiniLM-L6-v2, L2-normalized) are read from its cache when they fit the model's 256-token
 # window (longer ones are embedded here, truncated as the peers' code does).
-from ctxwin_dagster.models.cache import ResponseCache
-from ctxwin_dagster.models.embeddings.cached import embedding_cache_key
+from ctxwin_dagster.models.cache import ResponseCache  # noqa: E402
+from ctxwin_dagster.models.embeddings.cached import embedding_cache_key  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-project = ResponseCache(os.environ.get("PROJECT_CACHE", str(ROOT / "data" / "cache" / "retrieval_eval_embeddings.sqlite")))
+project = ResponseCache(
+    os.environ.get("PROJECT_CACHE", str(ROOT / "data" / "cache" / "retrieval_eval_embeddings.sqlite"))
+)
 TOOL = os.environ.get("PEER_TOOL", str(ROOT.parent / "shared" / "tools" / "peer_retrieval.py"))
 reused = [0]
 orig = SentenceTransformer.encode
+
+
 def encode(self, sentences, *a, **kw):
     single = isinstance(sentences, str)
     texts = [sentences] if single else list(sentences)
@@ -66,10 +74,18 @@ def encode(self, sentences, *a, **kw):
             cache[keys[i]] = np.asarray(v)
     res = np.stack([cache[k] for k in keys])
     return res[0] if single else res
+
+
 SentenceTransformer.encode = encode
+
+
 def save():
     print("vectors reused from the project cache:", reused[0], flush=True)
-    np.savez(cache_path, keys=np.array(list(cache)), vecs=np.stack(list(cache.values())) if cache else np.zeros((0, 384)))
+    np.savez(
+        cache_path, keys=np.array(list(cache)), vecs=np.stack(list(cache.values())) if cache else np.zeros((0, 384))
+    )
+
+
 atexit.register(save)
 sys.argv = ["peer_retrieval.py"] + args
 runpy.run_path(TOOL, run_name="__main__")

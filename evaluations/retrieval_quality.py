@@ -66,6 +66,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # retrieval_report.py beside this script
 
 import numpy as np  # noqa: E402
+from retrieval_report import frontier_claims, load_peers, write_report  # noqa: E402
 
 from ctxwin_dagster.core.documents import safe_doc_id  # noqa: E402
 from ctxwin_dagster.core.enhance import enhance  # noqa: E402
@@ -79,10 +80,7 @@ from ctxwin_dagster.core.splitting import Chunk, RecursiveSplitter  # noqa: E402
 from ctxwin_dagster.models.cache import ResponseCache  # noqa: E402
 from ctxwin_dagster.models.embeddings.local import LocalEmbedder  # noqa: E402
 
-from retrieval_report import frontier_claims, load_peers, write_report  # noqa: E402
-
 CORPUS = Path(os.environ.get("CTXWIN_CORPUS", ROOT.parent / "shared" / "corpus"))
-
 
 
 # --------------------------------------------------------------------------------------
@@ -110,7 +108,9 @@ class Doc:
     sent_vectors: np.ndarray | None = None
 
 
-def load(corpus: Path, *, cuad_contracts: int | None = None) -> tuple[dict[str, Doc], list[QAItem], dict[str, list[tuple[int, int]]]]:
+def load(
+    corpus: Path, *, cuad_contracts: int | None = None
+) -> tuple[dict[str, Doc], list[QAItem], dict[str, list[tuple[int, int]]]]:
     """The documents (chunked, each tagged with its split), the answerable questions of both sets,
     and per CUAD question the answers' whole spans (``answer_start``/``answer_end``, not split
     into pieces). ``cuad_contracts`` keeps only the first N contracts (all 151 by default)."""
@@ -125,7 +125,9 @@ def load(corpus: Path, *, cuad_contracts: int | None = None) -> tuple[dict[str, 
         sha = hashlib.sha256(text.encode("utf-8")).hexdigest()
         docs[doc_id] = Doc(doc_id, dataset, text, splitter.split(text, doc_id=doc_id, doc_sha256=sha), split)
 
-    lines = [ln for ln in (squad_dir / "squad_v2_dev_half_docs.jsonl").read_text(encoding="utf-8").splitlines() if ln.strip()]
+    lines = [
+        ln for ln in (squad_dir / "squad_v2_dev_half_docs.jsonl").read_text(encoding="utf-8").splitlines() if ln.strip()
+    ]
     for i, line in enumerate(lines):
         d = json.loads(line)
         add("squad_" + safe_doc_id(d["doc_id"]), "squad", d["text"], "tune" if i < TUNE_SQUAD_ARTICLES else "report")
@@ -137,7 +139,11 @@ def load(corpus: Path, *, cuad_contracts: int | None = None) -> tuple[dict[str, 
         text = path.read_bytes().decode("utf-8-sig")
         add("cuad_" + safe_doc_id(Path(f).stem), "cuad", text, "tune" if i < TUNE_CUAD_CONTRACTS else "report")
     items = [q for q in squad_to_qa(squad_dir / "squad_v2_dev_half_questions.jsonl") if not q.is_impossible]
-    items += [q for q in cuad_to_qa(cuad_dir / "questions.jsonl", contracts=files) if not q.is_impossible and q.reference_spans]
+    items += [
+        q
+        for q in cuad_to_qa(cuad_dir / "questions.jsonl", contracts=files)
+        if not q.is_impossible and q.reference_spans
+    ]
     missing = {q.doc_id for q in items} - set(docs)
     if missing:
         raise SystemExit(f"questions name documents that were not loaded: {sorted(missing)[:3]}")
@@ -165,7 +171,13 @@ def export_split(docs: dict[str, Doc], items: list[QAItem], dataset: str, split:
     return len(rows)
 
 
-def embed(docs: dict[str, Doc], items: list[QAItem], embedder: LocalEmbedder, *, sentence_index_splits: Sequence[str] = ("tune",)) -> np.ndarray:
+def embed(
+    docs: dict[str, Doc],
+    items: list[QAItem],
+    embedder: LocalEmbedder,
+    *,
+    sentence_index_splits: Sequence[str] = ("tune",),
+) -> np.ndarray:
     """Chunk, sentence and question vectors (the first two stored on the documents).
 
     Every sentence is embedded only for the documents of ``sentence_index_splits`` (the
@@ -263,8 +275,13 @@ def techniques(scorer: SentenceScorer, parts: dict[str, np.ndarray], lexical: Le
             qvecs = parts[q.question] if settings.question_parts else v[None, :]
             sims = d.vectors @ v
             ctx = focus_context(
-                q.question, top_hits(d, v, depth), d.chunks, settings=settings, doc_texts=texts(d),
-                score_sentences=dense_scorer(scorer.vectors_of, qvecs), lexical=lexical,
+                q.question,
+                top_hits(d, v, depth),
+                d.chunks,
+                settings=settings,
+                doc_texts=texts(d),
+                score_sentences=dense_scorer(scorer.vectors_of, qvecs),
+                lexical=lexical,
                 vector_score=lambda c: float(sims[c.chunk_index]),
             )
             return _spans(ctx)
@@ -286,24 +303,61 @@ def techniques(scorer: SentenceScorer, parts: dict[str, np.ndarray], lexical: Le
     ask = RetrievalSettings.named("ask")
     dense = RetrievalSettings.named("focus-dense")
     return [
-        Technique("top-4 chunks as retrieved (T-RAG)", "baseline", raw(4), merged=False, note="peer row 1; chunks counted one by one", peer=True),
-        Technique("top-4, ±1 neighbour (`neighbors`, 1)", "enhance", mode(4, mode="neighbors", num_neighbors=1), note="peer row 2", peer=True),
+        Technique(
+            "top-4 chunks as retrieved (T-RAG)",
+            "baseline",
+            raw(4),
+            merged=False,
+            note="peer row 1; chunks counted one by one",
+            peer=True,
+        ),
+        Technique(
+            "top-4, ±1 neighbour (`neighbors`, 1)",
+            "enhance",
+            mode(4, mode="neighbors", num_neighbors=1),
+            note="peer row 2",
+            peer=True,
+        ),
         Technique("top-4, ±2 neighbours (`neighbors`, 2)", "enhance", mode(4, mode="neighbors", num_neighbors=2)),
-        Technique("top-4, `context_window_size` 2,000 (`budget`)", "enhance", mode(4, mode="budget", context_window_size=2000)),
+        Technique(
+            "top-4, `context_window_size` 2,000 (`budget`)", "enhance", mode(4, mode="budget", context_window_size=2000)
+        ),
         Technique("top-8 chunks as retrieved", "baseline", raw(8), merged=False, note="peer row 4", peer=True),
         Technique("top-8, merged (`none`)", "enhance", mode(8, mode="none")),
         Technique("`focus-dense`: vectors only, top-16, 4,000 (the earlier default)", "focus", focus(dense)),
-        Technique("vectors only, top-16, 6,000", "focus", focus(RetrievalSettings.named("focus-dense", focus_chars=6000))),
-        Technique("vectors only, top-24, 6,000", "focus", focus(RetrievalSettings.named("focus-dense", k=24, focus_chars=6000))),
-        Technique("**`ask` (default)**: hybrid top-24, question parts, BM25 ×0.2, drop 0.3, ≤ 8,000", "focus", focus(ask), note="the default"),
+        Technique(
+            "vectors only, top-16, 6,000", "focus", focus(RetrievalSettings.named("focus-dense", focus_chars=6000))
+        ),
+        Technique(
+            "vectors only, top-24, 6,000",
+            "focus",
+            focus(RetrievalSettings.named("focus-dense", k=24, focus_chars=6000)),
+        ),
+        Technique(
+            "**`ask` (default)**: hybrid top-24, question parts, BM25 ×0.2, drop 0.3, ≤ 8,000",
+            "focus",
+            focus(ask),
+            note="the default",
+        ),
         Technique("`ask` without hybrid candidates", "ablation", focus(RetrievalSettings.named("ask", hybrid=False))),
-        Technique("`ask` without question parts", "ablation", focus(RetrievalSettings.named("ask", question_parts=False))),
-        Technique("`ask` without BM25 sentence scores", "ablation", focus(RetrievalSettings.named("ask", lexical_weight=0.0))),
+        Technique(
+            "`ask` without question parts", "ablation", focus(RetrievalSettings.named("ask", question_parts=False))
+        ),
+        Technique(
+            "`ask` without BM25 sentence scores", "ablation", focus(RetrievalSettings.named("ask", lexical_weight=0.0))
+        ),
         Technique("`ask` with a fixed budget of 4,000 (no drop)", "ablation", focus(_no_drop(ask, 4000))),
         Technique("`ask` with a fixed budget of 6,000 (no drop)", "ablation", focus(_no_drop(ask, 6000))),
-        Technique("`ask` with clause-following windows", "ablation", focus(RetrievalSettings.named("ask", structure=True))),
-        Technique("sentence index: top-8 sentences, windows ≤700 (reference)", "reference", sentence_index(8, 700),
-                  note="needs every sentence embedded (a sentence-level index), not the chunk index; tuning split only", splits=("tune",)),
+        Technique(
+            "`ask` with clause-following windows", "ablation", focus(RetrievalSettings.named("ask", structure=True))
+        ),
+        Technique(
+            "sentence index: top-8 sentences, windows ≤700 (reference)",
+            "reference",
+            sentence_index(8, 700),
+            note="needs every sentence embedded (a sentence-level index), not the chunk index; tuning split only",
+            splits=("tune",),
+        ),
     ]
 
 
@@ -336,8 +390,15 @@ def score(ref: Sequence[tuple[int, int]], blocks: Spans) -> tuple[float, float, 
 # --------------------------------------------------------------------------------------
 
 
-def evaluate(docs: dict[str, Doc], items: list[QAItem], qv: np.ndarray, techs: list[Technique], whole: dict[str, list[tuple[int, int]]],
-             *, splits: Sequence[str] = SPLITS) -> list[dict]:
+def evaluate(
+    docs: dict[str, Doc],
+    items: list[QAItem],
+    qv: np.ndarray,
+    techs: list[Technique],
+    whole: dict[str, list[tuple[int, int]]],
+    *,
+    splits: Sequence[str] = SPLITS,
+) -> list[dict]:
     """Per technique, per dataset and split: span hit with its 95 % bootstrap CI, span-character
     recall, characters per question, and the selection time per question (median and p95)."""
     results = []
@@ -381,7 +442,8 @@ def evaluate(docs: dict[str, Doc], items: list[QAItem], qv: np.ndarray, techs: l
         results.append(row)
         cells = " | ".join(
             f"{ds} {sp} {100 * m['span_hit']:5.1f}% {m['chars_per_question']:6,.0f}"
-            for ds in ("squad", "cuad") for sp, m in row[ds].items()
+            for ds in ("squad", "cuad")
+            for sp, m in row[ds].items()
         )
         print(f"  {t.name:<58} {cells} | {row['ms_per_question']:.1f} ms", flush=True)
     return results
@@ -389,18 +451,47 @@ def evaluate(docs: dict[str, Doc], items: list[QAItem], qv: np.ndarray, techs: l
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", type=Path, default=CORPUS, help="the shared corpus folder (default ../shared/corpus)")
-    parser.add_argument("--cuad-contracts", type=int, default=None, help="first N CUAD dev contracts in sorted file order (default all 151)")
-    parser.add_argument("--cache", type=Path, default=ROOT / "data" / "cache" / "retrieval_eval_embeddings.sqlite", help="embedding cache (SQLite)")
+    parser.add_argument(
+        "--corpus", type=Path, default=CORPUS, help="the shared corpus folder (default ../shared/corpus)"
+    )
+    parser.add_argument(
+        "--cuad-contracts",
+        type=int,
+        default=None,
+        help="first N CUAD dev contracts in sorted file order (default all 151)",
+    )
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=ROOT / "data" / "cache" / "retrieval_eval_embeddings.sqlite",
+        help="embedding cache (SQLite)",
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "evaluations" / "reports", help="report folder")
-    parser.add_argument("--export-peer-folders", type=Path, default=None,
-                        help="write each dataset's report split in the project's QA format under this folder (for peer_retrieval.py) and stop")
-    parser.add_argument("--split", choices=("tune", "report", "both"), default="both", help="the split(s) to measure (default both)")
-    parser.add_argument("--peers", type=Path, default=None,
-                        help="folder with peer_retrieval.py outputs on the report split (peer_{squad,cuad}_report_top{4,8}.json)")
-    parser.add_argument("--rewrite", action="store_true",
-                        help="rewrite the report from the JSON in --out with the peers of --peers (no measuring)")
-    parser.add_argument("--quick", action="store_true", help="300 questions per set (a smoke run; no report written unless --out is given)")
+    parser.add_argument(
+        "--export-peer-folders",
+        type=Path,
+        default=None,
+        help="write each dataset's report split in the project's QA format under this folder (for peer_retrieval.py) and stop",
+    )
+    parser.add_argument(
+        "--split", choices=("tune", "report", "both"), default="both", help="the split(s) to measure (default both)"
+    )
+    parser.add_argument(
+        "--peers",
+        type=Path,
+        default=None,
+        help="folder with peer_retrieval.py outputs on the report split (peer_{squad,cuad}_report_top{4,8}.json)",
+    )
+    parser.add_argument(
+        "--rewrite",
+        action="store_true",
+        help="rewrite the report from the JSON in --out with the peers of --peers (no measuring)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="300 questions per set (a smoke run; no report written unless --out is given)",
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
     if args.rewrite:
@@ -463,12 +554,23 @@ def main(argv: list[str] | None = None) -> int:
         "embedder": embedder.stats.to_dict(),
         "scorer_misses": scorer.misses,
         "splits": list(splits),
-        "split_sizes": {f"{ds}_{sp}": {"docs": sum(1 for d in docs.values() if d.dataset == ds and d.split == sp),
-                                       "questions": sum(1 for q in items if docs[q.doc_id].dataset == ds and docs[q.doc_id].split == sp)}
-                        for ds in ("squad", "cuad") for sp in splits},
-        "bm25_build_s": {ds: {"total": float(sum(v)), "per_doc_mean": float(np.mean(v)) if v else 0.0,
-                              "per_doc_max": float(max(v)) if v else 0.0, "doc_chars_mean": float(np.mean([len(d.text) for d in docs.values() if d.dataset == ds]))}
-                         for ds, v in build.items()},
+        "split_sizes": {
+            f"{ds}_{sp}": {
+                "docs": sum(1 for d in docs.values() if d.dataset == ds and d.split == sp),
+                "questions": sum(1 for q in items if docs[q.doc_id].dataset == ds and docs[q.doc_id].split == sp),
+            }
+            for ds in ("squad", "cuad")
+            for sp in splits
+        },
+        "bm25_build_s": {
+            ds: {
+                "total": float(sum(v)),
+                "per_doc_mean": float(np.mean(v)) if v else 0.0,
+                "per_doc_max": float(max(v)) if v else 0.0,
+                "doc_chars_mean": float(np.mean([len(d.text) for d in docs.values() if d.dataset == ds])),
+            }
+            for ds, v in build.items()
+        },
         "peers": load_peers(args.peers) if args.peers else {},
     }
     if args.quick and "--out" not in (argv or sys.argv):

@@ -30,8 +30,17 @@ def load_peers(folder: Path) -> dict[str, list[dict]]:
                 continue
             res = json.loads(path.read_text(encoding="utf-8")).get(key, {})
             if "hit_block" in res:
-                rows.append({"technique": label, "n": res["n"], "span_hit": res["hit_block"], "span_char_recall": res["char_recall"],
-                             "chars_sent": res["sent_chars"], "chars_unique": res["uniq_chars"], "source": path.name})
+                rows.append(
+                    {
+                        "technique": label,
+                        "n": res["n"],
+                        "span_hit": res["hit_block"],
+                        "span_char_recall": res["char_recall"],
+                        "chars_sent": res["sent_chars"],
+                        "chars_unique": res["uniq_chars"],
+                        "source": path.name,
+                    }
+                )
         out[dataset] = rows
     return out
 
@@ -51,17 +60,26 @@ def frontier_claims(results: list[dict], meta: dict, split: str = "report") -> l
             continue
         hit, chars = 100 * peer["span_hit"], peer["chars_sent"]
         rows = [r for r in results if split in r.get(dataset, {})]
-        winners = [r for r in rows if r["group"] in ("enhance", "focus", "ablation") and 100 * r[dataset][split]["span_hit"] > hit
-                   and r[dataset][split]["chars_per_question"] <= chars]
+        winners = [
+            r
+            for r in rows
+            if r["group"] in ("enhance", "focus", "ablation")
+            and 100 * r[dataset][split]["span_hit"] > hit
+            and r[dataset][split]["chars_per_question"] <= chars
+        ]
         winners.sort(key=lambda r: -r[dataset][split]["span_hit"])
         head = f"- **{label}** (sentence-window peer {hit:.1f} % at {chars:,.0f} chars sent)"
         default = next((r for r in rows if r.get("note") == "the default"), None)
         if default is not None:
             m = default[dataset][split]
             lo = 100 * m["span_hit_ci95"][0]
-            verdict = ("above the peer, the peer's figure below our CI" if lo > hit and m["chars_per_question"] <= chars else
-                       "above the peer but inside our CI" if 100 * m["span_hit"] > hit and m["chars_per_question"] <= chars else
-                       "not above the peer at equal or fewer characters")
+            verdict = (
+                "above the peer, the peer's figure below our CI"
+                if lo > hit and m["chars_per_question"] <= chars
+                else "above the peer but inside our CI"
+                if 100 * m["span_hit"] > hit and m["chars_per_question"] <= chars
+                else "not above the peer at equal or fewer characters"
+            )
             head += f": the `ask` default {_pct(m)} at {m['chars_per_question']:,.0f} chars — {verdict}"
         lines.append(head + f"; {len(winners)} of the project's rows beat the peer at ≤ its characters.")
     default = next((r for r in results if r.get("note") == "the default"), None)
@@ -71,8 +89,10 @@ def frontier_claims(results: list[dict], meta: dict, split: str = "report") -> l
             m = default[dataset].get(split)
             if m is not None:
                 met = 100 * m["span_hit"] >= goal_hit and m["chars_per_question"] <= goal_chars
-                lines.append(f"- Goal {label} ≥ {goal_hit} % at ≤ {goal_chars:,} chars per question: {'met' if met else 'not met'} "
-                             f"({100 * m['span_hit']:.1f} % at {m['chars_per_question']:,.0f}).")
+                lines.append(
+                    f"- Goal {label} ≥ {goal_hit} % at ≤ {goal_chars:,} chars per question: {'met' if met else 'not met'} "
+                    f"({100 * m['span_hit']:.1f} % at {m['chars_per_question']:,.0f})."
+                )
     return lines
 
 
@@ -119,7 +139,10 @@ def write_report(results: list[dict], meta: dict, out: Path) -> tuple[Path, Path
         "**Protocol.** Every choice (signals, weights, budget, score drop) was made on the *tuning* split — the first "
         "40 CUAD dev contracts in sorted file order and the first 8 SQuAD articles in file order — and only then measured "
         "on the *report* split: the other 111 contracts and the other 8 articles. "
-        + ", ".join(f"{k.replace('_', ' ')}: {v['docs']} documents, {v['questions']:,} answerable questions" for k, v in sizes.items())
+        + ", ".join(
+            f"{k.replace('_', ' ')}: {v['docs']} documents, {v['questions']:,} answerable questions"
+            for k, v in sizes.items()
+        )
         + " (CUAD reference spans = the annotation pieces).",
         "",
         "**Span hit**: a reference span lies wholly inside one block of the context. **Recall**: share of reference-span "
@@ -133,11 +156,18 @@ def write_report(results: list[dict], meta: dict, out: Path) -> tuple[Path, Path
         for dataset, label in (("squad", "SQuAD"), ("cuad", "CUAD")):
             peers = meta.get("peers", {}).get(dataset, [])
             if peers:
-                lines += [f"Peers on the {label} report split, measured with their own code (`../shared/tools/peer_retrieval.py`, "
-                          "same model, same documents and reference spans; *chars sent* counts repeated text, as the peers send it):", "",
-                          "| peer | n | span hit | recall | chars sent | unique chars |", "|---|---:|---:|---:|---:|---:|"]
-                lines += [f"| {p['technique']} | {p['n']:,} | {100 * p['span_hit']:.1f} % | {100 * p['span_char_recall']:.1f} % | "
-                          f"{p['chars_sent']:,.0f} | {p['chars_unique']:,.0f} |" for p in peers]
+                lines += [
+                    f"Peers on the {label} report split, measured with their own code (`../shared/tools/peer_retrieval.py`, "
+                    "same model, same documents and reference spans; *chars sent* counts repeated text, as the peers send it):",
+                    "",
+                    "| peer | n | span hit | recall | chars sent | unique chars |",
+                    "|---|---:|---:|---:|---:|---:|",
+                ]
+                lines += [
+                    f"| {p['technique']} | {p['n']:,} | {100 * p['span_hit']:.1f} % | {100 * p['span_char_recall']:.1f} % | "
+                    f"{p['chars_sent']:,.0f} | {p['chars_unique']:,.0f} |"
+                    for p in peers
+                ]
                 lines.append("")
     if "tune" in meta["splits"]:
         lines += ["## Tuning split (where the choices were made)", "", *_table(results, "tune"), ""]
@@ -164,10 +194,10 @@ def write_report(results: list[dict], meta: dict, out: Path) -> tuple[Path, Path
 
 
 NOTES = [
-    "- **The `ask` default** (`RetrievalSettings.named(\"ask\")`, also the evaluation's): (1) *hybrid candidates*: the "
+    '- **The `ask` default** (`RetrievalSettings.named("ask")`, also the evaluation\'s): (1) *hybrid candidates*: the '
     "top-24 chunks by reciprocal rank fusion (k = 60; Cormack, Clarke & Büttcher, SIGIR 2009, as LanceDB's hybrid search) of "
     "the vector ranking and BM25 over the document's chunks (`bm25s`, Lucene's BM25, English stop words), each 96 deep; "
-    "(2) *question parts*: a templated question (CUAD: 'Highlight the parts (if any) of this contract related to \"X\" that "
+    '(2) *question parts*: a templated question (CUAD: \'Highlight the parts (if any) of this contract related to "X" that '
     "should be reviewed by a lawyer. Details: Y') is scored by its quoted names and `Label:` fields (X and Y), found from the "
     "question's form alone, so a plain question is its own only part; (3) *sentence scores*: the mean cosine similarity "
     "to the parts + 0.5 × the chunk's cosine + 0.2 × BM25 of the sentence (over the document's sentences, queried with "

@@ -71,7 +71,9 @@ def test_the_pipeline_never_imports_the_testing_package():
         if "testing" in path.relative_to(PACKAGE).parts:
             continue
         for line, name in _imports(path):
-            assert not name.startswith("ctxwin_dagster.testing"), f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}"
+            assert not name.startswith("ctxwin_dagster.testing"), (
+                f"{path.relative_to(PACKAGE.parent)}:{line} imports {name}"
+            )
 
 
 def test_only_dagsters_public_api_is_used():
@@ -82,7 +84,9 @@ def test_only_dagsters_public_api_is_used():
     for folder in ("ctxwin_dagster", "tests", "benchmarks", "evaluations", "deploy"):
         for path in sorted((root / folder).rglob("*.py")):
             for line, name in _imports(path) if folder == "ctxwin_dagster" else _plain_imports(path):
-                if name.split(".")[0].startswith("dagster") and any(part.startswith("_") for part in name.split(".")[1:]):
+                if name.split(".")[0].startswith("dagster") and any(
+                    part.startswith("_") for part in name.split(".")[1:]
+                ):
                     wrong.append(f"{path.relative_to(root)}:{line} imports {name}")
     assert not wrong, "private Dagster imports:\n" + "\n".join(wrong)
 
@@ -97,23 +101,29 @@ def _plain_imports(path: Path) -> list[tuple[int, str]]:
     return out
 
 
+#: The longest a module may be, in lines as `ruff format` writes them (120 columns).
+MAX_MODULE_LINES = 620
 #: Modules allowed to be long: tables of prompt text.
 LONG_ALLOWED = {"core/prompts/tables.py"}
 
 
 def test_modules_have_one_job_and_stay_short():
-    """No module grows past about 500 lines (the prompt tables excepted): split it by job instead."""
+    """No module grows past about 600 lines of 120 columns (the prompt tables excepted): split it by job instead."""
     long = {
         str(p.relative_to(PACKAGE)): n
         for p in PACKAGE.rglob("*.py")
-        if (n := len(p.read_text(encoding="utf-8").splitlines())) > 560 and str(p.relative_to(PACKAGE)) not in LONG_ALLOWED
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+        and str(p.relative_to(PACKAGE)) not in LONG_ALLOWED
     }
-    assert not long, f"modules over 560 lines: {long}"
+    assert not long, f"modules over {MAX_MODULE_LINES} lines: {long}"
 
 
 def _module_graph() -> dict[str, set[str]]:
     """Module -> the project's modules it imports (a package import counts as its ``__init__``)."""
-    modules = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p for p in PACKAGE.rglob("*.py")}
+    modules = {
+        ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in PACKAGE.rglob("*.py")
+    }
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         targets = set()
@@ -137,7 +147,7 @@ def test_no_modules_import_each_other_in_a_circle():
         state[node] = 1
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                cycles.append(path[path.index(nxt):] + [nxt])
+                cycles.append(path[path.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, path + [nxt])
         state[node] = 2
@@ -202,9 +212,16 @@ def test_the_tests_mirror_the_package():
     …); only the checks of the whole house stay at the top, and no test imports another."""
     tests = PACKAGE.parent / "tests"
     rooms = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()}
-    misplaced = [str(p.relative_to(tests)) for p in tests.rglob("test_*.py")
-                 if p.parent != tests and p.parent.name not in rooms or p.parent == tests and p.name != "test_architecture.py"]
+    misplaced = [
+        str(p.relative_to(tests))
+        for p in tests.rglob("test_*.py")
+        if p.parent != tests and p.parent.name not in rooms or p.parent == tests and p.name != "test_architecture.py"
+    ]
     assert not misplaced, f"tests outside a folder named after a package room ({sorted(rooms)}): {misplaced}"
-    importing = [f"{p.relative_to(tests)}:{line}" for p in tests.rglob("*.py") for line, name in _plain_imports(p)
-                 if name.split(".")[0].startswith(("test_", "conftest", "tests"))]
+    importing = [
+        f"{p.relative_to(tests)}:{line}"
+        for p in tests.rglob("*.py")
+        for line, name in _plain_imports(p)
+        if name.split(".")[0].startswith(("test_", "conftest", "tests"))
+    ]
     assert not importing, f"tests that import other tests (share a fixture in conftest.py instead): {importing}"

@@ -40,4 +40,13 @@ from .results import AskError, AskResult, Citation, StaleIndexError, normalize_v
 from .retriever import Retriever
 from .service import ASK_MODES, Asker
 
-__all__ = ["ASK_MODES", "AskError", "AskResult", "Asker", "Citation", "Retriever", "StaleIndexError", "normalize_variant"]
+__all__ = [
+    "ASK_MODES",
+    "AskError",
+    "AskResult",
+    "Asker",
+    "Citation",
+    "Retriever",
+    "StaleIndexError",
+    "normalize_variant",
+]

@@ -24,7 +24,9 @@ class IndexedDocuments:
         documents_dir: the documents folder; None: text is rebuilt from the index rows.
     """
 
-    def __init__(self, index: Any | None, documents_dir: str | Path | None, *, doc_ids_file: str | Path | None = None) -> None:
+    def __init__(
+        self, index: Any | None, documents_dir: str | Path | None, *, doc_ids_file: str | Path | None = None
+    ) -> None:
         self.index = index
         self.documents_dir = None if documents_dir is None else Path(documents_dir).expanduser()
         self.doc_ids_file = None if not doc_ids_file else Path(doc_ids_file)

@@ -66,4 +66,3 @@ def open_asker(
         asker.documents.doc_ids_file = Path(doc_ids_file)
     asker._closers.extend(closers)
     return asker
-

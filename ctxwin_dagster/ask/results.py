@@ -59,7 +59,13 @@ class Citation:
         return (self.chunk_id, self.doc_id, self.start, self.end)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"chunk_id": self.chunk_id, "doc_id": self.doc_id, "start": self.start, "end": self.end, "excerpt": self.excerpt}
+        return {
+            "chunk_id": self.chunk_id,
+            "doc_id": self.doc_id,
+            "start": self.start,
+            "end": self.end,
+            "excerpt": self.excerpt,
+        }
 
 
 @dataclass(slots=True)
@@ -165,7 +171,14 @@ class AskResult:
             "sliding": None if self.sliding is None else self.sliding.to_dict(),
         }
 
-    def to_record(self, *, question_id: str, reference_answer: str = "", reference_spans: Sequence[Sequence[int]] = (), is_impossible: bool | None = None) -> dict[str, Any]:
+    def to_record(
+        self,
+        *,
+        question_id: str,
+        reference_answer: str = "",
+        reference_spans: Sequence[Sequence[int]] = (),
+        is_impossible: bool | None = None,
+    ) -> dict[str, Any]:
         """An answer record in the format of :mod:`ctxwin_dagster.core.metrics.scoring`."""
         totals = self.totals
         rec: dict[str, Any] = {
@@ -223,10 +236,27 @@ def _cited_excerpt(window_text: str, answer: str, label: str) -> str:
 
 
 def _window_dict(w: Window) -> dict[str, Any]:
-    return {"doc_id": w.doc_id, "start": w.start, "end": w.end, "score": round(float(w.score), 6), "chunk_ids": list(w.chunk_ids), "n_chars": len(w.text)}
+    return {
+        "doc_id": w.doc_id,
+        "start": w.start,
+        "end": w.end,
+        "score": round(float(w.score), 6),
+        "chunk_ids": list(w.chunk_ids),
+        "n_chars": len(w.text),
+    }
 
 
-def sliding_result(question: str, run: SlidingAnswer, *, mode: str, variant: str | None, doc_id: str | None, texts: Mapping[str, str], chunks: Sequence[Chunk], notes: list[str]) -> AskResult:
+def sliding_result(
+    question: str,
+    run: SlidingAnswer,
+    *,
+    mode: str,
+    variant: str | None,
+    doc_id: str | None,
+    texts: Mapping[str, str],
+    chunks: Sequence[Chunk],
+    notes: list[str],
+) -> AskResult:
     """The :class:`AskResult` of a sliding-window run: citations mapped to indexed chunks where they overlap one."""
     by_doc: dict[str, list[Chunk]] = {}
     for c in chunks:
@@ -239,11 +269,22 @@ def sliding_result(question: str, run: SlidingAnswer, *, mode: str, variant: str
         excerpt = _excerpt(text[s:e]) if text else _excerpt(f.evidence or f.answer)
         citations.append(Citation(cid, d, s, e, excerpt))
     if run.stopped_early:
-        notes.append(f"stopped early after {run.n_read} of {run.n_windows} windows (a window reached the confidence threshold)")
+        notes.append(
+            f"stopped early after {run.n_read} of {run.n_windows} windows (a window reached the confidence threshold)"
+        )
     if run.errors:
         notes.append(f"{len(run.errors)} windows gave no usable reply: {run.errors[0]}")
     windows = [
-        {"doc_id": f.doc_id, "start": f.start, "end": f.end, "score": round(f.confidence, 6), "chunk_ids": [], "n_chars": f.end - f.start, "window": f.window, "found": f.found}
+        {
+            "doc_id": f.doc_id,
+            "start": f.start,
+            "end": f.end,
+            "score": round(f.confidence, 6),
+            "chunk_ids": [],
+            "n_chars": f.end - f.start,
+            "window": f.window,
+            "found": f.found,
+        }
         for f in run.findings
     ]
     return AskResult(

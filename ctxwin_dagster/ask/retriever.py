@@ -43,7 +43,9 @@ class Retriever:
 
     def __init__(self, index: Any | None, embedder: Any | None, documents: IndexedDocuments) -> None:
         if index is not None and embedder is None:
-            raise ValueError("an index needs the embedder it was built with; pass embedder=LocalEmbedder() (or the index's)")
+            raise ValueError(
+                "an index needs the embedder it was built with; pass embedder=LocalEmbedder() (or the index's)"
+            )
         # Duck-typed (a ChunkIndex, an embedder); require_index() says when one is missing.
         self.index: Any = index
         self.embedder: Any = embedder
@@ -54,7 +56,9 @@ class Retriever:
     def require_index(self) -> Any:
         """The index (a clear error when there is none, or no embedder for it)."""
         if self.index is None:
-            raise AskError("this asker has no index; open one with Asker.open(lancedb=...) or use mode='sliding' with doc_id=")
+            raise AskError(
+                "this asker has no index; open one with Asker.open(lancedb=...) or use mode='sliding' with doc_id="
+            )
         if self.embedder is None:
             raise AskError("searching needs the embedder the index was built with; pass embedder=")
         return self.index
@@ -84,7 +88,9 @@ class Retriever:
         self.require_index()
         return self.embedder.embed([question])[0]
 
-    def search(self, question: str, vector: Any, *, variant: str, doc_id: str | None, k: int, hybrid: bool) -> list[dict[str, Any]]:
+    def search(
+        self, question: str, vector: Any, *, variant: str, doc_id: str | None, k: int, hybrid: bool
+    ) -> list[dict[str, Any]]:
         """The top-``k`` rows of ``variant`` for ``vector`` (fused with full-text search of
         ``question`` when ``hybrid``), within ``doc_id`` or every document whose file is there."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -102,17 +108,35 @@ class Retriever:
             # is gone keeps its rows until `ctxwin prune`, but is not searched).
             present = None if doc_id else self.documents.present_ids()
             return index.search(
-                variant, vector, k=k, doc_id=doc_id or None, query_text=question, hybrid=hybrid, embedder=self.embedder, doc_ids=present
+                variant,
+                vector,
+                k=k,
+                doc_id=doc_id or None,
+                query_text=question,
+                hybrid=hybrid,
+                embedder=self.embedder,
+                doc_ids=present,
             )
         except EmbedderMismatchError as exc:
             raise AskError(str(exc)) from exc
 
-    def top_rows(self, question: str, settings: RetrievalSettings, *, variant: str, doc_id: str | None) -> list[dict[str, Any]]:
+    def top_rows(
+        self, question: str, settings: RetrievalSettings, *, variant: str, doc_id: str | None
+    ) -> list[dict[str, Any]]:
         """The settings' top-``k`` rows for ``question``, best first, before any enhancement."""
-        return self.search(question, self.embed(question), variant=variant, doc_id=doc_id, k=settings.effective_k, hybrid=settings.hybrid)
+        return self.search(
+            question,
+            self.embed(question),
+            variant=variant,
+            doc_id=doc_id,
+            k=settings.effective_k,
+            hybrid=settings.hybrid,
+        )
 
     # ----------------------------------------------------------------- context
-    def context(self, question: str, settings: RetrievalSettings, *, variant: str, doc_id: str | None) -> EnhancedContext:
+    def context(
+        self, question: str, settings: RetrievalSettings, *, variant: str, doc_id: str | None
+    ) -> EnhancedContext:
         """The merged context windows of ``question``, best first, as ``settings`` say."""
         variant = normalize_variant(variant)
         vector = self.embed(question)
@@ -125,12 +149,22 @@ class Retriever:
         score_key = "rrf_score" if hybrid and all("rrf_score" in r for r in rows) else "score"
         hits = hits_from_rows(rows, score_key=score_key)
         chunks, texts = self.chunks(variant, list(dict.fromkeys(c.doc_id for c, _ in hits)))
-        return enhance(hits, chunks, mode=mode, doc_texts=texts, num_neighbors=settings.num_neighbors if mode == "neighbors" else None,
-                       context_window_size=settings.context_window_size if mode == "budget" else None)
+        return enhance(
+            hits,
+            chunks,
+            mode=mode,
+            doc_texts=texts,
+            num_neighbors=settings.num_neighbors if mode == "neighbors" else None,
+            context_window_size=settings.context_window_size if mode == "budget" else None,
+        )
 
-    def _focus(self, question: str, vector: Any, settings: RetrievalSettings, *, variant: str, doc_id: str | None) -> EnhancedContext:
+    def _focus(
+        self, question: str, vector: Any, settings: RetrievalSettings, *, variant: str, doc_id: str | None
+    ) -> EnhancedContext:
         k = settings.effective_k
-        rows = self.search(question, vector, variant=variant, doc_id=doc_id, k=4 * k if settings.hybrid else k, hybrid=False)
+        rows = self.search(
+            question, vector, variant=variant, doc_id=doc_id, k=4 * k if settings.hybrid else k, hybrid=False
+        )
         if not rows:
             return EnhancedContext([], "focus")
         hits = hits_from_rows(rows)
@@ -152,5 +186,13 @@ class Retriever:
             v = vectors.get(chunk.chunk_id)
             return float(v @ q) if v is not None else 0.0
 
-        return focus_context(question, hits, chunks, settings=settings, score_sentences=score, doc_texts=texts,
-                             lexical=self.lexical, vector_score=vector_score)
+        return focus_context(
+            question,
+            hits,
+            chunks,
+            settings=settings,
+            score_sentences=score,
+            doc_texts=texts,
+            lexical=self.lexical,
+            vector_score=vector_score,
+        )

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ctxwin_dagster.core.defaults import PAPER
-from ctxwin_dagster.core.experiment_spec import DEFAULT_CACHE_DIR, DEFAULT_DOCUMENTS_DIR, DEFAULT_LANCEDB_URI
 from ctxwin_dagster.core.enhance import EnhancedContext
+from ctxwin_dagster.core.experiment_spec import DEFAULT_CACHE_DIR, DEFAULT_DOCUMENTS_DIR, DEFAULT_LANCEDB_URI
 from ctxwin_dagster.core.fit import FitReport, check_fit
 from ctxwin_dagster.core.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS, detect_language, format_passages, get_template
@@ -42,7 +42,6 @@ ASK_MODES: tuple[str, ...] = ("retrieve", "sliding", "auto")
 #: The model whose limits the auto mode checks against when the answer engine is the
 #: extractive one (which has no context limit of its own): the paper's answer model.
 DEFAULT_LIMITS_MODEL = PAPER.answer_model
-
 
 
 class Asker:
@@ -78,7 +77,9 @@ class Asker:
 
         if not isinstance(tasks, TaskEngine):
             missing = [n for n in dir(TaskEngine) if not n.startswith("_") and not hasattr(tasks, n)]
-            raise TypeError(f"tasks must be a task engine (LLMTasks, ExtractiveTasks); {type(tasks).__name__} lacks {missing}")
+            raise TypeError(
+                f"tasks must be a task engine (LLMTasks, ExtractiveTasks); {type(tasks).__name__} lacks {missing}"
+            )
         self.documents = IndexedDocuments(index, documents_dir)
         self.retriever = Retriever(index, embedder, self.documents)
         self.index = index
@@ -131,8 +132,18 @@ class Asker:
         from .opening import open_asker
 
         return open_asker(
-            cls, lancedb=lancedb, documents=documents, model=model, base_url=base_url, api_key=api_key, cache_dir=cache_dir,
-            embedder=embedder, embeddings=embeddings, max_concurrency=max_concurrency, max_tokens=max_tokens, doc_ids_file=doc_ids_file,
+            cls,
+            lancedb=lancedb,
+            documents=documents,
+            model=model,
+            base_url=base_url,
+            api_key=api_key,
+            cache_dir=cache_dir,
+            embedder=embedder,
+            embeddings=embeddings,
+            max_concurrency=max_concurrency,
+            max_tokens=max_tokens,
+            doc_ids_file=doc_ids_file,
         )
 
     def close(self) -> None:
@@ -160,8 +171,14 @@ class Asker:
                 embedder = tasks.embedder or self.embedder
                 if embedder is None:
                     raise AskError("sliding-window QA with the extractive engine needs an embedder; pass embedder=")
-                self._reader = ExtractiveWindowReader(embedder, ledger=tasks.ledger, counter=self.counter,
-                                                      threshold=tasks.answer_threshold if tasks.answer_threshold is not None else DEFAULT_ANSWER_THRESHOLD)
+                self._reader = ExtractiveWindowReader(
+                    embedder,
+                    ledger=tasks.ledger,
+                    counter=self.counter,
+                    threshold=tasks.answer_threshold
+                    if tasks.answer_threshold is not None
+                    else DEFAULT_ANSWER_THRESHOLD,
+                )
         return self._reader
 
     # ----------------------------------------------------------------- documents and retrieval
@@ -179,15 +196,27 @@ class Asker:
         return self.documents.chunks(normalize_variant(variant), [doc_id])[0]
 
     def retrieve(
-        self, question: str, *, variant: str = "swb_rag", doc_id: str | None = None, retrieval: RetrievalSettings | str | None = None
+        self,
+        question: str,
+        *,
+        variant: str = "swb_rag",
+        doc_id: str | None = None,
+        retrieval: RetrievalSettings | str | None = None,
     ) -> list[dict[str, Any]]:
         """The top-``k`` index rows for ``question`` before any enhancement, best first: each
         with ``score`` (cosine similarity), and ``rrf_score`` when the settings' search is hybrid.
         ``retrieval``: the settings or a named one (default ``ask``)."""
-        return self.retriever.top_rows(question, _settings(retrieval), variant=normalize_variant(variant), doc_id=doc_id)
+        return self.retriever.top_rows(
+            question, _settings(retrieval), variant=normalize_variant(variant), doc_id=doc_id
+        )
 
     def assemble(
-        self, question: str, *, variant: str = "swb_rag", doc_id: str | None = None, retrieval: RetrievalSettings | str | None = None
+        self,
+        question: str,
+        *,
+        variant: str = "swb_rag",
+        doc_id: str | None = None,
+        retrieval: RetrievalSettings | str | None = None,
     ) -> EnhancedContext:
         """Retrieve and enhance: the merged context windows for ``question``, best first, as
         ``retrieval`` says (the settings or a named one; default ``ask``)."""
@@ -240,8 +269,15 @@ class Asker:
             if not doc_id:
                 raise AskError("mode='sliding' reads one whole document: pass doc_id= (--doc ID)")
             result = self._ask_sliding_document(
-                question, variant=variant, doc_id=doc_id, window_tokens=window_tokens, overlap_tokens=overlap_tokens,
-                summary=summary, early_stop=early_stop, wave_size=wave_size, progress=progress,
+                question,
+                variant=variant,
+                doc_id=doc_id,
+                window_tokens=window_tokens,
+                overlap_tokens=overlap_tokens,
+                summary=summary,
+                early_stop=early_stop,
+                wave_size=wave_size,
+                progress=progress,
             )
         else:
             v = normalize_variant(variant)
@@ -249,8 +285,16 @@ class Asker:
             fit = self._fit(question, ctx) if mode == "auto" and ctx.windows else None
             if fit is not None and not fit.fits:
                 result = self._ask_sliding_context(
-                    question, ctx, variant=v, doc_id=doc_id, fit=fit, window_tokens=window_tokens,
-                    overlap_tokens=overlap_tokens, summary=summary, early_stop=early_stop, wave_size=wave_size,
+                    question,
+                    ctx,
+                    variant=v,
+                    doc_id=doc_id,
+                    fit=fit,
+                    window_tokens=window_tokens,
+                    overlap_tokens=overlap_tokens,
+                    summary=summary,
+                    early_stop=early_stop,
+                    wave_size=wave_size,
                     progress=progress,
                 )
             else:
@@ -279,18 +323,38 @@ class Asker:
         reserved = min(int(most), self.limits.max_completion_tokens)
         return check_fit(msgs, limits=self.limits, reserved_completion=reserved, counter=self.counter)
 
-    def _answer_context(self, question: str, ctx: EnhancedContext, *, variant: str, doc_id: str | None, mode: str) -> AskResult:
+    def _answer_context(
+        self, question: str, ctx: EnhancedContext, *, variant: str, doc_id: str | None, mode: str
+    ) -> AskResult:
         notes: list[str] = []
         if not ctx.exact and ctx.windows:
-            notes.append("window text rebuilt from the index rows (no document file); white space between chunks may differ")
+            notes.append(
+                "window text rebuilt from the index rows (no document file); white space between chunks may differ"
+            )
         if not ctx.windows:
-            return AskResult(question, NOT_IN_DOCUMENTS, True, [], [], mode, "retrieve", variant, doc_id, self.engine, self.model, notes=notes + ["the search returned no chunks"], context=ctx)
+            return AskResult(
+                question,
+                NOT_IN_DOCUMENTS,
+                True,
+                [],
+                [],
+                mode,
+                "retrieve",
+                variant,
+                doc_id,
+                self.engine,
+                self.model,
+                notes=notes + ["the search returned no chunks"],
+                context=ctx,
+            )
         passages, by_label = self._passages(ctx)
         dropped_before = self.tasks.stats["answer_passages_dropped"]
         res = self.tasks.answer(question, passages, doc_id=doc_id or "")
         dropped = self.tasks.stats["answer_passages_dropped"] - dropped_before
         if dropped:
-            notes.append(f"{dropped} of {len(passages)} windows did not fit {self.model} and were left out (the least relevant)")
+            notes.append(
+                f"{dropped} of {len(passages)} windows did not fit {self.model} and were left out (the least relevant)"
+            )
         citations: list[Citation] = []
         if not res.not_found:
             for cid in res.cited_chunk_ids:
@@ -331,21 +395,54 @@ class Asker:
             )
         return size
 
-    def _run_sliding(self, question: str, source: str | Sequence[Window], *, doc_id: str, window_tokens: int | None, overlap_tokens: int, summary: str | None, early_stop: float | None, wave_size: int, progress: Callable[[int, int], None] | None) -> SlidingAnswer:
+    def _run_sliding(
+        self,
+        question: str,
+        source: str | Sequence[Window],
+        *,
+        doc_id: str,
+        window_tokens: int | None,
+        overlap_tokens: int,
+        summary: str | None,
+        early_stop: float | None,
+        wave_size: int,
+        progress: Callable[[int, int], None] | None,
+    ) -> SlidingAnswer:
         enc = self.counter.encoding
         size = self._window_tokens(window_tokens, summary, question)
         try:
             return sliding_window_qa(
-                question, source, reader=self.reader, encode=enc.encode_ordinary, decode=enc.decode, doc_id=doc_id,
-                window_tokens=size, overlap_tokens=overlap_tokens, summary=summary, early_stop=early_stop,
-                wave_size=wave_size, progress=progress,
+                question,
+                source,
+                reader=self.reader,
+                encode=enc.encode_ordinary,
+                decode=enc.decode,
+                doc_id=doc_id,
+                window_tokens=size,
+                overlap_tokens=overlap_tokens,
+                summary=summary,
+                early_stop=early_stop,
+                wave_size=wave_size,
+                progress=progress,
             )
         except ValueError as exc:
             if isinstance(exc, AskError):
                 raise
             raise AskError(str(exc)) from exc
 
-    def _ask_sliding_document(self, question: str, *, variant: str, doc_id: str, window_tokens: int | None, overlap_tokens: int, summary: str | None, early_stop: float | None, wave_size: int, progress: Callable[[int, int], None] | None) -> AskResult:
+    def _ask_sliding_document(
+        self,
+        question: str,
+        *,
+        variant: str,
+        doc_id: str,
+        window_tokens: int | None,
+        overlap_tokens: int,
+        summary: str | None,
+        early_stop: float | None,
+        wave_size: int,
+        progress: Callable[[int, int], None] | None,
+    ) -> AskResult:
         notes: list[str] = []
         chunks: list[Chunk] = []
         v: str | None = None
@@ -371,16 +468,54 @@ class Asker:
                 )
             text = span_text(chunks, 0, max(c.end for c in chunks))
             texts = {doc_id: text}
-            notes.append("document text rebuilt from the index rows (no document file); white space between chunks may differ")
-        run = self._run_sliding(question, text, doc_id=doc_id, window_tokens=window_tokens, overlap_tokens=overlap_tokens, summary=summary, early_stop=early_stop, wave_size=wave_size, progress=progress)
-        return sliding_result(question, run, mode="sliding", variant=v, doc_id=doc_id, texts=texts, chunks=chunks, notes=notes)
+            notes.append(
+                "document text rebuilt from the index rows (no document file); white space between chunks may differ"
+            )
+        run = self._run_sliding(
+            question,
+            text,
+            doc_id=doc_id,
+            window_tokens=window_tokens,
+            overlap_tokens=overlap_tokens,
+            summary=summary,
+            early_stop=early_stop,
+            wave_size=wave_size,
+            progress=progress,
+        )
+        return sliding_result(
+            question, run, mode="sliding", variant=v, doc_id=doc_id, texts=texts, chunks=chunks, notes=notes
+        )
 
-    def _ask_sliding_context(self, question: str, ctx: EnhancedContext, *, variant: str, doc_id: str | None, fit: FitReport, window_tokens: int | None, overlap_tokens: int, summary: str | None, early_stop: float | None, wave_size: int, progress: Callable[[int, int], None] | None) -> AskResult:
+    def _ask_sliding_context(
+        self,
+        question: str,
+        ctx: EnhancedContext,
+        *,
+        variant: str,
+        doc_id: str | None,
+        fit: FitReport,
+        window_tokens: int | None,
+        overlap_tokens: int,
+        summary: str | None,
+        early_stop: float | None,
+        wave_size: int,
+        progress: Callable[[int, int], None] | None,
+    ) -> AskResult:
         notes = [
             f"the assembled context ({fit.prompt_tokens:,} prompt tokens) does not fit {self.limits.model} "
             f"(limit {fit.limit:,}, over by {fit.overflow:,}): sliding-window QA over it"
         ]
-        run = self._run_sliding(question, ctx.windows, doc_id=doc_id or "", window_tokens=window_tokens, overlap_tokens=overlap_tokens, summary=summary, early_stop=early_stop, wave_size=wave_size, progress=progress)
+        run = self._run_sliding(
+            question,
+            ctx.windows,
+            doc_id=doc_id or "",
+            window_tokens=window_tokens,
+            overlap_tokens=overlap_tokens,
+            summary=summary,
+            early_stop=early_stop,
+            wave_size=wave_size,
+            progress=progress,
+        )
         texts: dict[str, None] = {}
         for w in ctx.windows:
             texts.setdefault(w.doc_id, None)
@@ -390,7 +525,9 @@ class Asker:
             if t is not None:
                 doc_texts[d] = t
         chunks, _ = self.retriever.chunks(variant, list(texts)) if self.index is not None else ([], {})
-        result = sliding_result(question, run, mode="auto", variant=variant, doc_id=doc_id, texts=doc_texts, chunks=chunks, notes=notes)
+        result = sliding_result(
+            question, run, mode="auto", variant=variant, doc_id=doc_id, texts=doc_texts, chunks=chunks, notes=notes
+        )
         result.fit = fit
         result.context = ctx
         return result

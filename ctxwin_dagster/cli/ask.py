@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from ctxwin_dagster.ask import ASK_MODES, AskError, Asker, AskResult, normalize_variant
+from ctxwin_dagster.ask import ASK_MODES, Asker, AskError, AskResult, normalize_variant
 from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS
 from ctxwin_dagster.core.retrieval_settings import RETRIEVAL_PRESETS, RetrievalSettings
 from ctxwin_dagster.core.sliding_qa import DEFAULT_OVERLAP_TOKENS
@@ -15,39 +15,89 @@ from ctxwin_dagster.core.sliding_qa import DEFAULT_OVERLAP_TOKENS
 
 def add_ask_arguments(parser: Any) -> None:
     """The options of ``ctxwin ask`` (an ``argparse`` parser)."""
-    parser.add_argument("question", nargs="?", help="the question; without it, questions are read from standard input until EOF or 'quit'")
+    parser.add_argument(
+        "question",
+        nargs="?",
+        help="the question; without it, questions are read from standard input until EOF or 'quit'",
+    )
     parser.add_argument("--variant", default="swb", help="index to search: t, cc or swb (default swb)")
     parser.add_argument("--doc", help="only this document (its doc_id, file name or stem); needed for --mode sliding")
-    parser.add_argument("--mode", default="retrieve", choices=ASK_MODES, help="retrieve (default), sliding (read the whole document) or auto")
+    parser.add_argument(
+        "--mode",
+        default="retrieve",
+        choices=ASK_MODES,
+        help="retrieve (default), sliding (read the whole document) or auto",
+    )
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--focus-chars", type=int, help="sentence focus (the default): windows around the best sentences of the hits, at most N characters in all (default 8000)")
+    group.add_argument(
+        "--focus-chars",
+        type=int,
+        help="sentence focus (the default): windows around the best sentences of the hits, at most N characters in all (default 8000)",
+    )
     group.add_argument("--neighbors", type=int, help="add N chunks on each side of every hit")
     group.add_argument("--window-chars", type=int, help="grow every hit with adjacent chunks up to N characters")
     group.add_argument("--no-enhance", action="store_true", help="give the retrieved chunks only")
-    parser.add_argument("--retrieval", choices=sorted(RETRIEVAL_PRESETS), help="named retrieval setting (default ask: hybrid sentence focus; "
-                        "focus-dense: the earlier vectors-only focus; paper: top-4 chunks as they are), changed by the options given")
+    parser.add_argument(
+        "--retrieval",
+        choices=sorted(RETRIEVAL_PRESETS),
+        help="named retrieval setting (default ask: hybrid sentence focus; "
+        "focus-dense: the earlier vectors-only focus; paper: top-4 chunks as they are), changed by the options given",
+    )
     parser.add_argument("--k", type=int, help="chunks to retrieve (default 24 for sentence focus, else 4)")
-    parser.add_argument("--hybrid", action=argparse.BooleanOptionalAction, default=None,
-                        help="fuse vector search with full-text search (default: on for sentence focus, off otherwise)")
-    parser.add_argument("--window-tokens", type=int, help="sliding-window size in tokens (default 4000, capped by the model)")
-    parser.add_argument("--overlap-tokens", type=int, default=DEFAULT_OVERLAP_TOKENS, help="sliding-window overlap in tokens (default 200)")
-    parser.add_argument("--early-stop", type=float, help="stop sliding after a window answers with at least this confidence (0-1)")
+    parser.add_argument(
+        "--hybrid",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="fuse vector search with full-text search (default: on for sentence focus, off otherwise)",
+    )
+    parser.add_argument(
+        "--window-tokens", type=int, help="sliding-window size in tokens (default 4000, capped by the model)"
+    )
+    parser.add_argument(
+        "--overlap-tokens",
+        type=int,
+        default=DEFAULT_OVERLAP_TOKENS,
+        help="sliding-window overlap in tokens (default 200)",
+    )
+    parser.add_argument(
+        "--early-stop", type=float, help="stop sliding after a window answers with at least this confidence (0-1)"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--experiment", default="sample", help="ask the experiment of this name: its index, documents, models and caches "
-                        "(default: the sample; another one lives in data/experiments/<name>/dagster_home)")
+    parser.add_argument(
+        "--experiment",
+        default="sample",
+        help="ask the experiment of this name: its index, documents, models and caches "
+        "(default: the sample; another one lives in data/experiments/<name>/dagster_home)",
+    )
     parser.add_argument("--dagster-home", help="ask the experiment of this Dagster home (default: the experiment's)")
     parser.add_argument("--lancedb", help="index folder (default: the experiment's, the sample's data/lancedb)")
-    parser.add_argument("--documents", help="documents folder (default: the experiment's, the sample's data/documents; '' to use the indexed text)")
+    parser.add_argument(
+        "--documents",
+        help="documents folder (default: the experiment's, the sample's data/documents; '' to use the indexed text)",
+    )
     parser.add_argument("--cache-dir", help="response and embedding caches (default: the experiment's, data/cache)")
-    parser.add_argument("--model", help="answer chat model (default: none, the extractive engine, offline; local:smollm2 runs a GGUF model in process)")
-    parser.add_argument("--max-tokens", type=int, help="most tokens of an answer from --model (default 2,048; a local model's replies at most 512)")
-    parser.add_argument("--base-url", help="OpenAI-compatible server for --model (default OpenAI; key from OPENAI_API_KEY)")
+    parser.add_argument(
+        "--model",
+        help="answer chat model (default: none, the extractive engine, offline; local:smollm2 runs a GGUF model in process)",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        help="most tokens of an answer from --model (default 2,048; a local model's replies at most 512)",
+    )
+    parser.add_argument(
+        "--base-url", help="OpenAI-compatible server for --model (default OpenAI; key from OPENAI_API_KEY)"
+    )
 
 
 def experiment_home(args: argparse.Namespace) -> Path:
     from .homes import default_home
 
-    return Path(args.dagster_home) if getattr(args, "dagster_home", None) else default_home(getattr(args, "experiment", None) or "sample")
+    return (
+        Path(args.dagster_home)
+        if getattr(args, "dagster_home", None)
+        else default_home(getattr(args, "experiment", None) or "sample")
+    )
 
 
 def experiment_of(args: argparse.Namespace):
@@ -58,7 +108,9 @@ def experiment_of(args: argparse.Namespace):
     name = getattr(args, "experiment", None) or "sample"
     home = experiment_home(args)
     if name != "sample" and not (home / EXPERIMENT_FILE).is_file():
-        raise AskError(f"no experiment {name!r} in {home}; build it first (ctxwin evaluate / ctxwin run --documents), or pass --lancedb")
+        raise AskError(
+            f"no experiment {name!r} in {home}; build it first (ctxwin evaluate / ctxwin run --documents), or pass --lancedb"
+        )
     return home_experiment(home)
 
 
@@ -67,7 +119,11 @@ def format_result(result: AskResult, *, width: int = 100) -> str:
     import textwrap
 
     lines = [f"Answer ({result.variant or '-'} · {result.mode_used} · {result.engine}: {result.model}):"]
-    body = result.answer if not result.not_found else f"{NOT_IN_DOCUMENTS} — the documents given to the model do not hold the answer"
+    body = (
+        result.answer
+        if not result.not_found
+        else f"{NOT_IN_DOCUMENTS} — the documents given to the model do not hold the answer"
+    )
     for para in body.splitlines() or [""]:
         lines.extend(textwrap.wrap(para, width=width, initial_indent="  ", subsequent_indent="  ") or ["  "])
     if result.citations:
@@ -76,13 +132,17 @@ def format_result(result: AskResult, *, width: int = 100) -> str:
             chunk = f" [chunk {c.chunk_id[:12]}]" if c.chunk_id else ""
             lines.append(f"  [{i}] {c.doc_id}:{c.start}-{c.end}{chunk}")
             if c.excerpt:
-                lines.append(f"      \"{c.excerpt}\"")
+                lines.append(f'      "{c.excerpt}"')
     if result.fit is not None:
         f = result.fit
-        lines.append(f"Fit: {f.prompt_tokens:,} prompt tokens of {f.limit:,} available for {f.model} ({'fits' if f.fits else f'over by {f.overflow:,}'})")
+        lines.append(
+            f"Fit: {f.prompt_tokens:,} prompt tokens of {f.limit:,} available for {f.model} ({'fits' if f.fits else f'over by {f.overflow:,}'})"
+        )
     if result.mode_used == "sliding" and result.sliding is not None:
         s = result.sliding
-        lines.append(f"Windows: {s.n_read} of {s.n_windows} read, {s.n_found} held an answer{' (stopped early)' if s.stopped_early else ''}")
+        lines.append(
+            f"Windows: {s.n_read} of {s.n_windows} read, {s.n_found} held an answer{' (stopped early)' if s.stopped_early else ''}"
+        )
     else:
         lines.append(f"Context: {len(result.windows)} windows, {result.context_chars:,} characters")
     t = result.totals
@@ -148,7 +208,10 @@ def run_cli(args: Any, *, stdin: Any = None, stdout: Any = None, stderr: Any = N
             base_url=args.base_url if args.model is not None else (answerer.get("base_url") or None),
             cache_dir=(exp.cache_dir if args.cache_dir is None else args.cache_dir) or None,
             max_tokens=getattr(args, "max_tokens", None),
-            embeddings={**(exp.sections.get("embeddings") or {}), "cache_dir": (exp.cache_dir if args.cache_dir is None else args.cache_dir) or None},
+            embeddings={
+                **(exp.sections.get("embeddings") or {}),
+                "cache_dir": (exp.cache_dir if args.cache_dir is None else args.cache_dir) or None,
+            },
             doc_ids_file=home / "ctxwin_doc_ids.json" if (home := experiment_home(args)).is_dir() else None,
         )
     except (AskError, ValueError) as exc:

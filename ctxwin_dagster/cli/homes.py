@@ -83,7 +83,11 @@ class HomeLock:
             self._fh.seek(0)
             holder = self._fh.read().strip() or "another ctxwin command"
             if self.out is not None:
-                print(f"waiting for {holder}, which works on the Dagster home {self.path.parent} …", file=self.out, flush=True)
+                print(
+                    f"waiting for {holder}, which works on the Dagster home {self.path.parent} …",
+                    file=self.out,
+                    flush=True,
+                )
             started = time.monotonic()
             fcntl.flock(self._fh, fcntl.LOCK_EX)
             if self.out is not None:
@@ -119,7 +123,12 @@ def fail_orphaned_runs(instance: Any) -> list[str]:
     of a live command, of the UI or of another machine are left alone."""
     import dagster as dg
 
-    unfinished = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+    unfinished = [
+        dg.DagsterRunStatus.QUEUED,
+        dg.DagsterRunStatus.NOT_STARTED,
+        dg.DagsterRunStatus.STARTING,
+        dg.DagsterRunStatus.STARTED,
+    ]
     records = instance.get_run_records(filters=dg.RunsFilter(statuses=unfinished))
     ended = []
     for record in records:
@@ -150,13 +159,27 @@ def cmd_dev(args: Any) -> int:
 
     home = Path(args.dagster_home) if args.dagster_home else default_home(args.experiment)
     if args.experiment != SAMPLE and not (home / EXPERIMENT_FILE).is_file():
-        raise SystemExit(f"ctxwin dev: no experiment {args.experiment!r} in {home}; run it first (ctxwin evaluate / ctxwin run --documents)")
+        raise SystemExit(
+            f"ctxwin dev: no experiment {args.experiment!r} in {home}; run it first (ctxwin evaluate / ctxwin run --documents)"
+        )
     home = prepare_home(str(home))
-    print(f"ctxwin dev: {home_experiment(home).describe()}; Dagster home {home}; http://{args.host}:{args.port}", flush=True)
+    print(
+        f"ctxwin dev: {home_experiment(home).describe()}; Dagster home {home}; http://{args.host}:{args.port}",
+        flush=True,
+    )
     # `dg dev` supersedes `dagster dev` (which now warns so); given the workspace file it serves
     # exactly that code location.
     dg = Path(sys.executable).with_name("dg")
-    cmd = [str(dg) if dg.exists() else "dg", "dev", "-w", str(workspace_file(home)), "--host", args.host, "--port", str(args.port)]
+    cmd = [
+        str(dg) if dg.exists() else "dg",
+        "dev",
+        "-w",
+        str(workspace_file(home)),
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+    ]
     env = {**os.environ, "DAGSTER_HOME": str(home)}
     # One embedding model for every run the UI and the daemon launch (see models/embeddings/server.py).
     models = served_models((home_experiment(home).sections or {}).get("embeddings"))
@@ -164,7 +187,10 @@ def cmd_dev(args: Any) -> int:
         if models and not env.get(ENV_VAR, "").strip():
             try:
                 env[ENV_VAR] = service.start()
-                print(f"ctxwin dev: the runs embed through one model server ({env[ENV_VAR]}, log {service.log})", flush=True)
+                print(
+                    f"ctxwin dev: the runs embed through one model server ({env[ENV_VAR]}, log {service.log})",
+                    flush=True,
+                )
             except RuntimeError as exc:
                 print(f"ctxwin dev: {exc}", flush=True)
         return subprocess.call(cmd, env=env)

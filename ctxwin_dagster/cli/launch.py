@@ -186,7 +186,9 @@ class Launcher(AbstractContextManager):
         """Start ``dagster-daemon`` when no daemon runs the sensors of this home; says which."""
         if self.daemon_running():
             via = f"runs queued through the sensor {SENSOR_NAME} of "
-            return via + ("the running Dagster daemon" if self.daemon is None else "the Dagster daemon started by this command")
+            return via + (
+                "the running Dagster daemon" if self.daemon is None else "the Dagster daemon started by this command"
+            )
         exe = Path(sys.executable).with_name("dagster-daemon")
         cmd = [str(exe)] if exe.exists() else [shutil.which("dagster-daemon") or "dagster-daemon"]
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -194,8 +196,19 @@ class Launcher(AbstractContextManager):
         exe_path = cmd[0] if os.path.isabs(cmd[0]) else (shutil.which(cmd[0]) or cmd[0])
         env, served = self._embedding_env()
         self.daemon = subprocess.Popen(
-            [sys.executable, "-c", _EXEC_WITH_PARENT_DEATH, str(os.getpid()), exe_path, "run", "-w", str(self.workspace)],
-            stdout=out, stderr=subprocess.STDOUT, env=env,
+            [
+                sys.executable,
+                "-c",
+                _EXEC_WITH_PARENT_DEATH,
+                str(os.getpid()),
+                exe_path,
+                "run",
+                "-w",
+                str(self.workspace),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
         )
         out.close()
         return f"runs queued through the sensor {SENSOR_NAME}; Dagster daemon started for this command (log {self.log}){served}"
@@ -247,8 +260,14 @@ class Launcher(AbstractContextManager):
         from ctxwin_dagster.defs.command_runs import COMMAND_TAG, write_request
 
         request = write_request(
-            self.instance, job_name, partition=partition, assets=asset_selection, checks=asset_check_selection,
-            tags={k: v for k, v in tags.items() if k != COMMAND_TAG}, run_config=run_config, command=tags.get(COMMAND_TAG),
+            self.instance,
+            job_name,
+            partition=partition,
+            assets=asset_selection,
+            checks=asset_check_selection,
+            tags={k: v for k, v in tags.items() if k != COMMAND_TAG},
+            run_config=run_config,
+            command=tags.get(COMMAND_TAG),
         )
         self.requested[request.id] = request
         return request.id
@@ -264,12 +283,18 @@ class Launcher(AbstractContextManager):
         runs = self.instance.get_run_records(filters=dg.RunsFilter(tags={RUN_KEY_TAG: request_id}), limit=1)
         if not runs:
             request = self.requested.get(request_id)
-            if request is not None and not self.warned and time.time() - request.created > self.SLOW_PICKUP_S and self.daemon_running():
+            if (
+                request is not None
+                and not self.warned
+                and time.time() - request.created > self.SLOW_PICKUP_S
+                and self.daemon_running()
+            ):
                 self.warned = True
                 print(
                     f"ctxwin: no run launched {self.SLOW_PICKUP_S:.0f}s after the request; is the sensor {SENSOR_NAME!r} stopped? "
                     f"Start it in the Dagster UI (Automation) or with `dagster sensor start {SENSOR_NAME} -w {self.workspace}`",
-                    file=sys.stderr, flush=True,
+                    file=sys.stderr,
+                    flush=True,
                 )
             return None
         self.run_ids[request_id] = runs[0].dagster_run.run_id

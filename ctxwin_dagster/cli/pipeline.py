@@ -65,7 +65,9 @@ def _experiment_for_run(args: argparse.Namespace) -> tuple[Any, Path]:
     elif args.documents:
         name = getattr(args, "name", None) or experiment_name_for(args.documents)
         # Another folder is another experiment, with its own index (data/experiments/<name>/lancedb).
-        exp = Experiment.from_dict({"name": name, "documents_dir": args.documents, "qa_dir": getattr(args, "qa", None) or DEFAULT_QA_DIR})
+        exp = Experiment.from_dict(
+            {"name": name, "documents_dir": args.documents, "qa_dir": getattr(args, "qa", None) or DEFAULT_QA_DIR}
+        )
         if args.dagster_home and (Path(args.dagster_home) / "ctxwin_experiment.json").is_file():
             held = home_experiment(args.dagster_home)
             if Path(held.documents_dir) == Path(args.documents).resolve() and not getattr(args, "name", None):
@@ -162,7 +164,9 @@ def run_pipeline(
         instance = DagsterInstance.get()
         orphans = fail_orphaned_runs(instance)
         if orphans:
-            print(f"ended {len(orphans)} run(s) that a killed ctxwin command left unfinished: {', '.join(o[:8] for o in orphans)}")
+            print(
+                f"ended {len(orphans)} run(s) that a killed ctxwin command left unfinished: {', '.join(o[:8] for o in orphans)}"
+            )
         defs = home_definitions(home)
         settings: Any = (defs.resources or {})["settings"]
 
@@ -184,7 +188,12 @@ def run_pipeline(
         # 2. Launch what is stale, follow the runs, summarize.
         run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": log_level}}}}
         planner = RunPlanner(
-            instance, defs, home=home, settings=settings, run_config=run_config, workers=workers or os.cpu_count() or 1,
+            instance,
+            defs,
+            home=home,
+            settings=settings,
+            run_config=run_config,
+            workers=workers or os.cpu_count() or 1,
             workspace=Path(workspace).resolve() if workspace else None,
         )
         return planner.run(job_name, keys, force=force)
@@ -239,7 +248,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         payloads.append(json.loads(path.read_text(encoding="utf-8")))
     means = [{(q["variant"], q["metric"]): q["mean"] for q in p["quality"]} for p in payloads]
     keys = sorted(set(means[0]) & set(means[1]))
-    lines = [f"# {args.a} vs {args.b}", "", f"| variant | metric | {args.a} | {args.b} | Δ |", "| --- | --- | --- | --- | --- |"]
+    lines = [
+        f"# {args.a} vs {args.b}",
+        "",
+        f"| variant | metric | {args.a} | {args.b} | Δ |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for variant, metric in keys:
         a, b = means[0][(variant, metric)], means[1][(variant, metric)]
         delta = "—" if a is None or b is None else f"{b - a:+.3f}"
@@ -247,7 +261,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         fb = "—" if b is None else f"{b:.3f}"
         lines.append(f"| {variant} | {metric} | {fa} | {fb} | {delta} |")
     eff = [{e["variant"]: e for e in p["efficiency"]} for p in payloads]
-    lines += ["", f"| variant | index input chars ({args.a}) | ({args.b}) | context chars/question ({args.a}) | ({args.b}) |", "| --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        f"| variant | index input chars ({args.a}) | ({args.b}) | context chars/question ({args.a}) | ({args.b}) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for variant in sorted(set(eff[0]) & set(eff[1])):
         e0, e1 = eff[0][variant], eff[1][variant]
         lines.append(

@@ -55,9 +55,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(plans, indent=2))
         return 1 if failed else 0
-    print(f"Plan for {len(plans)} documents with contextualizer {args.model} (no model is called; outputs and cost are estimates)")
+    print(
+        f"Plan for {len(plans)} documents with contextualizer {args.model} (no model is called; outputs and cost are estimates)"
+    )
     for enc, exact in sorted({(p["encoding"], p["tokens_exact"]) for p in plans}):
-        print(f"Input tokens counted with {enc}: {'exact for the model' if exact else 'an estimate (not the model’s own tokenizer)'}")
+        print(
+            f"Input tokens counted with {enc}: {'exact for the model' if exact else 'an estimate (not the model’s own tokenizer)'}"
+        )
     header = f"{'document':<40} {'variant':<8} {'calls':>7} {'input tokens':>14} {'input chars':>14} {'out tokens':>11} {'cost USD':>10}  note"
     print(header)
     print("-" * len(header))
@@ -67,7 +71,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             v = plan[variant]
             cost = "n/a" if v["cost_usd_est"] is None else f"{v['cost_usd_est']:.4f}"
             note = "" if v["fits"] else "does not fit the model"
-            print(f"{plan['doc_id'][:40]:<40} {variant:<8} {v['calls']:>7,} {v['input_tokens']:>14,} {v['input_chars']:>14,} {v['output_tokens_est']:>11,} {cost:>10}  {note}")
+            print(
+                f"{plan['doc_id'][:40]:<40} {variant:<8} {v['calls']:>7,} {v['input_tokens']:>14,} "
+                f"{v['input_chars']:>14,} {v['output_tokens_est']:>11,} {cost:>10}  {note}"
+            )
             agg = totals.setdefault(variant, {"calls": 0, "input_tokens": 0, "input_chars": 0, "cost": 0.0})
             agg["calls"] += v["calls"]
             agg["input_tokens"] += v["input_tokens"]
@@ -75,7 +82,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             agg["cost"] += v["cost_usd_est"] or 0.0
     if len(plans) > 1:
         for variant, agg in totals.items():
-            print(f"{'TOTAL':<40} {variant:<8} {int(agg['calls']):>7,} {int(agg['input_tokens']):>14,} {int(agg['input_chars']):>14,} {'':>11} {agg['cost']:>10.4f}")
+            print(
+                f"{'TOTAL':<40} {variant:<8} {int(agg['calls']):>7,} {int(agg['input_tokens']):>14,} "
+                f"{int(agg['input_chars']):>14,} {'':>11} {agg['cost']:>10.4f}"
+            )
     cc = totals.get("cc_rag", {}).get("input_chars", 0)
     if cc:
         print(f"SWB-RAG input is {100 * totals['swb_rag']['input_chars'] / cc:.2f} % of CC-RAG's")

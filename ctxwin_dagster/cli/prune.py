@@ -37,13 +37,21 @@ def _home(args: argparse.Namespace) -> Path:
 
     home = Path(args.dagster_home) if args.dagster_home else default_home(args.experiment)
     if args.experiment != "sample" and not (home / "ctxwin_experiment.json").is_file():
-        raise SystemExit(f"ctxwin: no experiment {args.experiment!r} in {home}; run it first (ctxwin evaluate / ctxwin run --documents)")
+        raise SystemExit(
+            f"ctxwin: no experiment {args.experiment!r} in {home}; run it first (ctxwin evaluate / ctxwin run --documents)"
+        )
     return home
 
 
 def _result_files(evaluation: Any, doc_ids: list[str]) -> list[Path]:
     root = evaluation.results_path()
-    return [p for kind in ("answers", "scores") for v in VARIANTS for d in doc_ids if (p := root / kind / v / f"{d}.jsonl").is_file()]
+    return [
+        p
+        for kind in ("answers", "scores")
+        for v in VARIANTS
+        for d in doc_ids
+        if (p := root / kind / v / f"{d}.jsonl").is_file()
+    ]
 
 
 def _log(home: Path, entry: dict[str, Any]) -> None:
@@ -66,13 +74,19 @@ def prune(home: Path, *, delete: bool, out: Any = sys.stdout) -> dict[str, Any]:
     try:
         folder = settings.document_folder()
     except DocumentError as exc:
-        raise SystemExit(f"ctxwin prune: {exc}; nothing was deleted (a missing folder never deletes documents)") from None
+        raise SystemExit(
+            f"ctxwin prune: {exc}; nothing was deleted (a missing folder never deletes documents)"
+        ) from None
     partitions = list(instance.get_dynamic_partitions(DOCUMENTS_PARTITION))
     present = set(folder.ids())
     gone = sorted(d for d in partitions if d not in present)
     rows = {v: {d: index.count(v, doc_id=d) for d in gone} for v in VARIANTS}
     files = _result_files(evaluation, gone)
-    report: dict[str, Any] = {"doc_ids": gone, "rows": {v: sum(c.values()) for v, c in rows.items()}, "files": len(files)}
+    report: dict[str, Any] = {
+        "doc_ids": gone,
+        "rows": {v: sum(c.values()) for v, c in rows.items()},
+        "files": len(files),
+    }
     if not gone:
         print(f"every document partition has its file in {settings.documents_dir}; nothing to prune", file=out)
         return report
@@ -80,8 +94,11 @@ def prune(home: Path, *, delete: bool, out: Any = sys.stdout) -> dict[str, Any]:
         print(f"  {d}: " + ", ".join(f"{v} {rows[v][d]} rows" for v in VARIANTS), file=out)
     total = sum(report["rows"].values())
     if not delete:
-        print(f"{len(gone)} document(s) without a file: {total} index rows, {len(files)} result files. Nothing deleted; "
-              "`ctxwin prune --yes` deletes them (undoable with `ctxwin prune --undo`)", file=out)
+        print(
+            f"{len(gone)} document(s) without a file: {total} index rows, {len(files)} result files. Nothing deleted; "
+            "`ctxwin prune --yes` deletes them (undoable with `ctxwin prune --undo`)",
+            file=out,
+        )
         return report
     stamp = time.strftime("%Y%m%d-%H%M%S")
     trash = home / TRASH / stamp
@@ -104,11 +121,28 @@ def prune(home: Path, *, delete: bool, out: Any = sys.stdout) -> dict[str, Any]:
         moved.append([str(p), str(target)])
     for d in gone:
         instance.delete_dynamic_partition(DOCUMENTS_PARTITION, d)
-    manifest = {"stamp": stamp, "doc_ids": gone, "rows": report["rows"], "files": moved, "table_versions": versions, "lancedb": index.uri}
+    manifest = {
+        "stamp": stamp,
+        "doc_ids": gone,
+        "rows": report["rows"],
+        "files": moved,
+        "table_versions": versions,
+        "lancedb": index.uri,
+    }
     (trash / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False), encoding="utf-8")
-    _log(home, {"action": "prune", **{k: manifest[k] for k in ("stamp", "doc_ids", "rows", "table_versions")}, "files": len(moved)})
-    print(f"pruned {len(gone)} document(s): deleted {total} index rows ({', '.join(f'{v} {n}' for v, n in report['rows'].items())}), "
-          f"moved {len(moved)} result files and removed {len(gone)} partitions; kept in {trash}; `ctxwin prune --undo` puts them back", file=out)
+    _log(
+        home,
+        {
+            "action": "prune",
+            **{k: manifest[k] for k in ("stamp", "doc_ids", "rows", "table_versions")},
+            "files": len(moved),
+        },
+    )
+    print(
+        f"pruned {len(gone)} document(s): deleted {total} index rows ({', '.join(f'{v} {n}' for v, n in report['rows'].items())}), "
+        f"moved {len(moved)} result files and removed {len(gone)} partitions; kept in {trash}; `ctxwin prune --undo` puts them back",
+        file=out,
+    )
     return report
 
 
@@ -140,9 +174,21 @@ def undo(home: Path, *, out: Any = sys.stdout) -> dict[str, Any]:
     if again:
         instance.add_dynamic_partitions(DOCUMENTS_PARTITION, again)
     path.rename(path.with_name("manifest.undone.json"))
-    _log(home, {"action": "undo", "stamp": manifest["stamp"], "rows": restored, "files": len(manifest["files"]), "partitions": len(again)})
-    print(f"undid the prune of {manifest['stamp']}: {sum(restored.values())} index rows, {len(manifest['files'])} result files "
-          f"and {len(again)} partitions are back", file=out)
+    _log(
+        home,
+        {
+            "action": "undo",
+            "stamp": manifest["stamp"],
+            "rows": restored,
+            "files": len(manifest["files"]),
+            "partitions": len(again),
+        },
+    )
+    print(
+        f"undid the prune of {manifest['stamp']}: {sum(restored.values())} index rows, {len(manifest['files'])} result files "
+        f"and {len(again)} partitions are back",
+        file=out,
+    )
     return {"rows": restored, "files": len(manifest["files"]), "partitions": len(again)}
 
 

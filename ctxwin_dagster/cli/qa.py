@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
 from ctxwin_dagster.core.experiment_spec import DEFAULT_DOCUMENTS_DIR, DEFAULT_QA_DIR
 
 
@@ -23,9 +24,15 @@ def add_qa_arguments(qa: argparse.ArgumentParser) -> None:
     )
     imp.add_argument("source", help="the file to import (.json, .csv, .tsv or .jsonl)")
     imp.add_argument("--format", choices=["auto", "squad", "cuad", "csv", "jsonl"], default="auto")
-    imp.add_argument("--documents", default=DEFAULT_DOCUMENTS_DIR, help="documents folder (written for SQuAD/CUAD JSON, read for tables)")
+    imp.add_argument(
+        "--documents",
+        default=DEFAULT_DOCUMENTS_DIR,
+        help="documents folder (written for SQuAD/CUAD JSON, read for tables)",
+    )
     imp.add_argument("--out", help="QA JSONL to write (default data/qa/<source name>.jsonl)")
-    imp.add_argument("--overwrite", action="store_true", help="replace a document file or QA file that exists with other content")
+    imp.add_argument(
+        "--overwrite", action="store_true", help="replace a document file or QA file that exists with other content"
+    )
     imp.set_defaults(func=cmd_qa_import)
 
 
@@ -44,7 +51,11 @@ def cmd_qa_import(args: argparse.Namespace) -> int:
         fmt = detect_format(source) if args.format == "auto" else args.format
         if fmt in ("squad", "cuad"):
             result = import_squad_json(source, kind=fmt)
-            clashes = [n for n, text in result.documents.items() if (docs / n).is_file() and (docs / n).read_text(encoding="utf-8", errors="replace") != text]
+            clashes = [
+                n
+                for n, text in result.documents.items()
+                if (docs / n).is_file() and (docs / n).read_text(encoding="utf-8", errors="replace") != text
+            ]
             if clashes and not args.overwrite:
                 raise SystemExit(
                     f"ctxwin qa import: {len(clashes)} document file(s) in {docs} exist with other text "

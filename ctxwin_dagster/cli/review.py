@@ -28,10 +28,16 @@ def cmd_review(args: argparse.Namespace) -> int:
         records = {v: read_jsonl_folder(root / v) for v in (args.a, args.b)}
         for v, recs in records.items():
             if not recs:
-                raise SystemExit(f"ctxwin review: no answers of {v} in {root / v}; run `ctxwin evaluate {args.experiment}` first")
+                raise SystemExit(
+                    f"ctxwin review: no answers of {v} in {root / v}; run `ctxwin evaluate {args.experiment}` first"
+                )
         out = Path(args.out or Path(args.reports_dir) / args.experiment / f"review_{args.a}_vs_{args.b}")
-        result = export_review(records[args.a], records[args.b], variant_a=args.a, variant_b=args.b, out_dir=out, seed=args.seed)
-        print(f"{result['n_questions']} blinded pairs: fill {result['csv']} (or open {result['html']}); keep {result['key']} away from reviewers")
+        result = export_review(
+            records[args.a], records[args.b], variant_a=args.a, variant_b=args.b, out_dir=out, seed=args.seed
+        )
+        print(
+            f"{result['n_questions']} blinded pairs: fill {result['csv']} (or open {result['html']}); keep {result['key']} away from reviewers"
+        )
         return 0
     df = import_review(args.csv, args.key)
     t4 = table4(df)

@@ -12,10 +12,23 @@ from pathlib import Path
 from typing import Any
 
 from ctxwin_dagster.defs.command_runs import COMMAND_TAG, command_id
+
 from .launch import TERMINAL, Launcher, stop_runs, workspace_file
 
 #: Materialization metadata summed per asset for the summary.
-SUMMARY_FIELDS = ("n_chunks", "n_rows", "n_chars", "n_tokens", "input_tokens", "input_chars", "calls", "cache_hits", "cost_usd", "paid_usd", "runtime_s")
+SUMMARY_FIELDS = (
+    "n_chunks",
+    "n_rows",
+    "n_chars",
+    "n_tokens",
+    "input_tokens",
+    "input_chars",
+    "calls",
+    "cache_hits",
+    "cost_usd",
+    "paid_usd",
+    "runtime_s",
+)
 
 
 class _Stopped(Exception):
@@ -108,7 +121,15 @@ class RunPlanner:
     """
 
     def __init__(
-        self, instance: Any, defs: Any, *, home: Path, settings: Any, run_config: dict[str, Any], workers: int, workspace: Path | None = None
+        self,
+        instance: Any,
+        defs: Any,
+        *,
+        home: Path,
+        settings: Any,
+        run_config: dict[str, Any],
+        workers: int,
+        workspace: Path | None = None,
     ) -> None:
         from ctxwin_dagster.defs.staleness import StalenessChecker
 
@@ -135,7 +156,9 @@ class RunPlanner:
         from ctxwin_dagster.defs.staleness import REASON_TAG, stale_documents
 
         job_keys = set(self.defs.resolve_job_def(job_name).asset_layer.executable_asset_keys)
-        staleness, self._has_questions = stale_documents(self.instance, self.defs.resolve_asset_graph(), self.settings, self.index, job_keys, keys)
+        staleness, self._has_questions = stale_documents(
+            self.instance, self.defs.resolve_asset_graph(), self.settings, self.index, job_keys, keys
+        )
         planned: list[Planned] = []
         fresh: list[str] = []
         for key in keys:
@@ -176,7 +199,9 @@ class RunPlanner:
     def run(self, job_name: str, keys: list[str], *, force: bool = False) -> int:
         started = time.perf_counter()
         planned, fresh = self.plan(job_name, keys, force=force)
-        self.print(f"{len(planned)} of {len(keys)} documents to run ({len(fresh)} up to date, skipped){'; --force' if force else ''}")
+        self.print(
+            f"{len(planned)} of {len(keys)} documents to run ({len(fresh)} up to date, skipped){'; --force' if force else ''}"
+        )
         for p in planned:
             self.print(f"  {p.partition}: {p.reason}")
         if planned:
@@ -223,10 +248,15 @@ class RunPlanner:
             f"the runs are in the Dagster UI: {ui}):"
         )
         for asset, agg in self.totals.items():
-            shown = ", ".join(f"{k}={v:,.3f}" if isinstance(v, float) and not v.is_integer() else f"{k}={int(v):,}" for k, v in agg.items())
+            shown = ", ".join(
+                f"{k}={v:,.3f}" if isinstance(v, float) and not v.is_integer() else f"{k}={int(v):,}"
+                for k, v in agg.items()
+            )
             self.print(f"  {asset:<22} {shown}")
         if failed:
-            self.print(f"failed: {', '.join(failed)} (the messages are above; tracebacks in the runs' logs in the Dagster UI)")
+            self.print(
+                f"failed: {', '.join(failed)} (the messages are above; tracebacks in the runs' logs in the Dagster UI)"
+            )
         return 1 if failed else 0
 
     def _comparison(self, keys: list[str], ran_any: bool, force: bool) -> Planned | None:
@@ -242,7 +272,9 @@ class RunPlanner:
         from ctxwin_dagster.models.embeddings.server import served_models
 
         models = served_models(self._resource_config("embeddings"))
-        return Launcher(self.instance, workspace, log=self.home / "ctxwin-daemon.log", embedding_models=models).__enter__()
+        return Launcher(
+            self.instance, workspace, log=self.home / "ctxwin-daemon.log", embedding_models=models
+        ).__enter__()
 
     def _resource_config(self, key: str) -> dict[str, Any]:
         """A resource's settings for these runs: the code location's defaults and the run config."""
@@ -269,7 +301,14 @@ class RunPlanner:
                 out.append((role, c["model"], c.get("base_url") or None, key_of(c.get("api_key"))))
         judge = conf("judge")
         if (judge.get("model") or "").strip():
-            out.append(("judge", judge["model"], judge.get("base_url") or None, os.environ.get(judge.get("api_key_env") or "OPENAI_API_KEY")))
+            out.append(
+                (
+                    "judge",
+                    judge["model"],
+                    judge.get("base_url") or None,
+                    os.environ.get(judge.get("api_key_env") or "OPENAI_API_KEY"),
+                )
+            )
         emb = conf("embeddings")
         if emb.get("provider") == "openai":
             out.append(("embeddings", emb["model"], emb.get("base_url") or None, key_of(emb.get("api_key"))))
@@ -292,7 +331,9 @@ class RunPlanner:
     def print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
 
-    def _follow(self, launcher: Launcher, job_name: str, planned: list[Planned], total: int, *, label: str = "") -> list[str]:
+    def _follow(
+        self, launcher: Launcher, job_name: str, planned: list[Planned], total: int, *, label: str = ""
+    ) -> list[str]:
         """Keep ``workers`` runs in flight until every planned run ended; returns the failed."""
         graph = self.defs.resolve_asset_graph()
         job_keys = self.defs.resolve_job_def(job_name).asset_layer.executable_asset_keys
@@ -312,8 +353,12 @@ class RunPlanner:
                 if p.selection is not None:
                     checks = [c for c in graph.asset_check_keys if c.asset_key in p.selection]
                 p.request = launcher.submit(
-                    job_name, partition=p.partition, run_config=self.run_config, tags=p.tags,
-                    asset_selection=p.selection, asset_check_selection=checks,
+                    job_name,
+                    partition=p.partition,
+                    run_config=self.run_config,
+                    tags=p.tags,
+                    asset_selection=p.selection,
+                    asset_check_selection=checks,
                 )
                 p.submitted = time.perf_counter()
                 self.launched.append(p)
@@ -349,9 +394,15 @@ class RunPlanner:
                 last_report = now
                 steps_done = sum(p.steps_done for p in planned)
                 steps_left = sum(p.steps for p in planned) - steps_done
-                eta = f"ETA {_duration((now - began) * steps_left / steps_done)}" if steps_done else "ETA after the first step"
+                eta = (
+                    f"ETA {_duration((now - began) * steps_left / steps_done)}"
+                    if steps_done
+                    else "ETA after the first step"
+                )
                 stages = ", ".join(f"{p.partition or label} {p.stage or 'queued'}" for p in active)
-                self.print(f"  {done}/{len(planned)} done ({total - len(planned)} up to date), {_duration(now - began)} elapsed, {eta}; running: {stages}")
+                self.print(
+                    f"  {done}/{len(planned)} done ({total - len(planned)} up to date), {_duration(now - began)} elapsed, {eta}; running: {stages}"
+                )
             if not launcher.daemon_running() and any(p.stage in ("requested", "queued") for p in active):
                 self.print(launcher.ensure_daemon())
         return failed

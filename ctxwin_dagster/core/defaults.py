@@ -27,9 +27,18 @@ VARIANTS: tuple[str, ...] = ("t_rag", "cc_rag", "swb_rag")
 VARIANT_LABELS: dict[str, str] = {"t_rag": "T-RAG", "cc_rag": "CC-RAG", "swb_rag": "SWB-RAG"}
 
 _ALIASES = {
-    "t": "t_rag", "t_rag": "t_rag", "t-rag": "t_rag", "trag": "t_rag",
-    "cc": "cc_rag", "cc_rag": "cc_rag", "cc-rag": "cc_rag", "ccrag": "cc_rag",
-    "swb": "swb_rag", "swb_rag": "swb_rag", "swb-rag": "swb_rag", "swbrag": "swb_rag",
+    "t": "t_rag",
+    "t_rag": "t_rag",
+    "t-rag": "t_rag",
+    "trag": "t_rag",
+    "cc": "cc_rag",
+    "cc_rag": "cc_rag",
+    "cc-rag": "cc_rag",
+    "ccrag": "cc_rag",
+    "swb": "swb_rag",
+    "swb_rag": "swb_rag",
+    "swb-rag": "swb_rag",
+    "swbrag": "swb_rag",
 }
 
 

@@ -183,7 +183,9 @@ class DocumentFolder:
             lines.insert(0, f"{len(lines)} file name(s) are not usable ids as they are; their doc_ids:")
         problems = self.problems()
         if problems:
-            lines.append(f"{len(problems)} document file(s) in {self.folder} cannot be read as they are (their runs fail until fixed):")
+            lines.append(
+                f"{len(problems)} document file(s) in {self.folder} cannot be read as they are (their runs fail until fixed):"
+            )
             lines += [f"  {f.path.name}: {f.problem}" for f in problems]
         if self.skipped:
             lines.append(f"{len(self.skipped)} file(s) in {self.folder} not taken:")
@@ -215,7 +217,9 @@ def _skip_reason(p: Path) -> str | None:
         return "a folder (sub-folders are not read; move its documents up or point the settings at it)"
     if p.suffix.lower() not in SUPPORTED_SUFFIXES:
         got = f"type {p.suffix!r}" if p.suffix else "no file type (suffix)"
-        return f"unsupported {got}; supported: {', '.join(SUPPORTED_SUFFIXES)}. Convert it, or remove it from the folder"
+        return (
+            f"unsupported {got}; supported: {', '.join(SUPPORTED_SUFFIXES)}. Convert it, or remove it from the folder"
+        )
     return None
 
 
@@ -266,7 +270,9 @@ def scan_documents(folder: str | Path, *, known: Mapping[str, str] | None = None
             taken.append(p)
         else:
             skipped.append(SkippedFile(p, reason))
-    files = tuple(DocumentFile(f.path, f.doc_id, f.note, _problem(f.path)) for f in _assign_ids(taken, _valid_known(known)))
+    files = tuple(
+        DocumentFile(f.path, f.doc_id, f.note, _problem(f.path)) for f in _assign_ids(taken, _valid_known(known))
+    )
     return DocumentFolder(root, files, tuple(skipped))
 
 
@@ -275,8 +281,11 @@ def _valid_known(known: Mapping[str, str] | None) -> dict[str, str]:
     return {
         name: doc_id
         for name, doc_id in (known or {}).items()
-        if isinstance(name, str) and isinstance(doc_id, str) and len(doc_id) <= MAX_DOC_ID_CHARS
-        and DOC_ID_PATTERN.fullmatch(doc_id) and not doc_id.startswith(".")
+        if isinstance(name, str)
+        and isinstance(doc_id, str)
+        and len(doc_id) <= MAX_DOC_ID_CHARS
+        and DOC_ID_PATTERN.fullmatch(doc_id)
+        and not doc_id.startswith(".")
     }
 
 
@@ -335,7 +344,9 @@ def load_id_registry(path: str | Path) -> dict[str, str]:
     except FileNotFoundError:
         return {}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        warnings.warn(f"document id registry {str(p)!r} cannot be read ({exc}); starting from no known ids", stacklevel=2)
+        warnings.warn(
+            f"document id registry {str(p)!r} cannot be read ({exc}); starting from no known ids", stacklevel=2
+        )
         return {}
     if not isinstance(data, dict):
         warnings.warn(f"document id registry {str(p)!r} is not a JSON object; starting from no known ids", stacklevel=2)

@@ -49,7 +49,26 @@ DOC_ID_PATTERN = re.compile(r"[A-Za-z0-9_.\-]+")
 #: Longest ``doc_id`` derived from a file name (longer names are cut and end in a hash).
 MAX_DOC_ID_CHARS = 120
 # Letters NFKD does not decompose into ASCII, written the way a reader would.
-_SPECIAL_LETTERS = str.maketrans({"ß": "ss", "æ": "ae", "Æ": "AE", "œ": "oe", "Œ": "OE", "ø": "o", "Ø": "O", "ł": "l", "Ł": "L", "đ": "d", "Đ": "D", "þ": "th", "Þ": "Th", "ð": "d", "Ð": "D", "ı": "i"})
+_SPECIAL_LETTERS = str.maketrans(
+    {
+        "ß": "ss",
+        "æ": "ae",
+        "Æ": "AE",
+        "œ": "oe",
+        "Œ": "OE",
+        "ø": "o",
+        "Ø": "O",
+        "ł": "l",
+        "Ł": "L",
+        "đ": "d",
+        "Đ": "D",
+        "þ": "th",
+        "Þ": "Th",
+        "ð": "d",
+        "Ð": "D",
+        "ı": "i",
+    }
+)
 
 _TITLE_MAX_CHARS = 200
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -102,7 +121,8 @@ class Document:
         nothing: UTF-8 or extracted text).
 
         >>> Document("a", "00", "x\ufffd", "x", "a.txt", 2, replaced_bytes=1).encoding_warning()
-        'a.txt: read as UTF-8, but 1 byte(s) are not UTF-8 and were replaced by U+FFFD; re-save the file as UTF-8 (fix or remove those bytes) to keep every character'
+        'a.txt: read as UTF-8, but 1 byte(s) are not UTF-8 and were replaced by U+FFFD; re-save the file as '
+        'UTF-8 (fix or remove those bytes) to keep every character'
         """
         name = Path(self.source_path).name
         if self.replaced_bytes:
@@ -173,7 +193,9 @@ def derive_doc_id(stem: str) -> str:
     """
     if stem and len(stem) <= MAX_DOC_ID_CHARS and DOC_ID_PATTERN.fullmatch(stem) and not stem.startswith("."):
         return stem
-    ascii_text = "".join(ch for ch in unicodedata.normalize("NFKD", stem.translate(_SPECIAL_LETTERS)) if not unicodedata.combining(ch))
+    ascii_text = "".join(
+        ch for ch in unicodedata.normalize("NFKD", stem.translate(_SPECIAL_LETTERS)) if not unicodedata.combining(ch)
+    )
     cleaned = re.sub(r"_{2,}", "_", re.sub(r"[^A-Za-z0-9_.\-]+", "_", ascii_text)).strip("_.-")
     digest = hashlib.sha1(stem.encode("utf-8")).hexdigest()
     if not cleaned:
@@ -213,9 +235,7 @@ def _decode(p: Path, data: bytes) -> tuple[str, str, int]:
 
     name = f"{p.name!r} ({p})"
     if not data:
-        raise DocumentError(
-            f"{name} is empty (0 bytes); put the document's text in it or remove it."
-        )
+        raise DocumentError(f"{name} is empty (0 bytes); put the document's text in it or remove it.")
     nul = data.find(b"\x00")
     if nul != -1 and not data.startswith(_UTF16_BOMS):
         raise DocumentError(
@@ -240,14 +260,10 @@ def _decode(p: Path, data: bytes) -> tuple[str, str, int]:
             offset_note = ""
         except UnicodeDecodeError as err:
             offset_note = f" (the first byte that is not UTF-8 is 0x{body[err.start]:02x} at byte {err.start + len(data) - len(body)})"
-        raise DocumentError(
-            f"{name}: {exc}{offset_note}; re-save it as UTF-8."
-        ) from None
+        raise DocumentError(f"{name}: {exc}{offset_note}; re-save it as UTF-8.") from None
     text = decoded.text
     if text:
-        controls = sum(
-            1 for ch in text if (ord(ch) < 32 and ch not in "\t\n\r\f\v") or ord(ch) == 127
-        )
+        controls = sum(1 for ch in text if (ord(ch) < 32 and ch not in "\t\n\r\f\v") or ord(ch) == 127)
         if controls / len(text) > _MAX_CONTROL_SHARE:
             raise DocumentError(
                 f"{name} is mostly control characters, so it looks like a binary file; "
@@ -255,8 +271,7 @@ def _decode(p: Path, data: bytes) -> tuple[str, str, int]:
             )
     if not text.strip():
         raise DocumentError(
-            f"{name} holds only white space ({len(data)} bytes); put the document's text "
-            "in it or remove it."
+            f"{name} holds only white space ({len(data)} bytes); put the document's text in it or remove it."
         )
     return text, decoded.encoding, decoded.replaced
 
@@ -268,7 +283,9 @@ def _read_bytes(p: Path) -> bytes:
     except FileNotFoundError:
         raise
     except IsADirectoryError:
-        raise DocumentError(f"{p.name!r} ({p}) is a folder, not a document file; move its documents up or remove it.") from None
+        raise DocumentError(
+            f"{p.name!r} ({p}) is a folder, not a document file; move its documents up or remove it."
+        ) from None
     except OSError as exc:
         raise DocumentError(
             f"{p.name!r} ({p}) cannot be read ({exc.strerror or exc}); fix its permissions "
@@ -413,7 +430,9 @@ def _pdf_text(p: Path) -> tuple[str, tuple[tuple[int, int], ...]]:
                 ) from None
         pages = [(page.extract_text() or "").strip() for page in reader.pages]
     except PdfReadError as exc:
-        raise DocumentError(f"{p.name!r} ({p}) is not a readable PDF ({exc}); re-export it as PDF or as text.") from None
+        raise DocumentError(
+            f"{p.name!r} ({p}) is not a readable PDF ({exc}); re-export it as PDF or as text."
+        ) from None
     parts: list[str] = []
     starts: list[tuple[int, int]] = []
     offset = 0
@@ -467,7 +486,9 @@ def read_document(
             )
         text = _docx_text(p)
         if not text.strip():
-            raise DocumentError(f"{p.name!r} ({p}) has no text in its paragraphs or tables; check the file, or provide a .txt version.")
+            raise DocumentError(
+                f"{p.name!r} ({p}) has no text in its paragraphs or tables; check the file, or provide a .txt version."
+            )
     else:
         text = _html_text(p, data)
         if not text.strip():

@@ -128,6 +128,7 @@ class EmbeddingLimits:
         guess = "; not in the registry, a default" if not self.known else ""
         return f"{self.max_tokens:,} tokens ({how}{extra}{guess})"
 
+
 #: Known windows. ``all-MiniLM-L6-v2``: 256 word pieces (its ``max_seq_length``); OpenAI's
 #: embedding models: 8,191 tokens of ``cl100k_base``; common models served by Ollama, vLLM or
 #: TEI. Counts for the latter are estimates unless the embedder has the model's tokenizer.
@@ -171,10 +172,17 @@ def get_embedding_limits(model: str, *, max_tokens: int | None = None) -> Embedd
     entry = EMBEDDING_LIMITS.get(name) or EMBEDDING_LIMITS.get(name.split(":")[0])
     if entry is None:
         entry = EmbeddingLimits(
-            name, max_tokens or DEFAULT_EMBEDDING_TOKENS, 0, "estimate (cl100k_base)", exact=False, known=max_tokens is not None
+            name,
+            max_tokens or DEFAULT_EMBEDDING_TOKENS,
+            0,
+            "estimate (cl100k_base)",
+            exact=False,
+            known=max_tokens is not None,
         )
     elif max_tokens is not None and max_tokens != entry.max_tokens:
-        entry = EmbeddingLimits(entry.model, max_tokens, min(entry.special_tokens, max_tokens - 1), entry.tokenizer, entry.exact)
+        entry = EmbeddingLimits(
+            entry.model, max_tokens, min(entry.special_tokens, max_tokens - 1), entry.tokenizer, entry.exact
+        )
     return entry
 
 
@@ -404,7 +412,9 @@ def plan_row(
         cf = fit_text(chunk_text, tokenizer, limits, oversize=oversize, offsets=c_offs)
         xf = fit_text(context, tokenizer, limits, oversize=oversize, offsets=x_offs)
         parts = (_from_fit(cf, 1.0 - context_weight), _from_fit(xf, context_weight))
-        return RowPlan(strategy, parts, f"{chunk_text}{SEPARATOR}{context}", n_chunk, n_ctx, xf.tokens_cut, cf.tokens_cut, over)
+        return RowPlan(
+            strategy, parts, f"{chunk_text}{SEPARATOR}{context}", n_chunk, n_ctx, xf.tokens_cut, cf.tokens_cut, over
+        )
 
     if strategy == "pooled":
         text = f"{context}{SEPARATOR}{chunk_text}"
@@ -461,8 +471,15 @@ def plan_rows(
     ctx_offs = tokenizer.offsets_many(contexts)
     return [
         plan_row(
-            c, x, strategy=strategy, tokenizer=tokenizer, limits=limits, oversize=oversize,
-            context_weight=context_weight, chunk_offsets=co, context_offsets=xo,
+            c,
+            x,
+            strategy=strategy,
+            tokenizer=tokenizer,
+            limits=limits,
+            oversize=oversize,
+            context_weight=context_weight,
+            chunk_offsets=co,
+            context_offsets=xo,
         )
         for (c, _), x, co, xo in zip(rows, contexts, chunk_offs, ctx_offs, strict=True)
     ]

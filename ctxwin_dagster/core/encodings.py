@@ -52,7 +52,20 @@ _UTF8_SEQUENCE = re.compile(
     rb"([\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}|\xed[\x80-\x9f][\x80-\xbf]"
     rb"|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}|\xf4[\x80-\x8f][\x80-\xbf]{2})|[\x80-\xff]"
 )
-_MULTIBYTE = {"cp932", "shift_jis", "euc_jp", "iso2022_jp", "gb2312", "gbk", "gb18030", "big5", "big5hkscs", "cp949", "euc_kr", "cp950"}
+_MULTIBYTE = {
+    "cp932",
+    "shift_jis",
+    "euc_jp",
+    "iso2022_jp",
+    "gb2312",
+    "gbk",
+    "gb18030",
+    "big5",
+    "big5hkscs",
+    "cp949",
+    "euc_kr",
+    "cp950",
+}
 
 
 class EncodingUnknown(ValueError):
@@ -131,9 +144,14 @@ def decode_text(data: bytes) -> Decoded:
     for bom, name in _BOMS:
         if data.startswith(bom):
             try:
-                return Decoded(data[len(bom) :].decode(name), name.upper().replace("-LE", " LE").replace("-BE", " BE") + " with BOM")
+                return Decoded(
+                    data[len(bom) :].decode(name),
+                    name.upper().replace("-LE", " LE").replace("-BE", " BE") + " with BOM",
+                )
             except UnicodeDecodeError as exc:
-                raise EncodingUnknown(f"it starts with a {name} byte-order mark but is not valid {name} at byte {exc.start + len(bom)}") from None
+                raise EncodingUnknown(
+                    f"it starts with a {name} byte-order mark but is not valid {name} at byte {exc.start + len(bom)}"
+                ) from None
     valid, stray = utf8_sequences(body)
     if valid and stray <= valid:
         return Decoded(body.decode("utf-8", errors="replace"), "utf-8", replaced=stray)

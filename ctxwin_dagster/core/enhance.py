@@ -267,7 +267,9 @@ def _check_texts(hits: Sequence[Hit], doc_texts: Mapping[str, str] | None) -> bo
             raise ValueError(
                 f"doc_texts[{chunk.doc_id!r}] differs from the indexed chunk {chunk.chunk_id!r} at "
                 f"[{chunk.start}, {chunk.end}): the document changed since it was indexed. Re-index it "
-                "(e.g. `ctxwin run --doc " + chunk.doc_id + "`), or leave its text out of doc_texts to use the indexed text"
+                "(e.g. `ctxwin run --doc "
+                + chunk.doc_id
+                + "`), or leave its text out of doc_texts to use the indexed text"
             )
     return exact
 
@@ -338,13 +340,23 @@ def enhance(
         raise ValueError(
             f"context_window_size applies to mode='budget' only (mode is {mode!r}); drop it or pass mode='budget'"
         )
-    focus_opts = {"split_sentences": split_sentences, "score_sentences": score_sentences, "window_chars": window_chars,
-                  "budget_chars": budget_chars, "chunk_weight": chunk_weight, "lexical_scores": lexical_scores,
-                  "lexical_weight": lexical_weight, "structure": structure, "score_drop": score_drop}
+    focus_opts = {
+        "split_sentences": split_sentences,
+        "score_sentences": score_sentences,
+        "window_chars": window_chars,
+        "budget_chars": budget_chars,
+        "chunk_weight": chunk_weight,
+        "lexical_scores": lexical_scores,
+        "lexical_weight": lexical_weight,
+        "structure": structure,
+        "score_drop": score_drop,
+    }
     if mode != "focus":
         given = [k for k, v in focus_opts.items() if v is not None]
         if given:
-            raise ValueError(f"{', '.join(given)} apply to mode='focus' only (mode is {mode!r}); drop them or pass mode='focus'")
+            raise ValueError(
+                f"{', '.join(given)} apply to mode='focus' only (mode is {mode!r}); drop them or pass mode='focus'"
+            )
     hits = [(c, float(s)) for c, s in hits]
     chunks = list(chunks)
     exact = _check_texts(hits, doc_texts)
@@ -361,22 +373,41 @@ def enhance(
                 raise ValueError(
                     f"hit chunk {c.chunk_id!r} (document {c.doc_id!r}) is not in chunks; pass the full chunk list of every hit's document"
                 )
-        settings: dict[str, Any] = {"focus": {
-            "window_chars": DEFAULT_FOCUS_WINDOW_CHARS if window_chars is None else window_chars,
-            "budget_chars": DEFAULT_FOCUS_BUDGET_CHARS if budget_chars is None else budget_chars,
-            "chunk_weight": DEFAULT_FOCUS_CHUNK_WEIGHT if chunk_weight is None else chunk_weight,
-            "lexical_weight": (0.0 if lexical_scores is None else DEFAULT_FOCUS_LEXICAL_WEIGHT) if lexical_weight is None else lexical_weight,
-            "structure": DEFAULT_FOCUS_STRUCTURE if structure is None else bool(structure),
-            "score_drop": score_drop,
-        }}
-        windows = focus_windows(hits, chunks, split_sentences=split_sentences or _split_sentences, score_sentences=score_sentences,
-                                doc_texts=doc_texts, lexical_scores=lexical_scores, **settings["focus"])
+        settings: dict[str, Any] = {
+            "focus": {
+                "window_chars": DEFAULT_FOCUS_WINDOW_CHARS if window_chars is None else window_chars,
+                "budget_chars": DEFAULT_FOCUS_BUDGET_CHARS if budget_chars is None else budget_chars,
+                "chunk_weight": DEFAULT_FOCUS_CHUNK_WEIGHT if chunk_weight is None else chunk_weight,
+                "lexical_weight": (0.0 if lexical_scores is None else DEFAULT_FOCUS_LEXICAL_WEIGHT)
+                if lexical_weight is None
+                else lexical_weight,
+                "structure": DEFAULT_FOCUS_STRUCTURE if structure is None else bool(structure),
+                "score_drop": score_drop,
+            }
+        }
+        windows = focus_windows(
+            hits,
+            chunks,
+            split_sentences=split_sentences or _split_sentences,
+            score_sentences=score_sentences,
+            doc_texts=doc_texts,
+            lexical_scores=lexical_scores,
+            **settings["focus"],
+        )
     elif mode == "budget":
-        size = _check_int("context_window_size", DEFAULT_CONTEXT_WINDOW_SIZE if context_window_size is None else context_window_size, 1)
+        size = _check_int(
+            "context_window_size",
+            DEFAULT_CONTEXT_WINDOW_SIZE if context_window_size is None else context_window_size,
+            1,
+        )
         windows = stitch_windows(hits, chunks, context_window_size=size, doc_texts=doc_texts)
         settings = {"context_window_size": size}
     else:
-        n = 0 if mode == "none" else _check_int("num_neighbors", DEFAULT_NUM_NEIGHBORS if num_neighbors is None else num_neighbors, 0)
+        n = (
+            0
+            if mode == "none"
+            else _check_int("num_neighbors", DEFAULT_NUM_NEIGHBORS if num_neighbors is None else num_neighbors, 0)
+        )
         windows = neighbor_windows(hits, chunks, num_neighbors=n, doc_texts=doc_texts)
         settings = {"num_neighbors": n} if mode == "neighbors" else {}
     merged = merge_windows(windows, doc_texts=doc_texts)

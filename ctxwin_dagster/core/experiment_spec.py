@@ -67,10 +67,22 @@ EXPERIMENT_FILE = "ctxwin_experiment.json"
 SAMPLE = "sample"
 
 #: Sections of an experiment file: the resources of the code location they configure.
-RESOURCE_SECTIONS = ("settings", "pipeline", "contextualizer", "answerer", "embeddings", "evaluation", "judge", "lancedb")
+RESOURCE_SECTIONS = (
+    "settings",
+    "pipeline",
+    "contextualizer",
+    "answerer",
+    "embeddings",
+    "evaluation",
+    "judge",
+    "lancedb",
+)
 #: Settings that moved to a section of their own: (old section, old key) -> (new section, new key).
 #: Files written before are read with them moved.
-MOVED_KEYS = {("evaluation", "judge_model"): ("judge", "model"), ("evaluation", "judge_base_url"): ("judge", "base_url")}
+MOVED_KEYS = {
+    ("evaluation", "judge_model"): ("judge", "model"),
+    ("evaluation", "judge_base_url"): ("judge", "base_url"),
+}
 _TOP_KEYS = ("name", "description", "documents_dir", "qa_dir", "lancedb_uri", "cache_dir", "prepare")
 
 _GENERIC_FOLDERS = {"documents", "docs", "data", "files", "texts", "corpus", "input"}
@@ -120,7 +132,9 @@ class Experiment:
             )
         unknown = set(self.sections) - set(RESOURCE_SECTIONS)
         if unknown:
-            raise ValueError(f"experiment {self.name!r} has unknown sections {sorted(unknown)}; allowed: {', '.join(RESOURCE_SECTIONS)}")
+            raise ValueError(
+                f"experiment {self.name!r} has unknown sections {sorted(unknown)}; allowed: {', '.join(RESOURCE_SECTIONS)}"
+            )
 
     # ------------------------------------------------------------------ resources
     def resource_config(self) -> dict[str, dict[str, Any]]:
@@ -176,7 +190,9 @@ class Experiment:
         a clear error naming ``source`` for unknown keys. ``lancedb.uri`` is the same as ``lancedb_uri``."""
         unknown = set(data) - set(_TOP_KEYS) - set(RESOURCE_SECTIONS)
         if unknown:
-            raise ValueError(f"{source} has unknown keys {sorted(unknown)}; allowed: {', '.join((*_TOP_KEYS, *RESOURCE_SECTIONS))}")
+            raise ValueError(
+                f"{source} has unknown keys {sorted(unknown)}; allowed: {', '.join((*_TOP_KEYS, *RESOURCE_SECTIONS))}"
+            )
         sections = {k: dict(data[k]) for k in RESOURCE_SECTIONS if isinstance(data.get(k), Mapping) and data[k]}
         for (old, key), (new, new_key) in MOVED_KEYS.items():
             if key in sections.get(old, {}):

@@ -206,7 +206,9 @@ def check_fit(
         (False, 100, 50)
     """
     tc = _counter_for(model, counter)
-    limit, reserved, context, known, name = _resolve_limit(model, limits, max_prompt_tokens, reserved_completion, registry)
+    limit, reserved, context, known, name = _resolve_limit(
+        model, limits, max_prompt_tokens, reserved_completion, registry
+    )
     n = tc.count(prompt) if isinstance(prompt, str) else tc.count_messages(prompt)
     return FitReport(
         fits=n <= limit,
@@ -276,7 +278,9 @@ def truncate_text(
     return TextTruncation(kept, side, before, after, max(0, len(text) - len(kept) + len(marker)), marker)
 
 
-def _kept_by_strategy(messages: Sequence[Message], strategy: str, budget: int, cost: Callable[[Sequence[Message]], int]) -> list[int]:
+def _kept_by_strategy(
+    messages: Sequence[Message], strategy: str, budget: int, cost: Callable[[Sequence[Message]], int]
+) -> list[int]:
     """Indices kept by a named strategy (before any text truncation)."""
     n = len(messages)
     system = [i for i, m in enumerate(messages) if m.get("role") == "system"]
@@ -350,7 +354,9 @@ def ensure_fit(
         raise ValueError(f"unknown strategy {strategy!r}; use one of {STRATEGIES} or a callable")
 
     tc = _counter_for(model, counter)
-    limit, _reserved, _context, _known, _name = _resolve_limit(model, limits, max_prompt_tokens, reserved_completion, registry)
+    limit, _reserved, _context, _known, _name = _resolve_limit(
+        model, limits, max_prompt_tokens, reserved_completion, registry
+    )
     original = [dict(m) for m in messages]
     cost = tc.count_messages
     before = cost(original)
@@ -384,7 +390,9 @@ def ensure_fit(
                 f"strategy {strategy_name!r} returned {after} tokens, over the limit of {limit} by {after - limit}; "
                 "make the strategy drop or shorten more"
             )
-        return TruncationReport(kept_msgs, strategy_name, before, after, limit, dropped, tuple(original[i] for i in dropped))
+        return TruncationReport(
+            kept_msgs, strategy_name, before, after, limit, dropped, tuple(original[i] for i in dropped)
+        )
 
     kept_idx = _kept_by_strategy(original, strategy_name, limit, cost)
     kept_msgs = [dict(original[i]) for i in kept_idx]

@@ -46,7 +46,9 @@ def query_texts(question: str, settings: RetrievalSettings) -> list[str]:
     return question_parts(question) if settings.question_parts else [question]
 
 
-def dense_scorer(sentence_vectors: Callable[[Sequence[str]], np.ndarray], query_vectors: np.ndarray) -> Callable[[Sequence[str]], np.ndarray]:
+def dense_scorer(
+    sentence_vectors: Callable[[Sequence[str]], np.ndarray], query_vectors: np.ndarray
+) -> Callable[[Sequence[str]], np.ndarray]:
     """``texts -> mean cosine similarity to the query vectors`` (rows L2-normalized).
 
     Example::
@@ -76,7 +78,9 @@ class LexicalIndexes:
         self.build_seconds = 0.0
         self.built = 0
 
-    def _get(self, store: OrderedDict[tuple[str, int], TextBM25], key: tuple[str, int], texts: Callable[[], list[str]]) -> TextBM25:
+    def _get(
+        self, store: OrderedDict[tuple[str, int], TextBM25], key: tuple[str, int], texts: Callable[[], list[str]]
+    ) -> TextBM25:
         found = store.get(key)
         if found is not None:
             store.move_to_end(key)
@@ -92,7 +96,9 @@ class LexicalIndexes:
 
     def sentences(self, doc_id: str, text: str) -> TextBM25:
         """BM25 over the sentences of ``text`` (:func:`~ctxwin_dagster.core.sentences.split_sentences`)."""
-        return self._get(self._sentences, (doc_id, hash(text)), lambda: [text[s:e] for s, e in split_sentences(text)] or [text])
+        return self._get(
+            self._sentences, (doc_id, hash(text)), lambda: [text[s:e] for s, e in split_sentences(text)] or [text]
+        )
 
     def chunks(self, doc_id: str, chunks: Sequence[Chunk]) -> TextBM25:
         """BM25 over the texts of one document's chunks."""
@@ -149,7 +155,11 @@ def focus_context(
         lexical = LexicalIndexes()
     if settings.hybrid and lexical is not None:
         pool = [c for d in doc_ids for c in sorted(by_doc.get(d, []), key=lambda c: c.chunk_index)]
-        per_doc = {d: lexical.chunks(d, sorted(by_doc.get(d, []), key=lambda c: c.chunk_index)).scorer(lex_query) for d in doc_ids if by_doc.get(d)}
+        per_doc = {
+            d: lexical.chunks(d, sorted(by_doc.get(d, []), key=lambda c: c.chunk_index)).scorer(lex_query)
+            for d in doc_ids
+            if by_doc.get(d)
+        }
 
         def chunk_scores(texts: Sequence[str]) -> np.ndarray:
             out = np.zeros(len(pool), dtype=np.float32)
@@ -163,14 +173,24 @@ def focus_context(
         hits = hits[:k]
     lex_scores = None
     if lexical_weight and lexical is not None:
-        scorers = [lexical.sentences(d, _doc_text(d, by_doc.get(d, []), doc_texts)).scorer(lex_query) for d in dict.fromkeys(c.doc_id for c, _ in hits)]
+        scorers = [
+            lexical.sentences(d, _doc_text(d, by_doc.get(d, []), doc_texts)).scorer(lex_query)
+            for d in dict.fromkeys(c.doc_id for c, _ in hits)
+        ]
 
         def lex_scores(texts: Sequence[str]) -> np.ndarray:
             return np.max(np.stack([np.asarray(s(texts)) for s in scorers]), axis=0)
 
     return enhance(
-        hits, chunks, mode="focus", doc_texts=doc_texts, split_sentences=split_sentences, score_sentences=score_sentences,
-        budget_chars=settings.focus_chars or DEFAULT_FOCUS_BUDGET_CHARS, lexical_scores=lex_scores,
-        lexical_weight=lexical_weight if lex_scores is not None else None, structure=settings.structure,
+        hits,
+        chunks,
+        mode="focus",
+        doc_texts=doc_texts,
+        split_sentences=split_sentences,
+        score_sentences=score_sentences,
+        budget_chars=settings.focus_chars or DEFAULT_FOCUS_BUDGET_CHARS,
+        lexical_scores=lex_scores,
+        lexical_weight=lexical_weight if lex_scores is not None else None,
+        structure=settings.structure,
         score_drop=settings.score_drop,
     )

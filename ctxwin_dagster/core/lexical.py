@@ -125,13 +125,17 @@ def hybrid_hits(
     vector_hits = list(vector_hits)[:depth]
     scores = np.asarray(lexical_scores([c.text for c in chunks]), dtype=np.float64)
     if len(scores) != len(chunks):
-        raise ValueError(f"lexical_scores returned {len(scores)} scores for {len(chunks)} chunks; it must return one per text")
+        raise ValueError(
+            f"lexical_scores returned {len(scores)} scores for {len(chunks)} chunks; it must return one per text"
+        )
     order = [int(i) for i in np.argsort(-scores, kind="stable") if scores[i] > 0][:depth]
     by_id: dict[str, Chunk] = {c.chunk_id: c for c, _ in vector_hits}
     by_id.update({chunks[i].chunk_id: chunks[i] for i in order})
     ids = list(by_id)
     pos = {cid: n for n, cid in enumerate(ids)}
-    fused = reciprocal_rank_fusion([[pos[c.chunk_id] for c, _ in vector_hits], [pos[chunks[i].chunk_id] for i in order]])
+    fused = reciprocal_rank_fusion(
+        [[pos[c.chunk_id] for c, _ in vector_hits], [pos[chunks[i].chunk_id] for i in order]]
+    )
     known = {c.chunk_id: s for c, s in vector_hits}
     floor = min(known.values()) if known else 0.0
     out: list[Hit] = []

@@ -203,7 +203,11 @@ class ModelRegistry:
         return limits
 
     def _lookup(self, model: str, key: str) -> ModelLimits:
-        bare = key.split("/", 1)[1] if key.count("/") == 1 and not key.startswith(("meta-llama/", "qwen/", "mistralai/")) else key
+        bare = (
+            key.split("/", 1)[1]
+            if key.count("/") == 1 and not key.startswith(("meta-llama/", "qwen/", "mistralai/"))
+            else key
+        )
         for name in (key, bare):
             found = _longest_prefix(self._overrides, name)
             if found is not None:

@@ -40,8 +40,18 @@ import pandas as pd
 __all__ = ["render_report", "markdown_table"]
 
 _EFFICIENCY_ORDER = (
-    "n_questions", "runtime_s", "mean_latency_s", "calls", "input_tokens", "input_chars",
-    "context_chars", "context_chars_per_question", "output_tokens", "cost_usd", "paid_usd", "cache_hits",
+    "n_questions",
+    "runtime_s",
+    "mean_latency_s",
+    "calls",
+    "input_tokens",
+    "input_chars",
+    "context_chars",
+    "context_chars_per_question",
+    "output_tokens",
+    "cost_usd",
+    "paid_usd",
+    "cache_hits",
 )
 
 
@@ -158,7 +168,11 @@ def _efficiency(efficiency: Any) -> pd.DataFrame:
     df.index = df.index.astype(str)
     df.index.name = "variant"
     # Per-field missing counts are shown only where something is missing.
-    drop = [c for c in df.columns if str(c).startswith("n_missing_") and not (pd.to_numeric(df[c], errors="coerce").fillna(0) > 0).any()]
+    drop = [
+        c
+        for c in df.columns
+        if str(c).startswith("n_missing_") and not (pd.to_numeric(df[c], errors="coerce").fillna(0) > 0).any()
+    ]
     df = df.drop(columns=drop)
     ordered = [c for c in _EFFICIENCY_ORDER if c in df.columns]
     return df[ordered + [c for c in df.columns if c not in ordered]]
@@ -191,7 +205,11 @@ def _quality_table(q: pd.DataFrame) -> tuple[list[str], list[list[str]], str]:
                 row.append("—")
                 continue
             r = sel.iloc[0]
-            lost = [f"{int(r[c])} {c.removeprefix('n_').replace('_', ' ')}" for c in ("n_missing", "n_nan") if not _is_missing(r[c]) and int(r[c]) > 0]
+            lost = [
+                f"{int(r[c])} {c.removeprefix('n_').replace('_', ' ')}"
+                for c in ("n_missing", "n_nan")
+                if not _is_missing(r[c]) and int(r[c]) > 0
+            ]
             if lost:
                 notes.append(f"{m} / {v}: {', '.join(lost)}")
             if _is_missing(r["mean"]):
@@ -209,13 +227,29 @@ def _quality_table(q: pd.DataFrame) -> tuple[list[str], list[list[str]], str]:
 
 
 def _comparison_table(c: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    headers = ["metric", "A vs B", "pairs", "dropped (NaN)", "unpaired", "mean A", "mean B", "Δ (B−A)",
-               "95% CI of Δ", "test", "p", "p (Bonferroni)", "effect size", "note"]
+    headers = [
+        "metric",
+        "A vs B",
+        "pairs",
+        "dropped (NaN)",
+        "unpaired",
+        "mean A",
+        "mean B",
+        "Δ (B−A)",
+        "95% CI of Δ",
+        "test",
+        "p",
+        "p (Bonferroni)",
+        "effect size",
+        "note",
+    ]
     rows = []
     for _, r in c.iterrows():
         effect = "—"
         if not _is_missing(r.get("effect_size")):
-            name = {"cohen_dz": "d_z", "rank_biserial": "r_rb"}.get(r.get("effect_size_name"), r.get("effect_size_name") or "")
+            name = {"cohen_dz": "d_z", "rank_biserial": "r_rb"}.get(
+                r.get("effect_size_name"), r.get("effect_size_name") or ""
+            )
             effect = f"{name} = {_fmt(r['effect_size'])}"
         ci = "—"
         if not _is_missing(r.get("ci_low")):
@@ -223,12 +257,24 @@ def _comparison_table(c: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         p_bonf = _fmt_p(r.get("p_bonferroni"))
         if not _is_missing(r.get("p_bonferroni")):
             p_bonf += f" (m={int(r['n_comparisons'])})" + (" *" if bool(r.get("significant")) else "")
-        rows.append([
-            str(r["metric"]), f"{r['variant_a']} vs {r['variant_b']}", _fmt(int(r["n_pairs"])),
-            _fmt(int(r.get("n_dropped_nan", 0) or 0)), _fmt(int(r.get("n_unpaired", 0) or 0)),
-            _fmt(r.get("mean_a")), _fmt(r.get("mean_b")), _fmt(r.get("mean_diff")), ci,
-            str(r.get("test") or "none"), _fmt_p(r.get("p_value")), p_bonf, effect, str(r.get("reason") or ""),
-        ])
+        rows.append(
+            [
+                str(r["metric"]),
+                f"{r['variant_a']} vs {r['variant_b']}",
+                _fmt(int(r["n_pairs"])),
+                _fmt(int(r.get("n_dropped_nan", 0) or 0)),
+                _fmt(int(r.get("n_unpaired", 0) or 0)),
+                _fmt(r.get("mean_a")),
+                _fmt(r.get("mean_b")),
+                _fmt(r.get("mean_diff")),
+                ci,
+                str(r.get("test") or "none"),
+                _fmt_p(r.get("p_value")),
+                p_bonf,
+                effect,
+                str(r.get("reason") or ""),
+            ]
+        )
     return headers, rows
 
 
@@ -279,7 +325,9 @@ def _quality_plot(q: pd.DataFrame, path: Path, title: str) -> bool:
         for m in metrics:
             sel = q[(q["metric"] == m) & (q["variant"] == v)]
             if sel.empty:
-                means.append(np.nan); lo.append(0.0); hi.append(0.0)  # noqa: E702
+                means.append(np.nan)
+                lo.append(0.0)
+                hi.append(0.0)  # noqa: E702
                 continue
             r = sel.iloc[0]
             mean = float(r["mean"])
@@ -301,8 +349,11 @@ def _quality_plot(q: pd.DataFrame, path: Path, title: str) -> bool:
 def _efficiency_plot(e: pd.DataFrame, path: Path, title: str) -> bool:
     from matplotlib.figure import Figure
 
-    cols = [c for c in e.columns if not str(c).startswith("n_missing_") and c != "n_questions"
-            and pd.api.types.is_numeric_dtype(e[c])]
+    cols = [
+        c
+        for c in e.columns
+        if not str(c).startswith("n_missing_") and c != "n_questions" and pd.api.types.is_numeric_dtype(e[c])
+    ]
     cols = [c for c in cols if e[c].notna().any()]
     if e.empty or not cols:
         return False
@@ -374,7 +425,9 @@ def render_report(
         "markdown": md_path,
         "html": html_path,
         "quality_png": quality_png if _quality_plot(quality, quality_png, "Quality per variant") else None,
-        "efficiency_png": efficiency_png if _efficiency_plot(efficiency, efficiency_png, "Efficiency per variant") else None,
+        "efficiency_png": efficiency_png
+        if _efficiency_plot(efficiency, efficiency_png, "Efficiency per variant")
+        else None,
     }
 
     sections: list[tuple[str, list[str], list[list[str]] | None, str]] = []  # (heading, headers, rows, note)
@@ -382,13 +435,17 @@ def render_report(
     sections.append(("Quality", qh, qr, qnote or "Mean per question [95% bootstrap CI] (n questions)."))
     if not comparison.empty:
         ch, cr = _comparison_table(comparison)
-        sections.append((
-            "Paired tests", ch, cr,
-            "Δ = mean of per-question differences B − A. Shapiro–Wilk on the differences picks the paired "
-            "t-test (p > 0.05, effect d_z) or the Wilcoxon signed-rank test (effect r_rb, matched-pairs "
-            "rank-biserial); p corrected by Bonferroni over m comparisons; * = significant at 0.05 after "
-            "correction. Pairs with a NaN on either side are dropped and counted.",
-        ))
+        sections.append(
+            (
+                "Paired tests",
+                ch,
+                cr,
+                "Δ = mean of per-question differences B − A. Shapiro–Wilk on the differences picks the paired "
+                "t-test (p > 0.05, effect d_z) or the Wilcoxon signed-rank test (effect r_rb, matched-pairs "
+                "rank-biserial); p corrected by Bonferroni over m comparisons; * = significant at 0.05 after "
+                "correction. Pairs with a NaN on either side are dropped and counted.",
+            )
+        )
     else:
         sections.append(("Paired tests", [], None, "No paired comparison was given."))
     if not efficiency.empty:
@@ -398,7 +455,9 @@ def render_report(
         sections.append(("Efficiency", [], None, "No efficiency data was given."))
     if t4 is not None and not t4.empty:
         th, tr = _table4_table(t4)
-        sections.append(("Human evaluation (Table 4)", th, tr, "Blinded pairwise review; counts per question complexity."))
+        sections.append(
+            ("Human evaluation (Table 4)", th, tr, "Blinded pairwise review; counts per question complexity.")
+        )
 
     md = [f"# {title}", ""]
     if verdict:
@@ -452,7 +511,7 @@ def render_report(
         if heading == "Efficiency":
             body.append(_img(paths["efficiency_png"], "Efficiency per variant"))
     page = (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>body{{font-family:sans-serif;max-width:80em;margin:auto;padding:1em}}"
         "table{border-collapse:collapse;margin:.5em 0}th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right}"
         "th:first-child,td:first-child{text-align:left}img{max-width:100%}</style></head><body>\n"

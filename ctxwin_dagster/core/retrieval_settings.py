@@ -132,7 +132,9 @@ class RetrievalSettings:
             return base
         picked = {field: mode for field, mode in _PICKS_MODE.items() if field in changes}
         if len(set(picked.values())) > 1:
-            raise ValueError(f"pass one of {', '.join(_PICKS_MODE)}, not both {sorted(picked)}: each belongs to another enhancement mode")
+            raise ValueError(
+                f"pass one of {', '.join(_PICKS_MODE)}, not both {sorted(picked)}: each belongs to another enhancement mode"
+            )
         if "enhance_mode" not in changes and picked:
             changes["enhance_mode"] = next(iter(picked.values()))
         if "enhance_mode" in changes and changes["enhance_mode"] != base.enhance_mode:
@@ -159,9 +161,15 @@ class RetrievalSettings:
             text = f"sentence focus, {chars:,} characters from the top-{k} chunks"
             if self.score_drop is not None:
                 text = f"sentence focus from the top-{k} chunks, windows while within {self.score_drop:g} of the best score, at most {chars:,} characters"
-            extras = [label for on, label in ((self.question_parts, "question parts"),
-                                              (self.effective_lexical_weight > 0, f"BM25 sentence scores ×{self.effective_lexical_weight:g}"),
-                                              (self.structure, "clause-following windows")) if on]
+            extras = [
+                label
+                for on, label in (
+                    (self.question_parts, "question parts"),
+                    (self.effective_lexical_weight > 0, f"BM25 sentence scores ×{self.effective_lexical_weight:g}"),
+                    (self.structure, "clause-following windows"),
+                )
+                if on
+            ]
             if extras:
                 text += " (" + ", ".join(extras) + ")"
         elif self.enhance_mode == "neighbors":
@@ -173,7 +181,11 @@ class RetrievalSettings:
             text = f"top-{k} chunks, no enhancement"
         if self.hybrid:
             text += ", hybrid (vector + full-text) search"
-        label = {"ask": "ctxwin ask's default", "paper": "the paper's protocol", "focus-dense": "the earlier default"}.get(self.name)
+        label = {
+            "ask": "ctxwin ask's default",
+            "paper": "the paper's protocol",
+            "focus-dense": "the earlier default",
+        }.get(self.name)
         if label:
             text += f" ({label})"
         elif self.name.endswith("+"):
@@ -184,8 +196,17 @@ class RetrievalSettings:
 #: The named settings.
 RETRIEVAL_PRESETS: dict[str, RetrievalSettings] = {
     "ask": RetrievalSettings(
-        enhance_mode="focus", k=24, focus_chars=8000, hybrid=True, question_parts=True, lexical_weight=0.2, score_drop=0.3, name="ask",
+        enhance_mode="focus",
+        k=24,
+        focus_chars=8000,
+        hybrid=True,
+        question_parts=True,
+        lexical_weight=0.2,
+        score_drop=0.3,
+        name="ask",
     ),
-    "focus-dense": RetrievalSettings(enhance_mode="focus", k=DEFAULT_FOCUS_CANDIDATES, focus_chars=DEFAULT_FOCUS_BUDGET_CHARS, name="focus-dense"),
+    "focus-dense": RetrievalSettings(
+        enhance_mode="focus", k=DEFAULT_FOCUS_CANDIDATES, focus_chars=DEFAULT_FOCUS_BUDGET_CHARS, name="focus-dense"
+    ),
     "paper": RetrievalSettings(enhance_mode="none", k=DEFAULT_K, name="paper"),
 }

@@ -128,14 +128,16 @@ def export_review(
         side_a, side_b = (variant_b, variant_a) if swap else (variant_a, variant_b)
         first, second = (rb, ra) if swap else (ra, rb)
         sides[qid] = {"A": side_a, "B": side_b}
-        rows.append({
-            "question_id": qid,
-            "question": str(ra.get("question") or rb.get("question") or ""),
-            "answer_A": _answer_text(first),
-            "answer_B": _answer_text(second),
-            "label": "",
-            "complexity": _complexity(ra, rb),
-        })
+        rows.append(
+            {
+                "question_id": qid,
+                "question": str(ra.get("question") or rb.get("question") or ""),
+                "answer_A": _answer_text(first),
+                "answer_B": _answer_text(second),
+                "label": "",
+                "complexity": _complexity(ra, rb),
+            }
+        )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv_path, html_path, key_path = out / "review.csv", out / "review.html", out / "key.json"
@@ -201,11 +203,15 @@ def _html_form(rows: list[dict[str, str]], title: str) -> str:
     for i, row in enumerate(rows):
         parts.append(f'<fieldset data-question-id="{esc(row["question_id"])}">')
         parts.append(f"<legend>{i + 1}. {esc(row['question'])}</legend>")
-        parts.append('<div class="ans">'
-                     f"<div><b>A</b><br>{esc(row['answer_A'])}</div>"
-                     f"<div><b>B</b><br>{esc(row['answer_B'])}</div></div><p>")
+        parts.append(
+            '<div class="ans">'
+            f"<div><b>A</b><br>{esc(row['answer_A'])}</div>"
+            f"<div><b>B</b><br>{esc(row['answer_B'])}</div></div><p>"
+        )
         for label in LABELS:
-            parts.append(f'<label><input type="radio" name="label_{i}" value="{esc(label)}" required> {esc(label)}</label>')
+            parts.append(
+                f'<label><input type="radio" name="label_{i}" value="{esc(label)}" required> {esc(label)}</label>'
+            )
         parts.append(f'</p><p><label>Complexity <select id="complexity_{i}" name="complexity_{i}">')
         parts.append('<option value="">(choose)</option>')
         for c in COMPLEXITIES:
@@ -244,9 +250,13 @@ def import_review(csv_path: str | Path, key_path: str | Path, *, allow_missing: 
     except FileNotFoundError as exc:
         raise ReviewFormatError(f"{key_path}: no such key file; pass the key.json written by export_review") from exc
     except ValueError as exc:
-        raise ReviewFormatError(f"{key_path}: not valid JSON ({exc}); pass the key.json written by export_review") from exc
+        raise ReviewFormatError(
+            f"{key_path}: not valid JSON ({exc}); pass the key.json written by export_review"
+        ) from exc
     if not isinstance(key, dict) or not {"variant_a", "variant_b", "sides"} <= set(key):
-        raise ReviewFormatError(f"{key_path}: not a review key (needs variant_a, variant_b, sides); pass the key.json written by export_review")
+        raise ReviewFormatError(
+            f"{key_path}: not a review key (needs variant_a, variant_b, sides); pass the key.json written by export_review"
+        )
     va, vb, sides = key["variant_a"], key["variant_b"], key["sides"]
     try:
         with open(csv_path, newline="", encoding="utf-8-sig") as f:
@@ -272,7 +282,9 @@ def import_review(csv_path: str | Path, key_path: str | Path, *, allow_missing: 
             problems.append(f"{where}: empty question_id; restore it from the exported file")
             continue
         if qid not in sides:
-            problems.append(f"{where}: question_id {qid!r} is not in {key_path.name}; use the key exported with this CSV")
+            problems.append(
+                f"{where}: question_id {qid!r} is not in {key_path.name}; use the key exported with this CSV"
+            )
             continue
         if qid in seen:
             problems.append(f"{where}: question_id {qid!r} already on row {seen[qid]}; keep one row per question")
@@ -282,7 +294,9 @@ def import_review(csv_path: str | Path, key_path: str | Path, *, allow_missing: 
         if label is None:
             got = (row.get("label") or "").strip()
             fix = "fill it in" if not got else f"{got!r} is not a label"
-            problems.append(f"{where} (question_id {qid!r}): label {fix}; use one of {', '.join(repr(x) for x in LABELS)}")
+            problems.append(
+                f"{where} (question_id {qid!r}): label {fix}; use one of {', '.join(repr(x) for x in LABELS)}"
+            )
         complexity = _canonical(row.get("complexity", ""), COMPLEXITIES)
         if complexity is None:
             got = (row.get("complexity") or "").strip()
@@ -299,27 +313,45 @@ def import_review(csv_path: str | Path, key_path: str | Path, *, allow_missing: 
             outcome = "both equal"
         else:
             outcome = "both wrong"
-        out_rows.append({
-            "question_id": qid,
-            "question": row.get("question", ""),
-            "complexity": complexity,
-            "label": label,
-            "answer_A": row.get("answer_A", ""),
-            "answer_B": row.get("answer_B", ""),
-            "variant_A": side["A"],
-            "variant_B": side["B"],
-            "outcome": outcome,
-        })
+        out_rows.append(
+            {
+                "question_id": qid,
+                "question": row.get("question", ""),
+                "complexity": complexity,
+                "label": label,
+                "answer_A": row.get("answer_A", ""),
+                "answer_B": row.get("answer_B", ""),
+                "variant_A": side["A"],
+                "variant_B": side["B"],
+                "outcome": outcome,
+            }
+        )
     absent = sorted(set(sides) - set(seen))
     if absent and not allow_missing:
         shown = ", ".join(repr(q) for q in absent[:10]) + (" …" if len(absent) > 10 else "")
-        problems.append(f"{csv_path}: {len(absent)} question(s) of the key have no row ({shown}); "
-                        "restore their rows and label them, or pass allow_missing=True")
+        problems.append(
+            f"{csv_path}: {len(absent)} question(s) of the key have no row ({shown}); "
+            "restore their rows and label them, or pass allow_missing=True"
+        )
     if problems:
         more = f"\n… and {len(problems) - _MAX_PROBLEMS} more" if len(problems) > _MAX_PROBLEMS else ""
-        raise ReviewFormatError(f"{len(problems)} problem(s) in the review:\n" + "\n".join(problems[:_MAX_PROBLEMS]) + more)
-    df = pd.DataFrame(out_rows, columns=["question_id", "question", "complexity", "label", "answer_A",
-                                         "answer_B", "variant_A", "variant_B", "outcome"])
+        raise ReviewFormatError(
+            f"{len(problems)} problem(s) in the review:\n" + "\n".join(problems[:_MAX_PROBLEMS]) + more
+        )
+    df = pd.DataFrame(
+        out_rows,
+        columns=[
+            "question_id",
+            "question",
+            "complexity",
+            "label",
+            "answer_A",
+            "answer_B",
+            "variant_A",
+            "variant_B",
+            "outcome",
+        ],
+    )
     df.attrs["variant_a"] = va
     df.attrs["variant_b"] = vb
     df.attrs["n_missing"] = len(absent)

@@ -25,8 +25,54 @@ import re
 __all__ = ["MAX_SENTENCE_CHARS", "split_sentences"]
 
 _ABBREVIATIONS = frozenset(
-    "no nos art arts e.g i.e etc nr abs ca vgl bzw z.b u.a d.h usw mr mrs ms dr prof st cf para paras "
-    "vol pp p fig sec ch op inc ltd co corp jr sr vs approx dept gen gov lit ziff buchst".split()
+    [
+        "no",
+        "nos",
+        "art",
+        "arts",
+        "e.g",
+        "i.e",
+        "etc",
+        "nr",
+        "abs",
+        "ca",
+        "vgl",
+        "bzw",
+        "z.b",
+        "u.a",
+        "d.h",
+        "usw",
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "st",
+        "cf",
+        "para",
+        "paras",
+        "vol",
+        "pp",
+        "p",
+        "fig",
+        "sec",
+        "ch",
+        "op",
+        "inc",
+        "ltd",
+        "co",
+        "corp",
+        "jr",
+        "sr",
+        "vs",
+        "approx",
+        "dept",
+        "gen",
+        "gov",
+        "lit",
+        "ziff",
+        "buchst",
+    ]
 )
 _SENT_END = re.compile(r"[.!?][\"'”’)\]]*\s+(?=[\"'“„‘(\[]?[A-ZÄÖÜ0-9])")
 _SOFT_BREAK = re.compile(r"[;:]\s+")
@@ -128,10 +174,12 @@ def _limit_length(line: str, a: int, b: int, max_chars: int) -> list[tuple[int, 
         for m in _SOFT_BREAK.finditer(line, start + _MIN_PIECE_CHARS, window_end):
             cut = m.end()
         if cut == -1:
-            sp = max(line.rfind(" ", start + _MIN_PIECE_CHARS, window_end), line.rfind("\n", start + _MIN_PIECE_CHARS, window_end))
+            sp = max(
+                line.rfind(" ", start + _MIN_PIECE_CHARS, window_end),
+                line.rfind("\n", start + _MIN_PIECE_CHARS, window_end),
+            )
             cut = sp + 1 if sp != -1 else window_end
         out.append((start, cut))
         start = cut
     out.append((start, b))
     return out
-

@@ -153,10 +153,18 @@ class WindowReader(Protocol):
     model: str
 
     def read(
-        self, question: str, windows: Sequence[Window], *, numbers: Sequence[int], total: int, summary: str | None = None
+        self,
+        question: str,
+        windows: Sequence[Window],
+        *,
+        numbers: Sequence[int],
+        total: int,
+        summary: str | None = None,
     ) -> list[WindowFinding]: ...
 
-    def synthesize(self, question: str, findings: Sequence[WindowFinding], *, summary: str | None = None) -> Synthesis: ...
+    def synthesize(
+        self, question: str, findings: Sequence[WindowFinding], *, summary: str | None = None
+    ) -> Synthesis: ...
 
 
 @dataclass(slots=True)
@@ -267,7 +275,15 @@ def plan_windows(
                 f"block of {b.doc_id!r} at [{b.start}, {b.end}) holds {len(b.text)} characters; "
                 "pass blocks whose text is their document span"
             )
-        for w in sliding_windows(b.text, size=window_tokens, overlap=overlap_tokens, unit="tokens", encode=encode, decode=decode, doc_id=b.doc_id):
+        for w in sliding_windows(
+            b.text,
+            size=window_tokens,
+            overlap=overlap_tokens,
+            unit="tokens",
+            encode=encode,
+            decode=decode,
+            doc_id=b.doc_id,
+        ):
             planned.append(Window(b.doc_id, b.start + w.start, b.start + w.end, w.text, b.score, b.chunk_ids))
     return planned
 
@@ -447,7 +463,9 @@ def sliding_window_qa(
                 + (" or a shorter summary" if summary else "")
             )
     started = time.perf_counter()
-    windows = plan_windows(source, window_tokens=window_tokens, overlap_tokens=overlap_tokens, encode=encode, decode=decode, doc_id=doc_id)
+    windows = plan_windows(
+        source, window_tokens=window_tokens, overlap_tokens=overlap_tokens, encode=encode, decode=decode, doc_id=doc_id
+    )
     total = len(windows)
     findings: list[WindowFinding] = []
     stopped_early = False
@@ -456,7 +474,9 @@ def sliding_window_qa(
         numbers = list(range(w0 + 1, w0 + len(wave) + 1))
         got = list(reader.read(question, wave, numbers=numbers, total=total, summary=summary))
         if len(got) != len(wave):
-            raise ValueError(f"{type(reader).__name__}.read returned {len(got)} findings for {len(wave)} windows; it must return one per window")
+            raise ValueError(
+                f"{type(reader).__name__}.read returned {len(got)} findings for {len(wave)} windows; it must return one per window"
+            )
         findings.extend(got)
         if progress is not None:
             progress(len(findings), total)
@@ -498,6 +518,10 @@ def sliding_window_qa(
     )
 
 
-def no_answer_finding(window: Window, number: int, *, error: str | None = None, records: tuple[Any, ...] = ()) -> WindowFinding:
+def no_answer_finding(
+    window: Window, number: int, *, error: str | None = None, records: tuple[Any, ...] = ()
+) -> WindowFinding:
     """A finding saying ``window`` does not hold the answer (``NO_ANSWER``, confidence 0)."""
-    return WindowFinding(number, window.doc_id, window.start, window.end, False, NO_ANSWER, 0.0, "", None, error, records)
+    return WindowFinding(
+        number, window.doc_id, window.start, window.end, False, NO_ANSWER, 0.0, "", None, error, records
+    )

@@ -127,9 +127,7 @@ _LEGAL_KEYWORDS: dict[str, int] = {
     "article": 3,
     "artikel": 3,
 }
-_LEGAL_KW_ALT = "|".join(
-    alt for kw in _LEGAL_KEYWORDS for alt in (kw.upper(), kw.capitalize())
-)
+_LEGAL_KW_ALT = "|".join(alt for kw in _LEGAL_KEYWORDS for alt in (kw.upper(), kw.capitalize()))
 # One regex finds every candidate line: fences (to skip code), Markdown headings and legal
 # headings. Matching only candidates keeps detection fast on long texts.
 _HEADING_RE = re.compile(
@@ -459,15 +457,13 @@ class RecursiveSplitter:
         total = 0
         for idx, (_, _, n) in enumerate(pieces):
             count = tail - head
-            if total + n + (sep_len if count > 0 else 0) > size:
-                if count > 0:
-                    _append_stripped(text, pieces[head][0], pieces[tail - 1][1], out)
-                    while head < tail and (
-                        total > overlap
-                        or (total + n + (sep_len if tail - head > 0 else 0) > size and total > 0)
-                    ):
-                        total -= pieces[head][2] + (sep_len if tail - head > 1 else 0)
-                        head += 1
+            if count > 0 and total + n + sep_len > size:
+                _append_stripped(text, pieces[head][0], pieces[tail - 1][1], out)
+                while head < tail and (
+                    total > overlap or (total + n + (sep_len if tail - head > 0 else 0) > size and total > 0)
+                ):
+                    total -= pieces[head][2] + (sep_len if tail - head > 1 else 0)
+                    head += 1
             tail = idx + 1
             total += n + (sep_len if tail - head > 1 else 0)
         if tail > head:

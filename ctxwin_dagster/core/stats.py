@@ -186,15 +186,25 @@ def paired_test(
         out["normal"] = use_t
     if use_t:
         res = sps.ttest_rel(xb, xa)
-        out.update(test="paired_t", statistic=float(res.statistic), p_value=float(res.pvalue),
-                   effect_size=float(d.mean() / d.std(ddof=1)), effect_size_name="cohen_dz")
+        out.update(
+            test="paired_t",
+            statistic=float(res.statistic),
+            p_value=float(res.pvalue),
+            effect_size=float(d.mean() / d.std(ddof=1)),
+            effect_size_name="cohen_dz",
+        )
     else:
         n_nonzero = int(np.count_nonzero(d))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # small-n / zeros warnings from scipy
             res = sps.wilcoxon(xb, xa, zero_method="wilcox")
-        out.update(test="wilcoxon", statistic=float(res.statistic), p_value=float(res.pvalue),
-                   effect_size=rank_biserial(d), effect_size_name="rank_biserial")
+        out.update(
+            test="wilcoxon",
+            statistic=float(res.statistic),
+            p_value=float(res.pvalue),
+            effect_size=rank_biserial(d),
+            effect_size_name="rank_biserial",
+        )
         if n_nonzero < n:
             extra = f"{n - n_nonzero} zero difference(s) dropped by Wilcoxon"
             out["reason"] = f"{out['reason']}; {extra}" if out["reason"] else extra

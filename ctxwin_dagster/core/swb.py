@@ -92,7 +92,9 @@ def check_chunks(document_text: str, chunks: Sequence[Any]) -> None:
     for c in chunks:
         for attr in ("chunk_id", "start", "end", "text"):
             if not hasattr(c, attr):
-                raise TypeError(f"chunks need .chunk_id, .start, .end and .text; got {type(c).__name__} without .{attr}")
+                raise TypeError(
+                    f"chunks need .chunk_id, .start, .end and .text; got {type(c).__name__} without .{attr}"
+                )
         if not (0 <= c.start <= c.end <= len(document_text)):
             raise ValueError(
                 f"chunk {c.chunk_id} spans [{c.start}, {c.end}) outside the document of {len(document_text)} chars; "

@@ -233,7 +233,9 @@ class TokenCounter:
         return _messages_tokens(messages, self.overhead, self.count)
 
 
-def _messages_tokens(messages: Sequence[Mapping[str, Any]], overhead: MessageOverhead, count: Callable[[str], int]) -> int:
+def _messages_tokens(
+    messages: Sequence[Mapping[str, Any]], overhead: MessageOverhead, count: Callable[[str], int]
+) -> int:
     """Tokens of a chat prompt (OpenAI's accounting), texts counted with ``count``."""
     if isinstance(messages, str | bytes):
         raise TypeError("count_messages takes a list of {'role', 'content'} dicts; use count() for a string")

@@ -38,7 +38,6 @@ from .defaults import VARIANT_LABELS
 __all__ = ["ExperimentSetup", "verdict_markdown"]
 
 
-
 def _label(v: str) -> str:
     return VARIANT_LABELS.get(v, v)
 
@@ -144,9 +143,15 @@ def verdict_markdown(comparison: pd.DataFrame | None, efficiency: pd.DataFrame |
         out.append("- No paired comparison: fewer than two variants were scored.")
     else:
         pairs = list(dict.fromkeys(zip(comparison["variant_a"], comparison["variant_b"], strict=True)))
-        m = comparison["n_comparisons"].dropna().iloc[0] if "n_comparisons" in comparison and comparison["n_comparisons"].notna().any() else None
+        m = (
+            comparison["n_comparisons"].dropna().iloc[0]
+            if "n_comparisons" in comparison and comparison["n_comparisons"].notna().any()
+            else None
+        )
         for a, b in pairs:
-            out.append(_pair_sentence(comparison[(comparison["variant_a"] == a) & (comparison["variant_b"] == b)], a, b))
+            out.append(
+                _pair_sentence(comparison[(comparison["variant_a"] == a) & (comparison["variant_b"] == b)], a, b)
+            )
         out.append("")
         scope = f"{setup.questions:,} questions of {setup.documents:,} documents; " if setup.questions else ""
         out.append(

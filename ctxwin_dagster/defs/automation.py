@@ -77,7 +77,10 @@ class StaleByProjectRules(dg.AutomationCondition):
             return dg.AutomationResult(context, true_subset=context.candidate_subset)
         # One computation per evaluation of the sensor, shared by the conditions of every asset.
         if self._computed is None or self._computed[0] != context.evaluation_id:
-            self._computed = (context.evaluation_id, self.stale_partitions(context.asset_graph_view.instance, context.asset_graph))
+            self._computed = (
+                context.evaluation_id,
+                self.stale_partitions(context.asset_graph_view.instance, context.asset_graph),
+            )
         wanted = self._computed[1].get(context.key, set())
         candidates = set(context.candidate_subset.expensively_compute_partition_keys()) if wanted else set()
         true = context.candidate_subset.compute_intersection_with_partition_keys(wanted & candidates)
@@ -97,7 +100,9 @@ def with_stale_reruns(assets: list[dg.AssetsDefinition], resources: dict[str, An
     """``assets`` with :func:`stale_rerun_condition` on the per-document ones."""
     condition = stale_rerun_condition(resources["settings"], resources["lancedb"])
     return [
-        a.map_asset_specs(lambda spec: spec.replace_attributes(automation_condition=condition)) if a.partitions_def is not None else a
+        a.map_asset_specs(lambda spec: spec.replace_attributes(automation_condition=condition))
+        if a.partitions_def is not None
+        else a
         for a in assets
     ]
 

@@ -85,7 +85,10 @@ class CommandRequest:
         assets = [dg.AssetKey.from_user_string(a) for a in self.assets] if self.assets is not None else None
         checks = None
         if self.checks is not None:
-            checks = [dg.AssetCheckKey(dg.AssetKey.from_user_string(c.rpartition(":")[0]), c.rpartition(":")[2]) for c in self.checks]
+            checks = [
+                dg.AssetCheckKey(dg.AssetKey.from_user_string(c.rpartition(":")[0]), c.rpartition(":")[2])
+                for c in self.checks
+            ]
         return dg.RunRequest(
             run_key=self.id,
             job_name=self.job,
@@ -133,7 +136,9 @@ def write_request(
         run_config=dict(run_config or {}),
         created=time.time(),
     )
-    _observe(instance, {"request": asdict(request)}, f"{command} asks for {job}" + (f" on {partition}" if partition else ""))
+    _observe(
+        instance, {"request": asdict(request)}, f"{command} asks for {job}" + (f" on {partition}" if partition else "")
+    )
     return request
 
 
@@ -146,11 +151,15 @@ def withdraw_requests(instance: dg.DagsterInstance, ids: Iterable[str]) -> None:
 
 def _observe(instance: dg.DagsterInstance, payload: dict[str, Any], text: str) -> None:
     instance.report_runless_asset_event(
-        dg.AssetObservation(asset_key=REQUESTS_ASSET, description=text, metadata={"ctxwin": dg.MetadataValue.json(payload)})
+        dg.AssetObservation(
+            asset_key=REQUESTS_ASSET, description=text, metadata={"ctxwin": dg.MetadataValue.json(payload)}
+        )
     )
 
 
-def read_requests(instance: dg.DagsterInstance, after: int | None = None, page: int = 500) -> tuple[list[CommandRequest], int | None]:
+def read_requests(
+    instance: dg.DagsterInstance, after: int | None = None, page: int = 500
+) -> tuple[list[CommandRequest], int | None]:
     """The requests recorded after the event-log id ``after`` that are not withdrawn, oldest
     first, and the id of the last event read (``after`` if there was none)."""
     records: list[Any] = []
@@ -197,7 +206,8 @@ def command_runs_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     if not live:
         gone = len(waiting) - len(live)
         return dg.SensorResult(
-            skip_reason="no ctxwin command is waiting for runs" + (f" ({gone} request(s) of ended commands ignored)" if gone else ""),
+            skip_reason="no ctxwin command is waiting for runs"
+            + (f" ({gone} request(s) of ended commands ignored)" if gone else ""),
             cursor=cursor,
         )
     return dg.SensorResult(run_requests=[r.run_request() for r in live], cursor=cursor)

@@ -12,7 +12,9 @@ from typing import Any
 import dagster as dg
 
 
-def latest_materialization(instance: dg.DagsterInstance, key: dg.AssetKey | str, partition: str | None = None) -> Any | None:
+def latest_materialization(
+    instance: dg.DagsterInstance, key: dg.AssetKey | str, partition: str | None = None
+) -> Any | None:
     """The latest materialization record of ``key`` (in ``partition``, when given), or None."""
     asset_key = dg.AssetKey(key) if isinstance(key, str) else key
     flt = dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition] if partition is not None else None)
@@ -20,7 +22,9 @@ def latest_materialization(instance: dg.DagsterInstance, key: dg.AssetKey | str,
     return records[0] if records else None
 
 
-def latest_metadata(instance: dg.DagsterInstance, key: dg.AssetKey | str, partition: str | None = None) -> dict[str, Any]:
+def latest_metadata(
+    instance: dg.DagsterInstance, key: dg.AssetKey | str, partition: str | None = None
+) -> dict[str, Any]:
     """The plain values of that materialization's metadata (empty if there is none)."""
     record = latest_materialization(instance, key, partition)
     if record is None:

@@ -14,10 +14,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
-from ctxwin_dagster.core.embedding_window import DEFAULT_CONTEXT_WEIGHT, DEFAULT_ROW_STRATEGY, OVERSIZE_MODES, ROW_STRATEGIES
-
 from ctxwin_dagster.core.defaults import PAPER
+from ctxwin_dagster.core.document_folder import DocumentFolder, load_id_registry, save_id_registry, scan_documents
+from ctxwin_dagster.core.documents import DocumentError
+from ctxwin_dagster.core.embedding_window import (
+    DEFAULT_CONTEXT_WEIGHT,
+    DEFAULT_ROW_STRATEGY,
+    OVERSIZE_MODES,
+    ROW_STRATEGIES,
+)
 from ctxwin_dagster.core.experiment_spec import (
     DEFAULT_CACHE_DIR,
     DEFAULT_DOCUMENTS_DIR,
@@ -27,8 +32,7 @@ from ctxwin_dagster.core.experiment_spec import (
     DEFAULT_RESULTS_DIR,
     SAMPLE,
 )
-from ctxwin_dagster.core.document_folder import DocumentFolder, load_id_registry, save_id_registry, scan_documents
-from ctxwin_dagster.core.documents import DocumentError
+from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.core.tokens import TokenCounter, get_token_counter
 
@@ -43,12 +47,19 @@ class ProjectSettings(dg.ConfigurableResource):
     ``workspace.yaml``).
     """
 
-    documents_dir: str = Field(default=DEFAULT_DOCUMENTS_DIR, description="folder of the documents (.txt, .md, .html, .pdf); one partition per file")
+    documents_dir: str = Field(
+        default=DEFAULT_DOCUMENTS_DIR,
+        description="folder of the documents (.txt, .md, .html, .pdf); one partition per file",
+    )
     qa_dir: str = Field(default=DEFAULT_QA_DIR, description="folder of the question sets (JSONL, see data/README.md)")
     cache_dir: str = Field(default=DEFAULT_CACHE_DIR, description="folder of the response and vector caches")
     chunk_size: int = Field(default=PAPER.chunk_size, ge=1, description="characters per chunk (the paper: 1,000)")
-    chunk_overlap: int = Field(default=PAPER.chunk_overlap, ge=0, description="characters shared by neighbouring chunks (the paper: 100)")
-    token_model: str = Field(default=PAPER.answer_model, description="model whose tokenizer counts the documents' tokens")
+    chunk_overlap: int = Field(
+        default=PAPER.chunk_overlap, ge=0, description="characters shared by neighbouring chunks (the paper: 100)"
+    )
+    token_model: str = Field(
+        default=PAPER.answer_model, description="model whose tokenizer counts the documents' tokens"
+    )
     doc_ids_file: str = Field(
         default="",
         description="JSON file that keeps the doc_id each file was given ({file name: doc_id}), so a document's id never "
@@ -111,13 +122,21 @@ class ChatModelResource(dg.ConfigurableResource):
     """
 
     model: str = Field(default="", description="chat model name; empty: the offline extractive engine plays this role")
-    base_url: str = Field(default="", description="OpenAI-compatible server (vLLM, Ollama, llama.cpp, LM Studio…); empty: OpenAI")
-    api_key: str | None = Field(default=None, description="leave unset to read OPENAI_API_KEY at run time, or bind an EnvVar; never stored")
+    base_url: str = Field(
+        default="", description="OpenAI-compatible server (vLLM, Ollama, llama.cpp, LM Studio…); empty: OpenAI"
+    )
+    api_key: str | None = Field(
+        default=None, description="leave unset to read OPENAI_API_KEY at run time, or bind an EnvVar; never stored"
+    )
     max_concurrency: int = Field(default=8, ge=1, le=256, description="requests in flight at once")
-    max_retries: int = Field(default=5, ge=0, le=20, description="retries with backoff on 429, 5xx, timeouts and dropped connections")
+    max_retries: int = Field(
+        default=5, ge=0, le=20, description="retries with backoff on 429, 5xx, timeouts and dropped connections"
+    )
     timeout_s: float = Field(default=120.0, gt=0, description="seconds before a request times out")
     cache_dir: str = Field(default=DEFAULT_CACHE_DIR, description="folder of the response cache (responses.sqlite)")
-    max_new_tokens: int = Field(default=0, ge=0, description="local models (local:NAME): cap of every reply's tokens (0: 512)")
+    max_new_tokens: int = Field(
+        default=0, ge=0, description="local models (local:NAME): cap of every reply's tokens (0: 512)"
+    )
 
     _backend: Any = PrivateAttr(default=None)
 
@@ -159,17 +178,32 @@ class ChatModelResource(dg.ConfigurableResource):
     def describe(self) -> str:
         from ctxwin_dagster.models.chat.factory import describe_chat_model
 
-        return describe_chat_model(self.model, self.base_url or None) if self.configured else "the extractive engine (sentence selection; no chat model configured)"
+        return (
+            describe_chat_model(self.model, self.base_url or None)
+            if self.configured
+            else "the extractive engine (sentence selection; no chat model configured)"
+        )
 
 
 class EmbeddingsResource(dg.ConfigurableResource):
     """The embedder: local ``all-MiniLM-L6-v2`` (default, offline) or an OpenAI-compatible model,
     and how index rows fit its window (nothing is cut silently; see ``core/embedding_window.py``)."""
 
-    provider: Literal["local", "openai"] = Field(default="local", description="'local' (sentence-transformers, offline) or 'openai' (any OpenAI-compatible server)")
-    model: str = Field(default="all-MiniLM-L6-v2", description="embedding model: for provider 'local' all-MiniLM-L6-v2 or a folder with a sentence-transformers model; for 'openai' the name the server knows")
+    provider: Literal["local", "openai"] = Field(
+        default="local",
+        description="'local' (sentence-transformers, offline) or 'openai' (any OpenAI-compatible server)",
+    )
+    model: str = Field(
+        default="all-MiniLM-L6-v2",
+        description=(
+            "embedding model: for provider 'local' all-MiniLM-L6-v2 or a folder with a "
+            "sentence-transformers model; for 'openai' the name the server knows"
+        ),
+    )
     base_url: str = Field(default="", description="OpenAI-compatible server for provider 'openai' (empty: OpenAI)")
-    api_key: str | None = Field(default=None, description="leave unset to read OPENAI_API_KEY at run time, or bind an EnvVar")
+    api_key: str | None = Field(
+        default=None, description="leave unset to read OPENAI_API_KEY at run time, or bind an EnvVar"
+    )
     batch_size: int = Field(default=64, ge=1, description="texts per forward pass or request")
     cache_dir: str = Field(default=DEFAULT_CACHE_DIR, description="folder of the vector cache (embeddings.sqlite)")
     row_strategy: Literal[ROW_STRATEGIES] = Field(  # type: ignore[valid-type]
@@ -182,8 +216,17 @@ class EmbeddingsResource(dg.ConfigurableResource):
         description="a text over the window: 'pool' (embedded in pieces whose vectors are pooled; nothing lost) or "
         "'truncate' (the model cuts it; counted, and the index's window check fails)",
     )
-    context_weight: float = Field(default=DEFAULT_CONTEXT_WEIGHT, ge=0.0, lt=1.0, description="the context's share of the row vector (row_strategy 'separate')")
-    max_input_tokens: int = Field(default=0, ge=0, description="the model's window in tokens when the registry does not know it (0: from the model or the registry)")
+    context_weight: float = Field(
+        default=DEFAULT_CONTEXT_WEIGHT,
+        ge=0.0,
+        lt=1.0,
+        description="the context's share of the row vector (row_strategy 'separate')",
+    )
+    max_input_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="the model's window in tokens when the registry does not know it (0: from the model or the registry)",
+    )
 
     _embedder: Any = PrivateAttr(default=None)
 
@@ -219,9 +262,21 @@ class LanceDBResource(dg.ConfigurableResource):
         description="a local folder or an object-store URI (s3://bucket/prefix); credentials and endpoint from the environment "
         "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT for an S3-compatible server)",
     )
-    ann_min_rows: int = Field(default=20_000, ge=256, description="train the ANN vector index once a table holds this many rows (below: exact flat search)")
-    ann_retrain_growth: float = Field(default=0.5, gt=0, description="retrain the ANN index when the table has grown by this fraction since its last training")
-    index_append_rows: int = Field(default=5_000, ge=1, description="append new rows to the indexes (LanceDB optimize) once this many are unindexed")
+    ann_min_rows: int = Field(
+        default=20_000,
+        ge=256,
+        description="train the ANN vector index once a table holds this many rows (below: exact flat search)",
+    )
+    ann_retrain_growth: float = Field(
+        default=0.5,
+        gt=0,
+        description="retrain the ANN index when the table has grown by this fraction since its last training",
+    )
+    index_append_rows: int = Field(
+        default=5_000,
+        ge=1,
+        description="append new rows to the indexes (LanceDB optimize) once this many are unindexed",
+    )
 
     _index: Any = PrivateAttr(default=None)
 
@@ -232,7 +287,11 @@ class LanceDBResource(dg.ConfigurableResource):
 
             if "://" not in self.uri:
                 Path(self.uri).expanduser().mkdir(parents=True, exist_ok=True)
-            policy = IndexPolicy(ann_min_rows=self.ann_min_rows, retrain_growth=self.ann_retrain_growth, append_rows=self.index_append_rows)
+            policy = IndexPolicy(
+                ann_min_rows=self.ann_min_rows,
+                retrain_growth=self.ann_retrain_growth,
+                append_rows=self.index_append_rows,
+            )
             self._index = ChunkIndex(self.uri, policy=policy)
         return self._index
 
@@ -240,13 +299,29 @@ class LanceDBResource(dg.ConfigurableResource):
 class PipelineSettings(dg.ConfigurableResource):
     """The paper's settings for summaries and contextualization (all overridable)."""
 
-    summary_max_tokens: int = Field(default=PAPER.summary_max_tokens, ge=1, description="the global summary's budget in tokens (the paper: 4,000)")
-    summary_segment_chars: int = Field(default=PAPER.summary_segment_chars, ge=1, description="characters per summarized segment (the paper: 1,000,000)")
-    swb_batch_size: int = Field(default=PAPER.swb_batch_size, ge=1, description="SWB-RAG: chunks contextualized per call (the paper: 5)")
-    swb_window_chars: int = Field(default=PAPER.swb_window_chars, ge=0, description="SWB-RAG: characters of the document before and after a batch (the paper: 20,000)")
-    temperature: float = Field(default=PAPER.temperature, ge=0.0, le=2.0, description="contextualization temperature (the paper: 0.2)")
+    summary_max_tokens: int = Field(
+        default=PAPER.summary_max_tokens, ge=1, description="the global summary's budget in tokens (the paper: 4,000)"
+    )
+    summary_segment_chars: int = Field(
+        default=PAPER.summary_segment_chars,
+        ge=1,
+        description="characters per summarized segment (the paper: 1,000,000)",
+    )
+    swb_batch_size: int = Field(
+        default=PAPER.swb_batch_size, ge=1, description="SWB-RAG: chunks contextualized per call (the paper: 5)"
+    )
+    swb_window_chars: int = Field(
+        default=PAPER.swb_window_chars,
+        ge=0,
+        description="SWB-RAG: characters of the document before and after a batch (the paper: 20,000)",
+    )
+    temperature: float = Field(
+        default=PAPER.temperature, ge=0.0, le=2.0, description="contextualization temperature (the paper: 0.2)"
+    )
     top_p: float = Field(default=PAPER.top_p, gt=0.0, le=1.0, description="contextualization top-p (the paper: 0.95)")
-    max_output_tokens: int = Field(default=PAPER.max_output_tokens, ge=1, description="output tokens per contextualization call (the paper: 2,048)")
+    max_output_tokens: int = Field(
+        default=PAPER.max_output_tokens, ge=1, description="output tokens per contextualization call (the paper: 2,048)"
+    )
     language: str = Field(default="", description="prompt language ('en' or 'de'); empty: detected from the document")
     reference_model: str = Field(
         default=PAPER.contextualizer_model,
@@ -255,7 +330,9 @@ class PipelineSettings(dg.ConfigurableResource):
 
 
 @contextmanager
-def build_tasks(chat: ChatModelResource, embeddings: EmbeddingsResource, pipeline: PipelineSettings) -> Iterator[TaskEngine]:
+def build_tasks(
+    chat: ChatModelResource, embeddings: EmbeddingsResource, pipeline: PipelineSettings
+) -> Iterator[TaskEngine]:
     """The task engine for a role: the chat model when one is configured (its backend is the
     resource's, closed when the run ends), else the extractive engine."""
     backend = chat.backend()
@@ -266,7 +343,9 @@ def build_tasks(chat: ChatModelResource, embeddings: EmbeddingsResource, pipelin
         return
     from ctxwin_dagster.models.tasks.llm import LLMTasks
 
-    yield LLMTasks(backend, temperature=pipeline.temperature, top_p=pipeline.top_p, max_tokens=pipeline.max_output_tokens)
+    yield LLMTasks(
+        backend, temperature=pipeline.temperature, top_p=pipeline.top_p, max_tokens=pipeline.max_output_tokens
+    )
 
 
 class JudgeResource(dg.ConfigurableResource):
@@ -282,7 +361,10 @@ class JudgeResource(dg.ConfigurableResource):
 
     model: str = Field(default="", description="judge model name; empty: no judge, non-LLM metrics only")
     base_url: str = Field(default="", description="OpenAI-compatible server of the judge (empty: OpenAI)")
-    api_key_env: str = Field(default="OPENAI_API_KEY", description="environment variable holding the judge's key (read at run time, never stored)")
+    api_key_env: str = Field(
+        default="OPENAI_API_KEY",
+        description="environment variable holding the judge's key (read at run time, never stored)",
+    )
     metrics: list[str] = Field(
         default=["faithfulness", "answer_relevancy", "context_recall", "context_precision", "answer_correctness"],
         description="which of the paper's five LLM metrics to judge (default all five)",
@@ -304,8 +386,14 @@ class JudgeResource(dg.ConfigurableResource):
         from ctxwin_dagster.models.ragas.judge import JudgeConfig
 
         return JudgeConfig(
-            model=self.model.strip(), base_url=self.base_url or None, api_key_env=self.api_key_env, metrics=tuple(self.metrics),
-            max_tokens=self.max_tokens, attempts=self.attempts, max_concurrency=self.max_concurrency, max_retries=self.max_retries,
+            model=self.model.strip(),
+            base_url=self.base_url or None,
+            api_key_env=self.api_key_env,
+            metrics=tuple(self.metrics),
+            max_tokens=self.max_tokens,
+            attempts=self.attempts,
+            max_concurrency=self.max_concurrency,
+            max_retries=self.max_retries,
             timeout_s=self.timeout_s,
         )
 
@@ -331,20 +419,44 @@ class EvaluationSettings(dg.ConfigurableResource):
     """
 
     experiment: str = Field(default=SAMPLE, description="name of the experiment: the folder of its results and report")
-    results_dir: str = Field(default=DEFAULT_RESULTS_DIR, description="where answers and scores are exported (JSONL per document)")
+    results_dir: str = Field(
+        default=DEFAULT_RESULTS_DIR, description="where answers and scores are exported (JSONL per document)"
+    )
     reports_dir: str = Field(default=DEFAULT_REPORTS_DIR, description="where the comparison report is written")
     retrieval: Literal["ask", "focus-dense", "paper"] = Field(
-        default="ask", description="named retrieval setting: 'ask' (ctxwin ask's default, hybrid sentence focus), 'focus-dense' (the earlier "
-        "vectors-only focus) or 'paper' (top-4 chunks, no enhancement)"
+        default="ask",
+        description="named retrieval setting: 'ask' (ctxwin ask's default, hybrid sentence focus), 'focus-dense' (the earlier "
+        "vectors-only focus) or 'paper' (top-4 chunks, no enhancement)",
     )
-    enhance_mode: Literal["", "focus", "neighbors", "budget", "none"] = Field(default="", description="change the enhancement: focus, neighbors, budget or none (empty: the named setting's)")
-    k: int | None = Field(default=None, ge=1, description="chunks to retrieve (unset: the named setting's, 24 for ask's focus, else 4)")
-    focus_chars: int | None = Field(default=None, ge=1, description="focus mode: at most this many characters of context in all (unset: the named setting's, 8,000 for ask)")
-    num_neighbors: int | None = Field(default=None, ge=0, description="neighbors mode: chunks added on each side of a hit (unset: 1)")
-    context_window_size: int | None = Field(default=None, ge=1, description="budget mode: characters per hit (unset: 3,000)")
-    hybrid: bool | None = Field(default=None, description="fuse vector search with full-text search (unset: the named setting's, off)")
-    max_questions_per_document: int = Field(default=0, ge=0, description="answer at most this many questions per document (0: all)")
-    max_failed_share: float = Field(default=0.2, ge=0.0, le=1.0, description="share of NaN or failed scores per metric above which the scores check fails")
+    enhance_mode: Literal["", "focus", "neighbors", "budget", "none"] = Field(
+        default="", description="change the enhancement: focus, neighbors, budget or none (empty: the named setting's)"
+    )
+    k: int | None = Field(
+        default=None, ge=1, description="chunks to retrieve (unset: the named setting's, 24 for ask's focus, else 4)"
+    )
+    focus_chars: int | None = Field(
+        default=None,
+        ge=1,
+        description="focus mode: at most this many characters of context in all (unset: the named setting's, 8,000 for ask)",
+    )
+    num_neighbors: int | None = Field(
+        default=None, ge=0, description="neighbors mode: chunks added on each side of a hit (unset: 1)"
+    )
+    context_window_size: int | None = Field(
+        default=None, ge=1, description="budget mode: characters per hit (unset: 3,000)"
+    )
+    hybrid: bool | None = Field(
+        default=None, description="fuse vector search with full-text search (unset: the named setting's, off)"
+    )
+    max_questions_per_document: int = Field(
+        default=0, ge=0, description="answer at most this many questions per document (0: all)"
+    )
+    max_failed_share: float = Field(
+        default=0.2,
+        ge=0.0,
+        le=1.0,
+        description="share of NaN or failed scores per metric above which the scores check fails",
+    )
 
     def results_path(self) -> Path:
         return Path(self.results_dir) / self.experiment

@@ -16,7 +16,9 @@ from ctxwin_dagster.defs.partitions import DOCUMENTS_PARTITION, documents_partit
 from ctxwin_dagster.defs.resources import ProjectSettings
 
 
-def partition_changes(settings: ProjectSettings, existing: list[str], folder: DocumentFolder | None = None) -> tuple[list[str], list[str]]:
+def partition_changes(
+    settings: ProjectSettings, existing: list[str], folder: DocumentFolder | None = None
+) -> tuple[list[str], list[str]]:
     """(to add, without a file now) so that every file in the documents folder has a partition.
 
     The second list is what ``ctxwin prune`` would delete; nothing here deletes it.
@@ -27,7 +29,9 @@ def partition_changes(settings: ProjectSettings, existing: list[str], folder: Do
     return [d for d in on_disk if d not in have], sorted(have - want)
 
 
-def sync_partitions(instance: dg.DagsterInstance, settings: ProjectSettings, folder: DocumentFolder) -> tuple[list[str], list[str]]:
+def sync_partitions(
+    instance: dg.DagsterInstance, settings: ProjectSettings, folder: DocumentFolder
+) -> tuple[list[str], list[str]]:
     """Add a partition for every document without one and remember the folder's ids; returns
     (added, partitions whose file is gone). Used by ``ctxwin run``; the sensor does the same
     through a ``SensorResult``."""
@@ -67,12 +71,24 @@ def documents_sensor(context: dg.SensorEvaluationContext, settings: ProjectSetti
     try:
         settings.remember_ids(folder)
     except OSError as exc:
-        context.log.warning(f"could not record the document ids in {settings.doc_ids_file!r} ({exc}); check that its folder is writable")
+        context.log.warning(
+            f"could not record the document ids in {settings.doc_ids_file!r} ({exc}); check that its folder is writable"
+        )
     count = f"{len(existing) + len(added)} document partitions"
     skipped = folder.skipped
-    not_taken = f"; {len(skipped)} file(s) not taken: " + ", ".join(f"{s.path.name} ({s.reason.split(';')[0]})" for s in skipped[:5]) if skipped else ""
+    not_taken = (
+        f"; {len(skipped)} file(s) not taken: "
+        + ", ".join(f"{s.path.name} ({s.reason.split(';')[0]})" for s in skipped[:5])
+        if skipped
+        else ""
+    )
     problems = folder.problems()
-    unreadable = f"; {len(problems)} file(s) cannot be read (their runs fail): " + ", ".join(f"{f.path.name} ({f.problem.split(';')[0]})" for f in problems[:5]) if problems else ""
+    unreadable = (
+        f"; {len(problems)} file(s) cannot be read (their runs fail): "
+        + ", ".join(f"{f.path.name} ({f.problem.split(';')[0]})" for f in problems[:5])
+        if problems
+        else ""
+    )
     without = f"; {len(gone)} without a file (see `ctxwin prune`)" if gone else ""
     cursor = f"{count} {seen}"
     if not added:

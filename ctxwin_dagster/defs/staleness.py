@@ -63,7 +63,9 @@ def resource_versions(defaults: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def with_settings_versions(assets: Iterable[dg.AssetsDefinition], resources: Mapping[str, Any]) -> list[dg.AssetsDefinition]:
+def with_settings_versions(
+    assets: Iterable[dg.AssetsDefinition], resources: Mapping[str, Any]
+) -> list[dg.AssetsDefinition]:
     """``assets`` with the hash of the settings of the resources each one uses added to its code
     version (``"2"`` -> ``"2+settings.1a2b3c4d"``). Dagster then records the settings with every
     materialization, and "code version changed" is also "settings changed"."""
@@ -200,11 +202,20 @@ class StalenessChecker:
         current[key] = rec.storage_id
         recorded, now = tags.get(_CODE_VERSION) or "", self._code_version(key) or ""
         if recorded != now:
-            (code_then, _, settings_then), (code_now, _, _) = recorded.partition("+settings."), now.partition("+settings.")
+            (code_then, _, settings_then), (code_now, _, _) = (
+                recorded.partition("+settings."),
+                now.partition("+settings."),
+            )
             if code_then == code_now:
-                return "settings changed" if settings_then else "settings unknown (materialized before they were recorded)"
+                return (
+                    "settings changed" if settings_then else "settings unknown (materialized before they were recorded)"
+                )
             return f"code version {code_then or None} -> {code_now}"
-        if key.to_user_string() == "raw_documents" and document_sha256 is not None and tags.get(_DATA_VERSION) != document_sha256:
+        if (
+            key.to_user_string() == "raw_documents"
+            and document_sha256 is not None
+            and tags.get(_DATA_VERSION) != document_sha256
+        ):
             return "document changed"
         for name, recorded_key in EXTRA_INPUTS.get(key.to_user_string(), {}).items():
             recorded = getattr((rec.asset_materialization.metadata or {}).get(recorded_key), "value", None)
@@ -239,7 +250,9 @@ class StalenessChecker:
         return out
 
 
-def missing_rows(instance: dg.DagsterInstance, index: Any, job_keys: Iterable[dg.AssetKey], partition: str) -> dict[dg.AssetKey, str]:
+def missing_rows(
+    instance: dg.DagsterInstance, index: Any, job_keys: Iterable[dg.AssetKey], partition: str
+) -> dict[dg.AssetKey, str]:
     """Staleness the event log cannot see: an index asset whose table holds another number of
     rows for the document than its latest ``chunks`` materialization made (rows deleted or lost
     behind the project's back)."""
@@ -261,7 +274,12 @@ def missing_rows(instance: dg.DagsterInstance, index: Any, job_keys: Iterable[dg
 
 
 def stale_documents(
-    instance: dg.DagsterInstance, graph: Any, settings: Any, index: Any, job_keys: Iterable[dg.AssetKey], doc_ids: Iterable[str]
+    instance: dg.DagsterInstance,
+    graph: Any,
+    settings: Any,
+    index: Any,
+    job_keys: Iterable[dg.AssetKey],
+    doc_ids: Iterable[str],
 ) -> tuple[dict[str, Staleness], dict[str, bool]]:
     """The one staleness algorithm of ``ctxwin run`` and the hourly automation (:mod:`ctxwin_dagster.defs.automation`): per document, why the
     assets of ``job_keys`` need a run (an empty :class:`Staleness` when up to date) — the file's

@@ -23,6 +23,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -163,9 +164,7 @@ class ResponseCache:
         return conn
 
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            str(self.path), timeout=self.timeout_s, isolation_level=None, check_same_thread=False
-        )
+        conn = sqlite3.connect(str(self.path), timeout=self.timeout_s, isolation_level=None, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
         deadline = time.monotonic() + self.timeout_s
         while True:  # switching to WAL takes a lock that busy_timeout does not always wait for
@@ -204,10 +203,8 @@ class ResponseCache:
             conns, self._connections = self._connections, []
             self._closed = True
         for conn in conns:
-            try:
+            with contextlib.suppress(sqlite3.Error):
                 conn.close()
-            except sqlite3.Error:  # pragma: no cover
-                pass
 
     def __enter__(self) -> ResponseCache:
         return self
@@ -271,9 +268,7 @@ class ResponseCache:
         for i in range(0, len(wanted), _IN_CHUNK):
             chunk = wanted[i : i + _IN_CHUNK]
             marks = ",".join("?" * len(chunk))
-            for key, kind, value in conn.execute(
-                f"SELECT key, kind, value FROM entries WHERE key IN ({marks})", chunk
-            ):
+            for key, kind, value in conn.execute(f"SELECT key, kind, value FROM entries WHERE key IN ({marks})", chunk):
                 if kind == "json":
                     found[key] = json.loads(bytes(value))
         self._count(len(found), len(wanted) - len(found))

@@ -34,7 +34,15 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-__all__ = ["IndexPolicy", "UpkeepReport", "ann_state", "ensure_fts", "maintain", "retry_on_conflict", "train_vector_index"]
+__all__ = [
+    "IndexPolicy",
+    "UpkeepReport",
+    "ann_state",
+    "ensure_fts",
+    "maintain",
+    "retry_on_conflict",
+    "train_vector_index",
+]
 
 _KEY = "ctxwin:ann:"
 VECTOR = "vector"
@@ -68,9 +76,13 @@ class IndexPolicy:
 
     def __post_init__(self) -> None:
         if self.ann_min_rows < 256:
-            raise ValueError(f"ann_min_rows must be >= 256 (an IVF index needs rows to train on); got {self.ann_min_rows}")
+            raise ValueError(
+                f"ann_min_rows must be >= 256 (an IVF index needs rows to train on); got {self.ann_min_rows}"
+            )
         if self.retrain_growth <= 0:
-            raise ValueError(f"retrain_growth must be > 0 (e.g. 0.5 = retrain after 50% growth); got {self.retrain_growth}")
+            raise ValueError(
+                f"retrain_growth must be > 0 (e.g. 0.5 = retrain after 50% growth); got {self.retrain_growth}"
+            )
         for name in ("max_deltas", "append_rows", "rows_per_partition", "nprobes", "refine_factor"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
@@ -126,7 +138,9 @@ PRIMARY_KEY = {"lance-schema:unenforced-primary-key:position": "1"}
 
 def _has_primary_key(table: Any) -> bool:
     meta = table.schema.field("chunk_id").metadata or {}
-    return any((k.decode() if isinstance(k, bytes) else str(k)).startswith("lance-schema:unenforced-primary-key") for k in meta)
+    return any(
+        (k.decode() if isinstance(k, bytes) else str(k)).startswith("lance-schema:unenforced-primary-key") for k in meta
+    )
 
 
 def ensure_primary_key(table: Any, *, retries: int = 8) -> None:
@@ -150,7 +164,9 @@ def ensure_primary_key(table: Any, *, retries: int = 8) -> None:
 def ann_state(table: Any) -> dict[str, Any]:
     """The ANN training record kept in the vector column's metadata (zeros if never trained)."""
     raw = table.schema.field(VECTOR).metadata or {}
-    meta = {k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v for k, v in raw.items()}
+    meta = {
+        k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v for k, v in raw.items()
+    }
     return {
         "trained_rows": int(meta.get(_KEY + "trained_rows", 0)),
         "trained_at": meta.get(_KEY + "trained_at", ""),
@@ -217,7 +233,11 @@ def maintain(table: Any, policy: IndexPolicy, *, refresh: Callable[[], Any] | No
         refresh = table.checkout_latest  # after a conflict, retry on the latest version
     created: list[str] = []
     have = _indexes(table)
-    for column, config, label in (("doc_id", BTree(), "doc_id BTREE"), ("chunk_id", BTree(), "chunk_id BTREE"), ("embedded_text", FTS(), "embedded_text FTS")):
+    for column, config, label in (
+        ("doc_id", BTree(), "doc_id BTREE"),
+        ("chunk_id", BTree(), "chunk_id BTREE"),
+        ("embedded_text", FTS(), "embedded_text FTS"),
+    ):
         if column not in have and _create_once(table, column, config, refresh):
             created.append(label)
     rows = table.count_rows()

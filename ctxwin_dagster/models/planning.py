@@ -88,7 +88,9 @@ class DryRunChatBackend:
             ids = _CHUNK_ID.findall(str(messages[-1].get("content", "")))
             import json
 
-            text = json.dumps({"contexts": [{"chunk_id": cid, "context": self._filler(self.context_tokens - 8)} for cid in ids]})
+            text = json.dumps(
+                {"contexts": [{"chunk_id": cid, "context": self._filler(self.context_tokens - 8)} for cid in ids]}
+            )
         elif version.startswith("summarize"):
             text = self._filler(min(self.summary_tokens, request.max_tokens) - 1)
         else:
@@ -104,7 +106,9 @@ class DryRunChatBackend:
             input_chars=sum(len(str(m.get("content", ""))) for m in messages),
             output_chars=len(text),
             latency_s=time.perf_counter() - started,
-            cost_usd=0.0 if is_local_model(self.price_model) else estimate_cost(self.price_model, input_tokens=n_in, output_tokens=n_out),
+            cost_usd=0.0
+            if is_local_model(self.price_model)
+            else estimate_cost(self.price_model, input_tokens=n_in, output_tokens=n_out),
             usage_counted=True,
         )
         self.ledger.add(record)
@@ -146,14 +150,18 @@ def plan_document(
     chunks = RecursiveSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap).split(
         text, doc_id=doc_id, doc_sha256="plan", sections=False
     )
-    backend = DryRunChatBackend(model=model, summary_tokens=summary_max_tokens, context_tokens=context_tokens, sample_text=text)
+    backend = DryRunChatBackend(
+        model=model, summary_tokens=summary_max_tokens, context_tokens=context_tokens, sample_text=text
+    )
     tasks = LLMTasks(backend, max_tokens=max_output_tokens)
     summary = tasks.summarize(text, doc_id=doc_id, max_tokens=summary_max_tokens, segment_chars=segment_chars)
     summary_records = list(summary.records)
     mark = len(backend.ledger)
     swb_error = None
     try:
-        tasks.contextualize_swb(text, chunks, summary.text, doc_id=doc_id, batch_size=batch_size, window_chars=window_chars)
+        tasks.contextualize_swb(
+            text, chunks, summary.text, doc_id=doc_id, batch_size=batch_size, window_chars=window_chars
+        )
     except ContextOverflowError as exc:
         swb_error = str(exc)
     swb_records = backend.ledger.since(mark)
@@ -168,7 +176,13 @@ def plan_document(
 
         tpl = get_template("cc_context", detect_language(text))
         for c in chunks:
-            backend.complete(ChatRequest(messages=tuple(tpl.render(document=text, chunk=c.text)), prompt_version=tpl.id, max_tokens=max_output_tokens))
+            backend.complete(
+                ChatRequest(
+                    messages=tuple(tpl.render(document=text, chunk=c.text)),
+                    prompt_version=tpl.id,
+                    max_tokens=max_output_tokens,
+                )
+            )
     cc_records = backend.ledger.since(mark)
     swb = _totals(summary_records + swb_records)
     swb.update(
@@ -190,7 +204,15 @@ def plan_document(
         "tokens_exact": backend.counter.info.exact,
         "chunks": len(chunks),
         "batches": -(-len(chunks) // batch_size),
-        "t_rag": {"calls": 0, "input_tokens": 0, "input_chars": 0, "output_tokens_est": 0, "cost_usd_est": 0.0, "fits": True, "error": None},
+        "t_rag": {
+            "calls": 0,
+            "input_tokens": 0,
+            "input_chars": 0,
+            "output_tokens_est": 0,
+            "cost_usd_est": 0.0,
+            "fits": True,
+            "error": None,
+        },
         "cc_rag": cc,
         "swb_rag": swb,
         "prompts_over_limit": backend.over_limit,

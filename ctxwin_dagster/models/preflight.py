@@ -46,15 +46,23 @@ def check_endpoint(role: str, model: str, base_url: str | None, api_key: str | N
     try:
         listed = [m.id for m in client.models.list()]
     except openai.AuthenticationError:
-        raise EndpointError(f"{role}: the server at {where} rejected the API key; set the right key (OPENAI_API_KEY or the resource's api_key)") from None
+        raise EndpointError(
+            f"{role}: the server at {where} rejected the API key; set the right key (OPENAI_API_KEY or the resource's api_key)"
+        ) from None
     except openai.PermissionDeniedError as exc:
-        raise EndpointError(f"{role}: the server at {where} refused access ({redact_key(str(exc), key)[:200]}); check the key's permissions") from None
+        raise EndpointError(
+            f"{role}: the server at {where} refused access ({redact_key(str(exc), key)[:200]}); check the key's permissions"
+        ) from None
     except openai.NotFoundError:
         return f"{role}: {model} @ {where} reachable, key accepted (the server lists no models; the model is checked by the first call)"
     except openai.APIConnectionError as exc:
-        raise EndpointError(f"{role}: cannot reach {where} ({type(exc.__cause__ or exc).__name__}); start the server or fix --base-url") from None
+        raise EndpointError(
+            f"{role}: cannot reach {where} ({type(exc.__cause__ or exc).__name__}); start the server or fix --base-url"
+        ) from None
     except openai.APIStatusError as exc:
-        raise EndpointError(f"{role}: {where} answered {exc.status_code} to GET /models ({redact_key(str(exc), key)[:200]})") from None
+        raise EndpointError(
+            f"{role}: {where} answered {exc.status_code} to GET /models ({redact_key(str(exc), key)[:200]})"
+        ) from None
     finally:
         client.close()
     if listed and model not in listed and not any(m.split(":")[0] == model for m in listed):

@@ -67,7 +67,10 @@ def error_code(exc: openai.APIStatusError) -> str:
 
 def is_transient(exc: BaseException) -> bool:
     """Whether a failed call may succeed when sent again (see the module docstring)."""
-    if isinstance(exc, (openai.APIConnectionError, MalformedResponseError, json.JSONDecodeError, openai.APIResponseValidationError)):
+    if isinstance(
+        exc,
+        (openai.APIConnectionError, MalformedResponseError, json.JSONDecodeError, openai.APIResponseValidationError),
+    ):
         return True  # APITimeoutError is an APIConnectionError
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
@@ -166,4 +169,10 @@ class RetryPolicy:
 def _log_retry(state: tenacity.RetryCallState) -> None:
     exc = state.outcome.exception() if state.outcome else None
     wait = state.next_action.sleep if state.next_action else 0.0
-    log.info("attempt %d failed (%s: %.200s); retrying in %.2f s", state.attempt_number, type(exc).__name__, redact_key(str(exc)), wait)
+    log.info(
+        "attempt %d failed (%s: %.200s); retrying in %.2f s",
+        state.attempt_number,
+        type(exc).__name__,
+        redact_key(str(exc)),
+        wait,
+    )

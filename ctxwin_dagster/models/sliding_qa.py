@@ -136,18 +136,28 @@ class LLMWindowReader:
         """The most tokens a window may hold so that its prompt fits the model."""
         lang = self.language or detect_language(question)
         tpl = get_template("window_answer", lang)
-        frame = tpl.render(summary_block=summary_block(summary, lang), window=9999, windows=9999, text="", question=question)
+        frame = tpl.render(
+            summary_block=summary_block(summary, lang), window=9999, windows=9999, text="", question=question
+        )
         return self.limits.available_prompt_tokens(self.max_tokens) - self.meter.count_messages(frame) - 16
 
     def read(
-        self, question: str, windows: Sequence[Window], *, numbers: Sequence[int], total: int, summary: str | None = None
+        self,
+        question: str,
+        windows: Sequence[Window],
+        *,
+        numbers: Sequence[int],
+        total: int,
+        summary: str | None = None,
     ) -> list[WindowFinding]:
         """One ``window_answer`` call per window, all of the wave at once."""
         prompts = []
         for w, n in zip(windows, numbers, strict=True):
             lang = self._lang(question, w.text)
             tpl = get_template("window_answer", lang)
-            msgs = tpl.render(summary_block=summary_block(summary, lang), window=n, windows=total, text=w.text, question=question)
+            msgs = tpl.render(
+                summary_block=summary_block(summary, lang), window=n, windows=total, text=w.text, question=question
+            )
             prompts.append((tpl, lang, msgs))
         self.stats["windows"] += len(prompts)
         first = self.chat.complete_many([self._request(m, t.id, json_mode=True) for t, _, m in prompts])
@@ -188,7 +198,19 @@ class LLMWindowReader:
                 out.append(no_answer_finding(w, n, records=recs))
                 continue
             out.append(
-                WindowFinding(n, w.doc_id, w.start, w.end, True, a.answer, a.confidence, a.evidence, locate_evidence(a.evidence, w) if a.evidence else None, None, recs)
+                WindowFinding(
+                    n,
+                    w.doc_id,
+                    w.start,
+                    w.end,
+                    True,
+                    a.answer,
+                    a.confidence,
+                    a.evidence,
+                    locate_evidence(a.evidence, w) if a.evidence else None,
+                    None,
+                    recs,
+                )
             )
         return out
 
@@ -196,7 +218,9 @@ class LLMWindowReader:
         """One ``window_synthesize`` call over the answers; citations ``[W<n>]`` name the windows."""
         lang = self.language or detect_language(question + "\n" + " ".join(f.answer for f in findings))
         tpl = _synth_template(lang)
-        msgs = tpl.render(summary_block=summary_block(summary, lang), question=question, answers=format_findings(findings))
+        msgs = tpl.render(
+            summary_block=summary_block(summary, lang), question=question, answers=format_findings(findings)
+        )
         self.stats["syntheses"] += 1
         res = self.chat.complete(self._request(msgs, tpl.id, json_mode=False))
         parsed = parse_synthesis(res.text, [f.window for f in findings])
@@ -263,7 +287,9 @@ class ExtractiveWindowReader:
                     self._vectors.clear()
                 self._vectors.update(zip(missing, vecs, strict=True))
         with self._lock:
-            return np.stack([self._vectors[t] for t in texts]) if texts else np.zeros((0, self.embedder.dim), np.float32)
+            return (
+                np.stack([self._vectors[t] for t in texts]) if texts else np.zeros((0, self.embedder.dim), np.float32)
+            )
 
     def _record(self, messages: list[dict[str, str]], version: str, output: str, latency: float) -> CallRecord:
         rec = extractive_record(self.meter, self.model, self.tags, version, messages, output, latency)
@@ -271,7 +297,13 @@ class ExtractiveWindowReader:
         return rec
 
     def read(
-        self, question: str, windows: Sequence[Window], *, numbers: Sequence[int], total: int, summary: str | None = None
+        self,
+        question: str,
+        windows: Sequence[Window],
+        *,
+        numbers: Sequence[int],
+        total: int,
+        summary: str | None = None,
     ) -> list[WindowFinding]:
         """Per window: the sentence closest to the question; ``NO_ANSWER`` below the threshold."""
         t0 = time.perf_counter()
@@ -292,7 +324,9 @@ class ExtractiveWindowReader:
             pos += len(sents)
             lang = detect_language(question + "\n" + w.text[:20_000])
             tpl = get_template("window_answer", lang)
-            msgs = tpl.render(summary_block=summary_block(summary, lang), window=n, windows=total, text=w.text, question=question)
+            msgs = tpl.render(
+                summary_block=summary_block(summary, lang), window=n, windows=total, text=w.text, question=question
+            )
             if len(sims) == 0 or float(sims.max()) < self.threshold:
                 best = float(sims.max()) if len(sims) else 0.0
                 output = f'{{"answer": "{NO_ANSWER}", "confidence": {max(0.0, best):.4f}, "evidence": ""}}'
@@ -310,7 +344,9 @@ class ExtractiveWindowReader:
             confidence = min(1.0, max(0.0, best))
             output = _json_answer(answer, confidence, evidence)
             rec = self._record(msgs, tpl.id, output, embed_s + time.perf_counter() - ts)
-            out.append(WindowFinding(n, w.doc_id, w.start, w.end, True, answer, confidence, evidence, (s, e), None, (rec,)))
+            out.append(
+                WindowFinding(n, w.doc_id, w.start, w.end, True, answer, confidence, evidence, (s, e), None, (rec,))
+            )
         return out
 
     def synthesize(self, question: str, findings: Sequence[WindowFinding], *, summary: str | None = None) -> Synthesis:
@@ -320,7 +356,9 @@ class ExtractiveWindowReader:
         best, support = best_supported(findings)
         lang = detect_language(question + "\n" + " ".join(f.answer for f in findings))
         tpl = _synth_template(lang)
-        msgs = tpl.render(summary_block=summary_block(summary, lang), question=question, answers=format_findings(findings))
+        msgs = tpl.render(
+            summary_block=summary_block(summary, lang), question=question, answers=format_findings(findings)
+        )
         windows = tuple(f.window for f in support)
         text = f"{best.answer} " + "[" + ", ".join(f"W{n}" for n in windows) + "]"
         rec = self._record(msgs, tpl.id, text, time.perf_counter() - ts)

@@ -40,7 +40,7 @@ class TableLocks:
     def __init__(self, uri: str) -> None:
         self.uri = str(uri)
         if self.uri.startswith("file://"):
-            self.folder: str | None = self.uri[len("file://"):]
+            self.folder: str | None = self.uri[len("file://") :]
         else:
             self.folder = None if "://" in self.uri else self.uri
         self._locks: dict[str, Any] = {}

@@ -62,7 +62,6 @@ import pyarrow.compute as pc
 
 from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.models.embeddings.identity import EmbedderIdentity, identity_of
-from ctxwin_dagster.models.table_locks import TableLocks
 from ctxwin_dagster.models.index_upkeep import (
     PRIMARY_KEY,
     VECTOR,
@@ -74,6 +73,7 @@ from ctxwin_dagster.models.index_upkeep import (
     maintain,
     retry_on_conflict,
 )
+from ctxwin_dagster.models.table_locks import TableLocks
 
 __all__ = ["ChunkIndex", "EmbedderIdentity", "EmbedderMismatchError", "IndexError_", "IndexPolicy", "IndexRecord"]
 
@@ -116,8 +116,12 @@ class IndexRecord:
         return f"{text}, row strategy {self.row_strategy}" if self.row_strategy else text
 
     def to_metadata(self) -> dict[str, str]:
-        return {_RECORD + "model": self.model, _RECORD + "dim": str(self.dim), _RECORD + "provider": self.provider,
-                _RECORD + "row_strategy": self.row_strategy}
+        return {
+            _RECORD + "model": self.model,
+            _RECORD + "dim": str(self.dim),
+            _RECORD + "provider": self.provider,
+            _RECORD + "row_strategy": self.row_strategy,
+        }
 
     @classmethod
     def from_metadata(cls, meta: Mapping[Any, Any] | None) -> IndexRecord | None:
@@ -126,7 +130,12 @@ class IndexRecord:
         model = text.get(_RECORD + "model", "")
         if not model:
             return None
-        return cls(model, int(text.get(_RECORD + "dim") or 0), text.get(_RECORD + "provider", ""), text.get(_RECORD + "row_strategy", ""))
+        return cls(
+            model,
+            int(text.get(_RECORD + "dim") or 0),
+            text.get(_RECORD + "provider", ""),
+            text.get(_RECORD + "row_strategy", ""),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "dim": self.dim, "provider": self.provider, "row_strategy": self.row_strategy}
@@ -262,7 +271,9 @@ class ChunkIndex:
             raise ValueError(f"rows for {doc_id!r} carry other doc_ids {sorted(bad_doc)}")
         vectors = np.asarray(vectors, dtype=np.float32)
         dim = int(vectors.shape[1])
-        data: dict[str, list[Any]] = {f: [None if r.get(f) is None else str(r.get(f)) for r in rows] for f in _STR_FIELDS}
+        data: dict[str, list[Any]] = {
+            f: [None if r.get(f) is None else str(r.get(f)) for r in rows] for f in _STR_FIELDS
+        }
         data["doc_sha256"] = [str(r.get("doc_sha256") or doc_sha256) for r in rows]
         for f in _INT_FIELDS:
             data[f] = [int(r[f]) for r in rows]
@@ -299,14 +310,21 @@ class ChunkIndex:
                 # A table made before records: the first writer that names its embedder records it.
                 retry_on_conflict(
                     lambda: table.update_field_metadata({"path": VECTOR, "metadata": record.to_metadata()}),
-                    retries=retries, refresh=table.checkout_latest,
+                    retries=retries,
+                    refresh=table.checkout_latest,
                 )
             _add_missing_fields(table, schema)
             ensure_primary_key(table, retries=retries)
             holder = [table]
 
             def upsert() -> Any:
-                return holder[0].merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(batch)
+                return (
+                    holder[0]
+                    .merge_insert("chunk_id")
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .execute(batch)
+                )
 
             def reopen() -> None:
                 holder[0] = self._table(variant, dim, create=True)
@@ -359,10 +377,19 @@ class ChunkIndex:
             ids = table.to_arrow().column("chunk_id")
         else:
             where = f"doc_id = {_quote(doc_id)}"
-            ids = table.search().where(where, prefilter=True).select(["chunk_id"]).limit(10**9).to_arrow().column("chunk_id")
+            ids = (
+                table.search()
+                .where(where, prefilter=True)
+                .select(["chunk_id"])
+                .limit(10**9)
+                .to_arrow()
+                .column("chunk_id")
+            )
         return len(ids) - pc.count_distinct(ids).as_py()
 
-    def rows(self, variant: str, *, doc_id: str | None = None, columns: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    def rows(
+        self, variant: str, *, doc_id: str | None = None, columns: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
         table = self._table(variant)
         if table is None:
             return []
@@ -413,9 +440,15 @@ class ChunkIndex:
                 f"has {width}; search it with the embedding model that built it"
             )
         where = f"doc_id = {_quote(doc_id)}" if doc_id else None
-        among = None if doc_id or doc_ids is None else f"doc_id IN ({', '.join(_quote(d) for d in doc_ids) or _quote('')})"
+        among = (
+            None if doc_id or doc_ids is None else f"doc_id IN ({', '.join(_quote(d) for d in doc_ids) or _quote('')})"
+        )
         depth = k * 4 if hybrid else k
-        q = table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector").metric("cosine").limit(depth)
+        q = (
+            table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
+            .metric("cosine")
+            .limit(depth)
+        )
         if among:
             q = q.where(among, prefilter=True).nprobes(self.policy.nprobes).refine_factor(self.policy.refine_factor)
         elif where:
@@ -531,7 +564,11 @@ class ChunkIndex:
     def ann_state(self, variant: str) -> dict[str, Any]:
         """When the ANN index was last trained, on how many rows, and how many trainings."""
         table = self._table(variant)
-        return ann_state(table) if table is not None else {"trained_rows": 0, "trained_at": "", "trainings": 0, "config": ""}
+        return (
+            ann_state(table)
+            if table is not None
+            else {"trained_rows": 0, "trained_at": "", "trainings": 0, "config": ""}
+        )
 
     def index_stats(self, variant: str) -> dict[str, dict[str, Any]]:
         """LanceDB's statistics of each index of the table, by column."""

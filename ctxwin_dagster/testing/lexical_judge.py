@@ -55,16 +55,28 @@ def lexical_judge_responder(questions: Mapping[str, str] | None = None) -> Calla
             return json.dumps({"statements": _sentences(data.get("answer", ""))})
         if title == "NLIStatementOutput":
             ctx = data.get("context", "")
-            return json.dumps({"statements": [
-                {"statement": s, "reason": "word overlap", "verdict": _supported(s, ctx)} for s in data.get("statements", [])
-            ]})
+            return json.dumps(
+                {
+                    "statements": [
+                        {"statement": s, "reason": "word overlap", "verdict": _supported(s, ctx)}
+                        for s in data.get("statements", [])
+                    ]
+                }
+            )
         if title == "ContextRecallOutput":
             ctx = data.get("context", "")
-            return json.dumps({"classifications": [
-                {"statement": s, "reason": "word overlap", "attributed": _supported(s, ctx)} for s in _sentences(data.get("answer", ""))
-            ]})
+            return json.dumps(
+                {
+                    "classifications": [
+                        {"statement": s, "reason": "word overlap", "attributed": _supported(s, ctx)}
+                        for s in _sentences(data.get("answer", ""))
+                    ]
+                }
+            )
         if title == "ContextPrecisionOutput":
-            return json.dumps({"reason": "word overlap", "verdict": _supported(data.get("answer", ""), data.get("context", ""))})
+            return json.dumps(
+                {"reason": "word overlap", "verdict": _supported(data.get("answer", ""), data.get("context", ""))}
+            )
         if title == "AnswerRelevanceOutput":
             response = data.get("response", "")
             noncommittal = int(bool(re.search(r"\b(not found|don't know|do not know|cannot answer)\b", response, re.I)))

@@ -48,8 +48,15 @@ def ctxwin_env(home: Path | None = None) -> dict[str, str]:
     return env
 
 
-def run_ctxwin(args: Sequence[str], cwd: Path, home: Path | None = None, *, timeout: float = 1200) -> subprocess.CompletedProcess:
+def run_ctxwin(
+    args: Sequence[str], cwd: Path, home: Path | None = None, *, timeout: float = 1200
+) -> subprocess.CompletedProcess:
     """``ctxwin ARGS`` in ``cwd`` as a subprocess, its output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "ctxwin_dagster.cli", *args], cwd=cwd, env=ctxwin_env(home), capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "ctxwin_dagster.cli", *args],
+        cwd=cwd,
+        env=ctxwin_env(home),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )

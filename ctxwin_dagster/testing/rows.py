@@ -8,7 +8,9 @@ import numpy as np
 __all__ = ["synthetic_document"]
 
 
-def synthetic_document(i: int, n: int = 100, *, dim: int = 16, seed: int | None = None) -> tuple[str, list[dict], np.ndarray]:
+def synthetic_document(
+    i: int, n: int = 100, *, dim: int = 16, seed: int | None = None
+) -> tuple[str, list[dict], np.ndarray]:
     """``(doc_id, rows, vectors)`` of document ``d{i:03d}``: ``n`` chunk rows in the index's
     schema and unit vectors around a per-document centre (seeded by ``i``, or ``seed``)."""
     name = f"d{i:03d}"

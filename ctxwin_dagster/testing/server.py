@@ -30,6 +30,7 @@ Example::
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import socket
@@ -227,10 +228,8 @@ class FakeOpenAIServer:
         with self._lock:
             conns = list(self._connections)
         for conn in conns:
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -305,14 +304,18 @@ class FakeOpenAIServer:
             self._send_error(h, 401, "Incorrect API key provided.", "invalid_request_error", code="invalid_api_key")
             return
         if method == "GET" and path in ("/v1/models", "/models"):
-            data = [{"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in (self.models or ["fake-model"])]
+            data = [
+                {"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in (self.models or ["fake-model"])
+            ]
             self._send_json(h, 200, {"object": "list", "data": data})
         elif method == "POST" and path in ("/v1/chat/completions", "/chat/completions"):
             self._in(h, lambda: self._chat(h, body))
         elif method == "POST" and path in ("/v1/embeddings", "/embeddings"):
             self._in(h, lambda: self._embeddings(h, body))
         else:
-            self._send_error(h, 404, f"Unknown request URL: {method} {h.path}", "invalid_request_error", code="unknown_url")
+            self._send_error(
+                h, 404, f"Unknown request URL: {method} {h.path}", "invalid_request_error", code="unknown_url"
+            )
 
     def _in(self, h: _Handler, fn: Callable[[], None]) -> None:
         with self._lock:
@@ -358,10 +361,14 @@ class FakeOpenAIServer:
             fault = "ok"
         if fault == "429":
             headers = {} if self.retry_after_s is None else {"Retry-After": _fmt_seconds(self.retry_after_s)}
-            self._send_error(h, 429, "Rate limit reached; please retry.", "requests", code="rate_limit_exceeded", headers=headers)
+            self._send_error(
+                h, 429, "Rate limit reached; please retry.", "requests", code="rate_limit_exceeded", headers=headers
+            )
             return
         if fault.isdigit():
-            self._send_error(h, int(fault), f"Fake fault {fault}.", "server_error" if fault >= "500" else "invalid_request_error")
+            self._send_error(
+                h, int(fault), f"Fake fault {fault}.", "server_error" if fault >= "500" else "invalid_request_error"
+            )
             return
         if fault == "overflow":
             self._send_error(
@@ -385,7 +392,9 @@ class FakeOpenAIServer:
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
         if fault == "truncated":
             tokens = counter.encode(content)
-            content = counter.decode(tokens[: max(1, len(tokens) // 2)]) if len(tokens) > 1 else content[: len(content) // 2]
+            content = (
+                counter.decode(tokens[: max(1, len(tokens) // 2)]) if len(tokens) > 1 else content[: len(content) // 2]
+            )
             finish = "length"
         elif isinstance(max_tokens, int) and max_tokens > 0:
             tokens = counter.encode(content)
@@ -447,7 +456,12 @@ class FakeOpenAIServer:
         self._send_json(
             h,
             200,
-            {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}},
+            {
+                "object": "list",
+                "data": data,
+                "model": model,
+                "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+            },
         )
 
     # ----------------------------------------------------------------- output

@@ -31,14 +31,19 @@ def graphql(base_url: str, query: str, *, timeout: float = 60) -> dict:
 
 
 @contextmanager
-def dagster_webserver(cwd: Path, env: Mapping[str, str], *, workspace: str = "workspace.yaml", start_timeout: float = 180) -> Iterator[str]:
+def dagster_webserver(
+    cwd: Path, env: Mapping[str, str], *, workspace: str = "workspace.yaml", start_timeout: float = 180
+) -> Iterator[str]:
     """Start ``dagster-webserver -w workspace`` in ``cwd`` on a free loopback port; yield its base
     URL once ``/server_info`` answers; stop it afterwards. Fails with its output if it exits."""
     exe = Path(sys.executable).with_name("dagster-webserver")
     port = _free_port()
     proc = subprocess.Popen(
         [str(exe), "-w", workspace, "-h", "127.0.0.1", "-p", str(port)],
-        cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=cwd,
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
     try:

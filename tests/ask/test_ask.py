@@ -14,20 +14,19 @@ from pathlib import Path
 
 import pytest
 
-from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
-
-from ctxwin_dagster.ask import AskError, Asker, StaleIndexError, normalize_variant
+from ctxwin_dagster.ask import Asker, AskError, StaleIndexError, normalize_variant
 from ctxwin_dagster.cli.ask import format_result, run_cli
 from ctxwin_dagster.core.limits import ModelLimits
 from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS
 from ctxwin_dagster.core.qa.items import load_qa_jsonl
+from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.models.cache import ResponseCache
 from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
 from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
 from ctxwin_dagster.models.tasks.llm import LLMTasks
-from ctxwin_dagster.testing import FakeOpenAIServer
 from ctxwin_dagster.models.vectorstore import ChunkIndex
+from ctxwin_dagster.testing import FakeOpenAIServer
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +51,10 @@ def workspace(tmp_path_factory, embedder):
         text = data.decode("utf-8")
         sha = hashlib.sha256(data).hexdigest()
         chunks = splitter.split(text, doc_id=doc_id, doc_sha256=sha)
-        rows = [{**c.to_dict(), "doc_sha256": sha, "context": "", "context_engine": "", "embedded_text": c.text} for c in chunks]
+        rows = [
+            {**c.to_dict(), "doc_sha256": sha, "context": "", "context_engine": "", "embedded_text": c.text}
+            for c in chunks
+        ]
         vectors = embedder.embed([r["embedded_text"] for r in rows])
         for variant in ("t_rag", "swb_rag"):
             index.replace_document(variant, doc_id, rows, vectors, doc_sha256=sha)
@@ -61,7 +63,12 @@ def workspace(tmp_path_factory, embedder):
 
 @pytest.fixture(scope="module")
 def asker(workspace, embedder) -> Asker:
-    return Asker(index=workspace["index"], embedder=embedder, tasks=ExtractiveTasks(embedder), documents_dir=workspace["documents"])
+    return Asker(
+        index=workspace["index"],
+        embedder=embedder,
+        tasks=ExtractiveTasks(embedder),
+        documents_dir=workspace["documents"],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +114,9 @@ def test_squad_answer_span_lies_within_the_cited_spans(asker, squad, question, d
         assert any(w["start"] == c.start and w["end"] == c.end and w["doc_id"] == c.doc_id for w in result.windows)
     _windows_disjoint(result)
     assert result.records and result.cost_usd == 0.0 and result.input_tokens > 0 and result.latency_s > 0
-    rec = result.to_record(question_id=item.question_id, reference_answer=item.reference_answer, reference_spans=item.reference_spans)
+    rec = result.to_record(
+        question_id=item.question_id, reference_answer=item.reference_answer, reference_spans=item.reference_spans
+    )
     from ctxwin_dagster.core.metrics.scoring import score_record
 
     assert score_record(rec)["span_hit"] == 1.0
@@ -133,31 +142,67 @@ def test_retrieval_over_all_documents_and_enhancement_options(asker):
     rows = asker.retrieve("Who was the Norse leader?", variant="swb", retrieval="paper")
     assert len(rows) == 4 and rows[0]["doc_id"] == "squad_Normans"
     assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
-    none = asker.ask("Who was the Norse leader?", variant="swb", retrieval=RetrievalSettings.named("ask", enhance_mode="none"))
-    wide = asker.ask("Who was the Norse leader?", variant="swb", retrieval=RetrievalSettings.named("ask", num_neighbors=2))
-    budget = asker.ask("Who was the Norse leader?", variant="swb", retrieval=RetrievalSettings.named("ask", context_window_size=2500))
-    assert none.context.mode == "none" and wide.context.num_neighbors == 2 and budget.context.context_window_size == 2500
+    none = asker.ask(
+        "Who was the Norse leader?", variant="swb", retrieval=RetrievalSettings.named("ask", enhance_mode="none")
+    )
+    wide = asker.ask(
+        "Who was the Norse leader?", variant="swb", retrieval=RetrievalSettings.named("ask", num_neighbors=2)
+    )
+    budget = asker.ask(
+        "Who was the Norse leader?", variant="swb", retrieval=RetrievalSettings.named("ask", context_window_size=2500)
+    )
+    assert (
+        none.context.mode == "none" and wide.context.num_neighbors == 2 and budget.context.context_window_size == 2500
+    )
     assert wide.context_chars > none.context_chars
     for r in (none, wide, budget):
         _windows_disjoint(r)
         assert not r.not_found
     default = asker.ask("Who was the Norse leader?", variant="swb", doc_id="squad_Normans")
     assert default.context.mode == "focus" and len(default.context.hits) == 24  # 24 hybrid candidates by default
-    assert default.context_chars <= 8000 and default.context.focus["budget_chars"] == 8000 and default.context.focus["score_drop"] == 0.3
-    small = asker.ask("Who was the Norse leader?", variant="swb", doc_id="squad_Normans", retrieval=RetrievalSettings.named("ask", focus_chars=1500, k=8))
+    assert (
+        default.context_chars <= 8000
+        and default.context.focus["budget_chars"] == 8000
+        and default.context.focus["score_drop"] == 0.3
+    )
+    small = asker.ask(
+        "Who was the Norse leader?",
+        variant="swb",
+        doc_id="squad_Normans",
+        retrieval=RetrievalSettings.named("ask", focus_chars=1500, k=8),
+    )
     assert small.context_chars <= 1500 and len(small.context.hits) == 8
-    dense = asker.ask("Who was the Norse leader?", variant="swb", doc_id="squad_Normans", retrieval=RetrievalSettings.named("focus-dense"))
-    assert len(dense.context.hits) == 16 and dense.context.focus["lexical_weight"] == 0.0 and dense.context_chars <= 4000
-    template = 'Highlight the parts (if any) of this text related to "Rollo" that should be reviewed. Details: Who was Rollo?'
+    dense = asker.ask(
+        "Who was the Norse leader?",
+        variant="swb",
+        doc_id="squad_Normans",
+        retrieval=RetrievalSettings.named("focus-dense"),
+    )
+    assert (
+        len(dense.context.hits) == 16 and dense.context.focus["lexical_weight"] == 0.0 and dense.context_chars <= 4000
+    )
+    template = (
+        'Highlight the parts (if any) of this text related to "Rollo" that should be reviewed. Details: Who was Rollo?'
+    )
     parts = asker.ask(template, variant="swb", doc_id="squad_Normans")
     assert any("Rollo" in w.text for w in parts.context.windows)
     with pytest.raises(AskError, match="takes a RetrievalSettings"):
         asker.ask("q?", retrieval={"k": 3})
     with pytest.raises(AskError, match="unknown retrieval setting"):
         asker.ask("q?", retrieval="papers")
-    hybrid = asker.retrieve("Who was the Norse leader Rollo?", variant="t", doc_id="squad_Normans", retrieval=RetrievalSettings.named("paper", hybrid=True))
+    hybrid = asker.retrieve(
+        "Who was the Norse leader Rollo?",
+        variant="t",
+        doc_id="squad_Normans",
+        retrieval=RetrievalSettings.named("paper", hybrid=True),
+    )
     assert len(hybrid) == 4 and all("rrf_score" in r for r in hybrid)
-    hyb = asker.ask("Who was the Norse leader Rollo?", variant="t", doc_id="squad_Normans", retrieval=RetrievalSettings.named("paper", hybrid=True))
+    hyb = asker.ask(
+        "Who was the Norse leader Rollo?",
+        variant="t",
+        doc_id="squad_Normans",
+        retrieval=RetrievalSettings.named("paper", hybrid=True),
+    )
     assert [w["score"] for w in hyb.windows] == sorted((w["score"] for w in hyb.windows), reverse=True)
     with pytest.raises(ValueError, match="not both"):
         RetrievalSettings.named("ask", num_neighbors=1, context_window_size=100)
@@ -173,7 +218,9 @@ def test_retrieval_over_all_documents_and_enhancement_options(asker):
 
 
 def test_absent_topic_is_not_in_the_documents(asker):
-    result = asker.ask("What is the recommended baking temperature for sourdough bread?", variant="t", doc_id="squad_Normans")
+    result = asker.ask(
+        "What is the recommended baking temperature for sourdough bread?", variant="t", doc_id="squad_Normans"
+    )
     assert result.not_found and result.answer == NOT_IN_DOCUMENTS and result.citations == []
     assert result.windows  # the context was given; it just does not hold the answer
 
@@ -181,7 +228,15 @@ def test_absent_topic_is_not_in_the_documents(asker):
 def test_sliding_mode_reads_the_whole_document(asker, squad):
     item = next(q for q in squad.values() if q.question == "Who was the Norse leader?")
     seen = []
-    result = asker.ask(item.question, variant="t", doc_id="squad_Normans", mode="sliding", window_tokens=800, overlap_tokens=100, progress=lambda d, t: seen.append((d, t)))
+    result = asker.ask(
+        item.question,
+        variant="t",
+        doc_id="squad_Normans",
+        mode="sliding",
+        window_tokens=800,
+        overlap_tokens=100,
+        progress=lambda d, t: seen.append((d, t)),
+    )
     assert result.mode_used == "sliding" and result.sliding is not None
     assert result.sliding.n_windows > 4 and seen[-1] == (result.sliding.n_windows, result.sliding.n_windows)
     assert not result.not_found and "Rollo" in result.answer
@@ -192,19 +247,40 @@ def test_sliding_mode_reads_the_whole_document(asker, squad):
 
 def test_auto_mode_answers_directly_when_the_context_fits_and_slides_when_not(workspace, embedder, squad):
     item = next(q for q in squad.values() if q.question == "Who was the Norse leader?")
-    fits = Asker(index=workspace["index"], embedder=embedder, tasks=ExtractiveTasks(embedder), documents_dir=workspace["documents"])
+    fits = Asker(
+        index=workspace["index"],
+        embedder=embedder,
+        tasks=ExtractiveTasks(embedder),
+        documents_dir=workspace["documents"],
+    )
     direct = fits.ask(item.question, variant="t", doc_id="squad_Normans", mode="auto")
     assert direct.mode_used == "retrieve" and direct.fit is not None and direct.fit.fits
     tiny = ModelLimits("tiny-model", context_length=900, max_completion_tokens=200)
-    small = Asker(index=workspace["index"], embedder=embedder, tasks=ExtractiveTasks(embedder), documents_dir=workspace["documents"], limits=tiny)
-    slid = small.ask(item.question, variant="t", doc_id="squad_Normans", mode="auto", retrieval=RetrievalSettings.named("ask", num_neighbors=2), window_tokens=300, overlap_tokens=50)
+    small = Asker(
+        index=workspace["index"],
+        embedder=embedder,
+        tasks=ExtractiveTasks(embedder),
+        documents_dir=workspace["documents"],
+        limits=tiny,
+    )
+    slid = small.ask(
+        item.question,
+        variant="t",
+        doc_id="squad_Normans",
+        mode="auto",
+        retrieval=RetrievalSettings.named("ask", num_neighbors=2),
+        window_tokens=300,
+        overlap_tokens=50,
+    )
     assert slid.mode_used == "sliding" and not slid.fit.fits and slid.fit.overflow > 0
     assert "does not fit tiny-model" in slid.notes[0]
     # sliding ran over the assembled context only: every window read lies inside a context window
     ctx_spans = [(w.start, w.end) for w in slid.context.windows]
     assert all(any(s <= w["start"] and w["end"] <= e for s, e in ctx_spans) for w in slid.windows)
     assert not slid.not_found and slid.citations
-    assert all(any(s <= c.start and c.end <= e for s, e in ctx_spans) for c in slid.citations)  # evidence from the context
+    assert all(
+        any(s <= c.start and c.end <= e for s, e in ctx_spans) for c in slid.citations
+    )  # evidence from the context
 
 
 def test_llm_answers_cite_windows_and_are_cached(workspace, embedder, squad, tmp_path):
@@ -212,15 +288,25 @@ def test_llm_answers_cite_windows_and_are_cached(workspace, embedder, squad, tmp
 
     def responder(body):
         user = body["messages"][-1]["content"]
-        for label, passage in re.findall(r"\[([0-9a-f]{32})\]\n(.*?)(?=\n\n\[[0-9a-f]{32}\]\n|\n\nQuestion:)", user, flags=re.S):
+        for label, passage in re.findall(
+            r"\[([0-9a-f]{32})\]\n(.*?)(?=\n\n\[[0-9a-f]{32}\]\n|\n\nQuestion:)", user, flags=re.S
+        ):
             if "Rollo" in passage:
                 return f"Their leader was Rollo [{label}]."
         return NOT_IN_DOCUMENTS
 
     limits = ModelLimits("fake-answerer", context_length=32_000, max_completion_tokens=2_000)
     with FakeOpenAIServer(responder=responder) as server:
-        chat = OpenAIChatBackend(model="fake-answerer", base_url=server.base_url, cache=ResponseCache(tmp_path / "r.sqlite"), limits=limits, price_overrides={"fake-answerer": (2.5, 10.0)})
-        asker = Asker(index=workspace["index"], embedder=embedder, tasks=LLMTasks(chat), documents_dir=workspace["documents"])
+        chat = OpenAIChatBackend(
+            model="fake-answerer",
+            base_url=server.base_url,
+            cache=ResponseCache(tmp_path / "r.sqlite"),
+            limits=limits,
+            price_overrides={"fake-answerer": (2.5, 10.0)},
+        )
+        asker = Asker(
+            index=workspace["index"], embedder=embedder, tasks=LLMTasks(chat), documents_dir=workspace["documents"]
+        )
         result = asker.ask(item.question, variant="swb", doc_id="squad_Normans")
         assert result.engine == "llm" and result.model == "fake-answerer"
         assert result.answer.startswith("Their leader was Rollo") and not result.not_found
@@ -230,7 +316,9 @@ def test_llm_answers_cite_windows_and_are_cached(workspace, embedder, squad, tmp
         assert again.totals["cache_hits"] == 1 and again.paid_usd == 0.0 and server.request_count == 1
         assert again.cost_usd == pytest.approx(result.cost_usd)  # a cache hit keeps the cost of the work
         assert again.to_record(question_id="q")["paid_usd"] == 0.0 and "cost of the work" in format_result(again)
-        absent = asker.ask("What is the recommended baking temperature for sourdough bread?", variant="swb", doc_id="squad_Normans")
+        absent = asker.ask(
+            "What is the recommended baking temperature for sourdough bread?", variant="swb", doc_id="squad_Normans"
+        )
         assert absent.not_found and absent.citations == []
         chat.close()
 
@@ -238,7 +326,9 @@ def test_llm_answers_cite_windows_and_are_cached(workspace, embedder, squad, tmp
 def test_changed_document_file_is_refused(workspace, embedder, tmp_path):
     docs = tmp_path / "documents"
     docs.mkdir()
-    (docs / "squad_Normans.txt").write_text((DOCS / "squad_Normans.txt").read_text(encoding="utf-8") + "\nEdited.\n", encoding="utf-8")
+    (docs / "squad_Normans.txt").write_text(
+        (DOCS / "squad_Normans.txt").read_text(encoding="utf-8") + "\nEdited.\n", encoding="utf-8"
+    )
     asker = Asker(index=workspace["index"], embedder=embedder, tasks=ExtractiveTasks(embedder), documents_dir=docs)
     with pytest.raises(StaleIndexError, match="ctxwin run --doc squad_Normans"):
         asker.ask("Who was the Norse leader?", variant="t", doc_id="squad_Normans")
@@ -251,17 +341,40 @@ def test_changed_document_file_is_refused(workspace, embedder, tmp_path):
 def _cli_args(workspace, tmp_path, *extra):
     from ctxwin_dagster.cli import build_parser
 
-    return build_parser().parse_args([
-        "ask", *extra, "--lancedb", str(workspace["lancedb"]), "--documents", str(workspace["documents"]),
-        "--cache-dir", str(tmp_path / "cache"),
-    ])
+    return build_parser().parse_args(
+        [
+            "ask",
+            *extra,
+            "--lancedb",
+            str(workspace["lancedb"]),
+            "--documents",
+            str(workspace["documents"]),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ]
+    )
 
 
 def test_cli_ask_one_question_as_json_and_text(workspace, tmp_path, capsys):
     from ctxwin_dagster.cli import main
 
-    code = main(["ask", "Who was the Norse leader?", "--variant", "t", "--doc", "squad_Normans", "--json",
-                 "--lancedb", str(workspace["lancedb"]), "--documents", str(workspace["documents"]), "--cache-dir", str(tmp_path / "c")])
+    code = main(
+        [
+            "ask",
+            "Who was the Norse leader?",
+            "--variant",
+            "t",
+            "--doc",
+            "squad_Normans",
+            "--json",
+            "--lancedb",
+            str(workspace["lancedb"]),
+            "--documents",
+            str(workspace["documents"]),
+            "--cache-dir",
+            str(tmp_path / "c"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     data = json.loads(out)
@@ -269,9 +382,18 @@ def test_cli_ask_one_question_as_json_and_text(workspace, tmp_path, capsys):
     assert {"chunk_id", "doc_id", "start", "end", "excerpt"} <= set(data["citations"][0])
 
     out_text = io.StringIO()
-    code = run_cli(_cli_args(workspace, tmp_path, "Who was the Norse leader?", "--doc", "squad_Normans", "--neighbors", "2"), stdout=out_text, stderr=io.StringIO())
+    code = run_cli(
+        _cli_args(workspace, tmp_path, "Who was the Norse leader?", "--doc", "squad_Normans", "--neighbors", "2"),
+        stdout=out_text,
+        stderr=io.StringIO(),
+    )
     text = out_text.getvalue()
-    assert code == 0 and "Cited spans:" in text and re.search(r"squad_Normans:\d+-\d+", text) and "Cost: $0.0000 (extractive engine, offline)" in text
+    assert (
+        code == 0
+        and "Cited spans:" in text
+        and re.search(r"squad_Normans:\d+-\d+", text)
+        and "Cost: $0.0000 (extractive engine, offline)" in text
+    )
 
 
 def test_cli_interactive_loop_and_sliding_progress(workspace, tmp_path):
@@ -281,7 +403,21 @@ def test_cli_interactive_loop_and_sliding_progress(workspace, tmp_path):
     assert code == 0 and out.getvalue().count("Answer (swb_rag") == 2
     err2 = io.StringIO()
     out2 = io.StringIO()
-    code = run_cli(_cli_args(workspace, tmp_path, "Who was the Norse leader?", "--doc", "squad_Normans", "--mode", "sliding", "--window-tokens", "800"), stdout=out2, stderr=err2)
+    code = run_cli(
+        _cli_args(
+            workspace,
+            tmp_path,
+            "Who was the Norse leader?",
+            "--doc",
+            "squad_Normans",
+            "--mode",
+            "sliding",
+            "--window-tokens",
+            "800",
+        ),
+        stdout=out2,
+        stderr=err2,
+    )
     assert code == 0 and "reading windows" in err2.getvalue() and "Windows:" in out2.getvalue()
     bad = io.StringIO()
     assert run_cli(_cli_args(workspace, tmp_path, "q?", "--variant", "zz"), stdout=io.StringIO(), stderr=bad) == 2

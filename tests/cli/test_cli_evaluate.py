@@ -26,7 +26,11 @@ def test_evaluate_own_corpus_and_compare_experiments(tmp_path):
     docs.mkdir()
     qa.mkdir()
     shutil.copy(ROOT / "data" / "documents" / "squad_Normans.txt", docs)
-    lines = [l for l in (ROOT / "data" / "qa" / "squad_sample.jsonl").read_text(encoding="utf-8").splitlines() if '"squad_Normans"' in l]
+    lines = [
+        line
+        for line in (ROOT / "data" / "qa" / "squad_sample.jsonl").read_text(encoding="utf-8").splitlines()
+        if '"squad_Normans"' in line
+    ]
     (qa / "questions.jsonl").write_text("\n".join(lines[:8]) + "\n", encoding="utf-8")
 
     plain = _ctxwin(["evaluate", "--name", "plain", "--documents", str(docs), "--qa", str(qa)], tmp_path)
@@ -51,7 +55,15 @@ def test_evaluate_own_corpus_and_compare_experiments(tmp_path):
     text = (tmp_path / "evaluations" / "reports" / "plain_vs_neighbors.md").read_text()
     assert "| swb_rag | span_hit |" in text
     # wider windows give more context characters per question
-    eff = {n: {e["variant"]: e for e in json.loads((tmp_path / "evaluations" / "reports" / n / "comparison.json").read_text())["efficiency"]} for n in ("plain", "neighbors")}
+    eff = {
+        n: {
+            e["variant"]: e
+            for e in json.loads((tmp_path / "evaluations" / "reports" / n / "comparison.json").read_text())[
+                "efficiency"
+            ]
+        }
+        for n in ("plain", "neighbors")
+    }
     assert eff["neighbors"]["t_rag"]["context_chars_per_question"] > eff["plain"]["t_rag"]["context_chars_per_question"]
 
     # human review round trip through the command line
@@ -106,11 +118,16 @@ def test_evaluate_contracts_with_real_file_names_and_questions_naming_them(tmp_p
             item["doc_id"] = renamed[item["doc_id"]]
             item["category"] = item.pop("meta", {}).get("category", "")
             lines.append(item)
-    (qa / "contracts.jsonl").write_text("".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), encoding="utf-8")
+    (qa / "contracts.jsonl").write_text(
+        "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in lines), encoding="utf-8"
+    )
 
     out = _ctxwin(["evaluate", "--name", "renamed", "--documents", str(docs), "--qa", str(qa)], tmp_path)
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "Todos Medical – Reseller Agreement, Überarbeitet.txt -> Todos_Medical_Reseller_Agreement_Uberarbeitet" in out.stdout
+    assert (
+        "Todos Medical – Reseller Agreement, Überarbeitet.txt -> Todos_Medical_Reseller_Agreement_Uberarbeitet"
+        in out.stdout
+    )
     assert "Notizen (leer).txt: empty (0 bytes); put the document's text in it, or remove it" in out.stdout
     assert "questions: 9 for 3 of 4 documents" in out.stdout
     assert "3 ran, 0 up to date, 1 failed" in out.stdout

@@ -59,7 +59,13 @@ def instance_of(home: Path) -> dg.DagsterInstance:
 
 def _question(doc_text: str, doc_ref: str, qid: str, needle: str, question: str) -> dict:
     start = doc_text.index(needle)
-    return {"question_id": qid, "doc_id": doc_ref, "question": question, "reference_answer": needle, "reference_spans": [[start, start + len(needle)]]}
+    return {
+        "question_id": qid,
+        "doc_id": doc_ref,
+        "question": question,
+        "reference_answer": needle,
+        "reference_spans": [[start, start + len(needle)]],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -120,10 +126,17 @@ def test_evaluate_on_a_folder_of_real_file_names_completes_and_leaves_the_sample
     own = rows(root / "data" / "experiments" / "mine" / "lancedb")
     assert len(own) == 3 and len(set(own.values())) == 1 and min(own.values()) > 0, own
     with instance_of(home) as instance:
-        assert sorted(instance.get_dynamic_partitions("documents")) == ["Oil_Crisis_1973_copy_2", "Oil_Crisis_1973_final"]
+        assert sorted(instance.get_dynamic_partitions("documents")) == [
+            "Oil_Crisis_1973_copy_2",
+            "Oil_Crisis_1973_final",
+        ]
         # The daemon ran the experiment's documents sensor, on the experiment's folder.
-        ticks = [t for state in instance.all_instigator_state() if state.instigator_name == "documents_sensor"
-                 for t in instance.get_ticks(state.instigator_origin_id, state.selector_id)]
+        ticks = [
+            t
+            for state in instance.all_instigator_state()
+            if state.instigator_name == "documents_sensor"
+            for t in instance.get_ticks(state.instigator_origin_id, state.selector_id)
+        ]
         assert ticks, "the documents sensor never ticked"
         assert all(t.status.value != "FAILURE" for t in ticks), [t.error for t in ticks]
     with instance_of(sample_home) as instance:
@@ -185,14 +198,16 @@ def test_a_file_empty_or_unreadable_for_a_sensor_tick_loses_nothing(project, own
             path.chmod(0)
         try:
             with instance_of(home) as instance:
-                result = documents_sensor(dg.build_sensor_context(instance=instance, resources={"settings": defs.resources["settings"]}))
+                result = documents_sensor(
+                    dg.build_sensor_context(instance=instance, resources={"settings": defs.resources["settings"]})
+                )
                 assert not result.dynamic_partitions_requests
                 assert len(instance.get_dynamic_partitions("documents")) == 2
             assert rows(index) == before
             if breakage == "empty":
                 failed = ctxwin(["run", "--documents", str(docs), "--name", "runs"], root)
                 assert failed.returncode == 1
-                line = next(l for l in failed.stdout.splitlines() if "FAILED" in l)
+                line = next(x for x in failed.stdout.splitlines() if "FAILED" in x)
                 assert "Oil_Crisis_1973_copy_2" in line and "empty" in line, failed.stdout
                 assert rows(index) == before
         finally:
@@ -247,9 +262,22 @@ def test_a_run_outside_ctxwin_leaves_its_partition_up_to_date_for_ctxwin_run(pro
     keys = home_definitions(home).resolve_job_def(all_assets_job.name).asset_layer.executable_asset_keys
     select = ",".join(sorted(k.to_user_string() for k in keys))
     done = subprocess.run(
-        [str(Path(sys.executable).with_name("dagster")), "asset", "materialize", "-m", "ctxwin_dagster.definitions",
-         "--select", select, "--partition", "Oil_Crisis_1973_final"],
-        cwd=root, env=_env(home), capture_output=True, text=True, timeout=900,
+        [
+            str(Path(sys.executable).with_name("dagster")),
+            "asset",
+            "materialize",
+            "-m",
+            "ctxwin_dagster.definitions",
+            "--select",
+            select,
+            "--partition",
+            "Oil_Crisis_1973_final",
+        ],
+        cwd=root,
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     with instance_of(home) as instance:
@@ -284,7 +312,11 @@ def test_killing_the_command_stops_its_daemon_and_the_next_command_ends_its_run(
     home = root / "data" / "experiments" / "runs" / "dagster_home"
     proc = subprocess.Popen(
         [sys.executable, "-m", "ctxwin_dagster.cli", "run", "--documents", str(docs), "--name", "runs", "--force"],
-        cwd=root, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=root,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     deadline = time.time() + 300
     seen = ""

@@ -48,7 +48,10 @@ def test_plan_command_json(tmp_path):
     (tmp_path / "a.txt").write_text("Article 1\n\nSome text about rules. " * 200, encoding="utf-8")
     out = subprocess.run(
         [sys.executable, "-m", "ctxwin_dagster.cli", "plan", str(tmp_path), "--json", "--model", "gpt-4o-mini"],
-        capture_output=True, text=True, check=True, cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
     )
     plans = json.loads(out.stdout)
     assert [p["doc_id"] for p in plans] == ["a"]

@@ -41,13 +41,32 @@ def test_ctxwin_run_stops_before_any_run_on_an_unreachable_server(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "DAGSTER_HOME": str(tmp_path / "home")}
     started = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-m", "ctxwin_dagster.cli", "run", "--documents", "docs", "--model", "m", "--base-url", f"http://127.0.0.1:{_closed_port()}/v1"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "ctxwin_dagster.cli",
+            "run",
+            "--documents",
+            "docs",
+            "--model",
+            "m",
+            "--base-url",
+            f"http://127.0.0.1:{_closed_port()}/v1",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     took = time.perf_counter() - started
     assert out.returncode != 0
     errors = [line for line in out.stderr.splitlines() if line.strip()]
-    assert len(errors) == 1 and "contextualizer: cannot reach http://127.0.0.1" in errors[0] and "nothing was run" in errors[0], out.stderr
+    assert (
+        len(errors) == 1
+        and "contextualizer: cannot reach http://127.0.0.1" in errors[0]
+        and "nothing was run" in errors[0]
+    ), out.stderr
     assert "Traceback" not in out.stdout + out.stderr
     assert not (tmp_path / "home" / "ctxwin-daemon.log").exists()
     print(f"stopped after {took:.1f}s")

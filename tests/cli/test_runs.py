@@ -67,13 +67,17 @@ def test_runs_belong_to_the_code_location_in_the_webserver(project):
             time.sleep(1)
         jobs = {j["name"]: j["runs"] for j in data["data"]["repositoryOrError"]["jobs"]}
         # Listed under their jobs in the code location: one run per document, and the comparison.
-        partitions = sorted(next(t["value"] for t in r["tags"] if t["key"] == "dagster/partition") for r in jobs["all_assets_job"])
+        partitions = sorted(
+            next(t["value"] for t in r["tags"] if t["key"] == "dagster/partition") for r in jobs["all_assets_job"]
+        )
         assert partitions == sorted(DOCS)
         assert all(r["status"] == "SUCCESS" for r in jobs["all_assets_job"])
         assert [r["status"] for r in jobs["comparison_job"]] == ["SUCCESS"]
         runs = graphql(base, RUNS)["data"]["runsOrError"]["results"]
         assert len(runs) == 3
-        assert {(r["repositoryOrigin"]["repositoryLocationName"], r["repositoryOrigin"]["repositoryName"]) for r in runs} == {("ctxwin", "__repository__")}
+        assert {
+            (r["repositoryOrigin"]["repositoryLocationName"], r["repositoryOrigin"]["repositoryName"]) for r in runs
+        } == {("ctxwin", "__repository__")}
 
 
 def test_a_second_run_with_nothing_changed_executes_no_partition(project):
@@ -96,7 +100,10 @@ def test_a_changed_document_reruns_only_its_partition_and_the_comparison(project
     assert "1 of 2 documents to run (1 up to date, skipped)" in changed.stdout
     assert "squad_Normans: raw_documents: document changed" in changed.stdout
     new = [r for r in _runs(home) if r.run_id not in before]
-    assert sorted((r.job_name, r.tags.get("dagster/partition")) for r in new) == [("all_assets_job", "squad_Normans"), ("comparison_job", None)]
+    assert sorted((r.job_name, r.tags.get("dagster/partition")) for r in new) == [
+        ("all_assets_job", "squad_Normans"),
+        ("comparison_job", None),
+    ]
     os.environ["DAGSTER_HOME"] = str(home)
     with dg.DagsterInstance.get() as instance:
         partitions = {
@@ -114,7 +121,7 @@ def test_force_reruns_every_document(project):
     assert "1 of 1 documents to run (0 up to date, skipped); --force" in forced.stdout
     # Everything the extractive engine did is reused from the content cache, and counted so.
     for asset in ("global_summaries", "cc_rag_contexts", "swb_rag_contexts", "t_rag_answers"):
-        line = next(l for l in forced.stdout.splitlines() if l.strip().startswith(asset + " "))
+        line = next(x for x in forced.stdout.splitlines() if x.strip().startswith(asset + " "))
         fields = dict(f.split("=") for f in line.split(None, 1)[1].split(", "))
         assert fields["calls"] == "0" and int(fields["cache_hits"].replace(",", "")) > 0, line
 
@@ -125,7 +132,7 @@ def test_a_failed_document_prints_one_line_and_the_others_stay_up_to_date(projec
     out = _ctxwin(["run"], root, home)
     assert out.returncode == 1
     assert "1 of 3 documents to run (2 up to date, skipped)" in out.stdout
-    lines = [l for l in out.stdout.splitlines() if "broken" in l and "FAILED" in l]
+    lines = [x for x in out.stdout.splitlines() if "broken" in x and "FAILED" in x]
     assert len(lines) == 1 and "raw_documents" in lines[0] and "broken.txt" in lines[0], out.stdout
     assert "Traceback" not in out.stdout + out.stderr
 
@@ -141,7 +148,11 @@ def test_the_runs_embed_through_the_commands_model_server(project):
     assert "the runs embed through one model server" in first.stdout
     os.environ["DAGSTER_HOME"] = str(home)
     with dg.DagsterInstance.get() as instance:
-        used = {latest_metadata(instance, f"{variant}_index", doc).get("embedded_by") for variant in ("t_rag", "cc_rag", "swb_rag") for doc in DOCS}
+        used = {
+            latest_metadata(instance, f"{variant}_index", doc).get("embedded_by")
+            for variant in ("t_rag", "cc_rag", "swb_rag")
+            for doc in DOCS
+        }
     assert all(str(u).startswith("http://127.0.0.1:") for u in used), used
     assert "loaded" in (home / "ctxwin-embeddings.log").read_text()
     for url in used:

@@ -31,8 +31,14 @@ def webserver(tmp_path):
     # partitions the webserver should report: add them through the instance, as the sensor would
     env = {**os.environ, "DAGSTER_HOME": str(home), "HF_HUB_OFFLINE": "1"}
     subprocess.run(
-        [sys.executable, "-c", "from dagster import DagsterInstance as I; I.get().add_dynamic_partitions('documents', ['squad_Normans', 'cuad_todos_medical_reseller'])"],
-        env=env, check=True, cwd=ROOT,
+        [
+            sys.executable,
+            "-c",
+            "from dagster import DagsterInstance as I; I.get().add_dynamic_partitions('documents', ['squad_Normans', 'cuad_todos_medical_reseller'])",
+        ],
+        env=env,
+        check=True,
+        cwd=ROOT,
     )
     with dagster_webserver(ROOT, env) as base:
         yield base
@@ -47,8 +53,16 @@ def test_webserver_serves_assets_and_partitions(webserver):
             break
         time.sleep(1)
     by_key = {"/".join(n["assetKey"]["path"]): n for n in nodes}
-    expected = {"raw_documents", "chunks", "t_rag_index", "cc_rag_index", "swb_rag_index",
-                "global_summaries", "cc_rag_contexts", "swb_rag_contexts"}
+    expected = {
+        "raw_documents",
+        "chunks",
+        "t_rag_index",
+        "cc_rag_index",
+        "swb_rag_index",
+        "global_summaries",
+        "cc_rag_contexts",
+        "swb_rag_contexts",
+    }
     assert expected <= set(by_key), sorted(by_key)
     assert by_key["chunks"]["isPartitioned"] and by_key["chunks"]["groupName"] == "ingest"
     keys = graphql(webserver, '{ assetNodes(assetKeys: [{path: ["chunks"]}]) { partitionKeys } }')
@@ -74,7 +88,11 @@ def test_ctxwin_dev_serves_the_ui_and_daemon_through_dg_dev(tmp_path):
     log = (tmp_path / "dev.log").open("w+")
     proc = subprocess.Popen(
         [sys.executable, "-m", "ctxwin_dagster.cli", "dev", "--dagster-home", str(home), "--port", str(port)],
-        cwd=root, env=ctxwin_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=root,
+        env=ctxwin_env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -93,7 +111,9 @@ def test_ctxwin_dev_serves_the_ui_and_daemon_through_dg_dev(tmp_path):
         log.seek(0)
         output = log.read()
         assert proc.poll() is None, output[-3000:]
-        assert {"raw_documents", "experiment_comparison"} <= {"/".join(n["assetKey"]["path"]) for n in nodes}, output[-3000:]
+        assert {"raw_documents", "experiment_comparison"} <= {"/".join(n["assetKey"]["path"]) for n in nodes}, output[
+            -3000:
+        ]
         assert "SENSOR" in beats, output[-3000:]
         assert "superseded" not in output.lower() and "SupersessionWarning" not in output
     finally:

@@ -44,7 +44,10 @@ def test_real_contract_names_become_readable_ids_and_every_file_is_accounted_for
     assert {s.path.name for s in folder.skipped} == {"notes.xlsx"}
     report = "\n".join(folder.report_lines())
     assert "3 file name(s) are not usable ids as they are" in report
-    assert "Todos Medical – Reseller Agreement, Überarbeitet.txt -> Todos_Medical_Reseller_Agreement_Uberarbeitet" in report
+    assert (
+        "Todos Medical – Reseller Agreement, Überarbeitet.txt -> Todos_Medical_Reseller_Agreement_Uberarbeitet"
+        in report
+    )
     assert "notes.xlsx: unsupported type '.xlsx'" in report and "empty.txt: empty (0 bytes)" in report
 
 
@@ -75,7 +78,10 @@ def test_collisions_are_resolved_the_same_way_every_time_and_reported(tmp_path):
 def test_a_folder_without_a_usable_document_is_an_error_naming_each_file(tmp_path):
     (tmp_path / "contract.docx").write_bytes(b"")
     (tmp_path / "scan.tiff").write_bytes(b"II*\x00")
-    with pytest.raises(DocumentError, match=r"holds no usable document: contract\.docx: empty \(0 bytes\).*scan\.tiff: unsupported type"):
+    with pytest.raises(
+        DocumentError,
+        match=r"holds no usable document: contract\.docx: empty \(0 bytes\).*scan\.tiff: unsupported type",
+    ):
         scan_documents(tmp_path).require_documents()
     empty = tmp_path / "empty_folder"
     empty.mkdir()

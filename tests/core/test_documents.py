@@ -75,9 +75,7 @@ def test_sha256_changes_with_content(tmp_path):
 
 
 def test_sample_ai_act_title_and_token_count():
-    doc = read_text_document(
-        DOCS_DIR / "eu_ai_act_2024_1689_EN.txt", count_tokens=lambda s: len(s.split())
-    )
+    doc = read_text_document(DOCS_DIR / "eu_ai_act_2024_1689_EN.txt", count_tokens=lambda s: len(s.split()))
     assert doc.title == "Official Journal"
     assert doc.n_tokens == len(doc.text.split()) > 80_000
     data = doc.to_dict(include_text=False)
@@ -153,9 +151,17 @@ def test_bad_input_raises_document_error_naming_the_file(tmp_path, name, data, p
 
 ENCODED = [
     # (text, how the file was saved, what it is recorded as)
-    ("Die Müller GmbH und die Söhne AG vereinbaren Änderungen schriftlich. Gerichtsstand ist München.\n", "latin-1", "windows-1252"),
+    (
+        "Die Müller GmbH und die Söhne AG vereinbaren Änderungen schriftlich. Gerichtsstand ist München.\n",
+        "latin-1",
+        "windows-1252",
+    ),
     ("The Supplier’s obligations – “as is” – survive termination… The fee is €500.\n", "cp1252", "windows-1252"),
-    ("Le présent contrat est conclu entre la société Bérénice et le fournisseur; les frais sont à sa charge.\n", "cp1252", "windows-1252"),
+    (
+        "Le présent contrat est conclu entre la société Bérénice et le fournisseur; les frais sont à sa charge.\n",
+        "cp1252",
+        "windows-1252",
+    ),
     ("Настоящий договор заключен между сторонами о поставке товаров и оказании услуг.\n", "cp1251", "cp1251"),
     ("Umowa zawarta pomiędzy stronami dotyczy dostawy towarów. Zażółć gęślą jaźń.\n", "cp1250", "cp1250"),
     ("Η παρούσα σύμβαση συνάπτεται μεταξύ των μερών για την προμήθεια αγαθών.\n", "cp1253", "cp1253"),
@@ -215,7 +221,10 @@ def test_doc_id_from_path(path, expected):
         ("Vertrag-Müller.txt", "Vertrag-Muller"),
         ("x;y.md", "x_y"),
         ("Straße [Entwurf], 2. Fassung.txt", "Strasse_Entwurf_2._Fassung"),
-        ("PAPERWEIGHT DEVELOPMENT CORP. - Co-Branding Agreement_ Agency Agreement.txt", "PAPERWEIGHT_DEVELOPMENT_CORP._-_Co-Branding_Agreement_Agency_Agreement"),
+        (
+            "PAPERWEIGHT DEVELOPMENT CORP. - Co-Branding Agreement_ Agency Agreement.txt",
+            "PAPERWEIGHT_DEVELOPMENT_CORP._-_Co-Branding_Agreement_Agency_Agreement",
+        ),
         ("...hidden-ish.txt", "hidden-ish"),
     ],
 )
@@ -227,7 +236,9 @@ def test_long_and_letterless_names_get_distinct_ids():
     long_a, long_b = "A" * 150 + " one", "A" * 150 + " two"
     ida, idb = doc_id_from_path(long_a + ".txt"), doc_id_from_path(long_b + ".txt")
     assert ida != idb and len(ida) == len(idb) == 120
-    assert doc_id_from_path("合同.txt").startswith("doc_") and doc_id_from_path("合同.txt") != doc_id_from_path("契約.txt")
+    assert doc_id_from_path("合同.txt").startswith("doc_") and doc_id_from_path("合同.txt") != doc_id_from_path(
+        "契約.txt"
+    )
 
 
 def test_safe_doc_id():
@@ -301,7 +312,9 @@ def test_read_document_html_and_pdf_of_the_ai_act():
     assert "51/144" in pdf.text[start51:start52]
     from ctxwin_dagster.core.splitting import RecursiveSplitter, with_pages
 
-    chunks = with_pages(RecursiveSplitter(chunk_size=1000, chunk_overlap=100).split(pdf.text, doc_id="act", doc_sha256=pdf.sha256), pdf)
+    chunks = with_pages(
+        RecursiveSplitter(chunk_size=1000, chunk_overlap=100).split(pdf.text, doc_id="act", doc_sha256=pdf.sha256), pdf
+    )
     hit = next(c for c in chunks if c.start <= article5 < c.end)
     assert hit.section is not None and hit.section.startswith("page 51")
 
@@ -328,7 +341,9 @@ def test_html_without_text_fails(tmp_path):
     from ctxwin_dagster.core.documents import read_document
 
     path = tmp_path / "blank.html"
-    path.write_text("<html><head><title>x</title><script>var a=1;</script></head><body> </body></html>", encoding="utf-8")
+    path.write_text(
+        "<html><head><title>x</title><script>var a=1;</script></head><body> </body></html>", encoding="utf-8"
+    )
     with pytest.raises(DocumentError, match=r"blank\.html.*no visible text"):
         read_document(path)
     ok = tmp_path / "page.html"

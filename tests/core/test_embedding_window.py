@@ -43,7 +43,9 @@ def text() -> str:
 
 def test_minilm_window_and_special_tokens(tok):
     assert tok.special_tokens == 2  # [CLS] and [SEP]
-    assert tok.count("Article 5 prohibits social scoring.") == len(tok.offsets("Article 5 prohibits social scoring.")) + 2
+    assert (
+        tok.count("Article 5 prohibits social scoring.") == len(tok.offsets("Article 5 prohibits social scoring.")) + 2
+    )
     assert get_embedding_limits("all-MiniLM-L6-v2").max_tokens == 256
     assert get_embedding_limits("openai/text-embedding-3-large").max_tokens == 8191
     unknown = get_embedding_limits("some-served-embedder")
@@ -155,7 +157,13 @@ def test_index_window_check(tmp_path, oversize):
         "embeddings": EmbeddingsResource(cache_dir=str(tmp_path / "cache"), oversize=oversize),
         "lancedb": LanceDBResource(uri=str(tmp_path / "lancedb")),
     }
-    result = dg.materialize([raw_documents, chunks, t_rag_index], resources=resources, partition_key="contract", instance=instance, raise_on_error=False)
+    result = dg.materialize(
+        [raw_documents, chunks, t_rag_index],
+        resources=resources,
+        partition_key="contract",
+        instance=instance,
+        raise_on_error=False,
+    )
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
     check = checks["chunk_text_within_embedding_window"]
     meta = {k: v.value for k, v in check.metadata.items()}
@@ -163,12 +171,21 @@ def test_index_window_check(tmp_path, oversize):
     if oversize == "pool":
         assert check.passed and meta["chunk_tokens_cut"] == 0 and meta["rows_pooled"] == meta["rows_over_window"]
     else:
-        assert not check.passed and meta["chunk_tokens_cut"] > 0 and meta["rows_with_chunk_cut"] == meta["rows_over_window"]
+        assert (
+            not check.passed
+            and meta["chunk_tokens_cut"] > 0
+            and meta["rows_with_chunk_cut"] == meta["rows_over_window"]
+        )
     from ctxwin_dagster.models.vectorstore import ChunkIndex
 
     index = ChunkIndex(str(tmp_path / "lancedb"))
     rows = index.rows("t_rag", doc_id="contract")
     record = index.record("t_rag")  # the table records what built it
-    assert (record.model, record.dim, record.provider, record.row_strategy) == ("all-MiniLM-L6-v2", 384, "local", "chunk only")
+    assert (record.model, record.dim, record.provider, record.row_strategy) == (
+        "all-MiniLM-L6-v2",
+        384,
+        "local",
+        "chunk only",
+    )
     assert sum(r["chunk_tokens_cut"] for r in rows) == meta["chunk_tokens_cut"]
     assert all(r["embed_pieces"] >= 1 for r in rows)

@@ -69,12 +69,15 @@ def test_modes_on_a_real_article(normans):
     # chunks 1 and 2 overlap (a paragraph split with 100 characters of overlap): one window, text once
     assert chunks[2].start < chunks[1].end
     assert [(w.start, w.end) for w in none.windows] == [
-        (chunks[1].start, chunks[2].end), (chunks[10].start, chunks[10].end), (chunks[0].start, chunks[0].end)
+        (chunks[1].start, chunks[2].end),
+        (chunks[10].start, chunks[10].end),
+        (chunks[0].start, chunks[0].end),
     ]
     assert none.n_chars < sum(len(c.text) for c, _ in hits)
     # ±1: chunks 0..2, 1..3, 9..11 and 0..1 -> 0..3 and 9..11
     assert [(w.start, w.end, w.score) for w in nb1.windows] == [
-        (chunks[0].start, chunks[3].end, 0.9), (chunks[9].start, chunks[11].end, 0.8)
+        (chunks[0].start, chunks[3].end, 0.9),
+        (chunks[9].start, chunks[11].end, 0.8),
     ]
     assert nb2.n_chars >= nb1.n_chars >= none.n_chars
     assert nb1.text == "\n\n".join(w.text for w in nb1.windows)
@@ -114,7 +117,9 @@ def test_rows_round_trip(normans):
     _, chunks = normans
     rows = [{**c.to_dict(), "score": 1.0 - i / 10, "vector": [0.0], "context": "ctx"} for i, c in enumerate(chunks[:3])]
     assert chunks_from_rows(reversed(rows)) == chunks[:3]
-    assert [(c.chunk_id, s) for c, s in hits_from_rows(rows)] == [(c.chunk_id, 1.0 - i / 10) for i, c in enumerate(chunks[:3])]
+    assert [(c.chunk_id, s) for c, s in hits_from_rows(rows)] == [
+        (c.chunk_id, 1.0 - i / 10) for i, c in enumerate(chunks[:3])
+    ]
     with pytest.raises(ValueError, match="lacks"):
         chunk_from_row({k: v for k, v in rows[0].items() if k != "chunk_index"})
     with pytest.raises(ValueError, match="re-index"):
@@ -127,7 +132,9 @@ def test_rows_round_trip(normans):
 # Properties
 # --------------------------------------------------------------------------------------
 
-_WORDS = st.lists(st.sampled_from(["alpha", "beta", "gamma", "delta", "x", "yy", "\n", "\n\n", "  "]), min_size=1, max_size=120)
+_WORDS = st.lists(
+    st.sampled_from(["alpha", "beta", "gamma", "delta", "x", "yy", "\n", "\n\n", "  "]), min_size=1, max_size=120
+)
 
 
 @st.composite
@@ -141,7 +148,9 @@ def cases(draw):
         overlap = draw(st.integers(0, size // 2))
         doc_id = f"doc{d}"
         texts[doc_id] = text
-        chunks += RecursiveSplitter(chunk_size=size, chunk_overlap=overlap).split(text, doc_id=doc_id, doc_sha256=str(d))
+        chunks += RecursiveSplitter(chunk_size=size, chunk_overlap=overlap).split(
+            text, doc_id=doc_id, doc_sha256=str(d)
+        )
     assume(chunks)
     picked = draw(st.lists(st.sampled_from(chunks), min_size=0, max_size=6, unique_by=lambda c: c.chunk_id))
     scores = draw(st.lists(st.floats(-1, 1, allow_nan=False), min_size=len(picked), max_size=len(picked)))
@@ -170,7 +179,9 @@ def test_property_merged_windows_are_exact_disjoint_and_cover_every_hit(case):
                     assert any(w.doc_id == c.doc_id and w.start <= c.start and c.end <= w.end for w in ctx.windows)
     # without document texts the same spans come out, with the same non-white-space text
     rebuilt = enhance(hits, chunks, mode=mode, **opts)
-    assert [(w.doc_id, w.start, w.end, w.score) for w in rebuilt.windows] == [(w.doc_id, w.start, w.end, w.score) for w in ctx.windows]
+    assert [(w.doc_id, w.start, w.end, w.score) for w in rebuilt.windows] == [
+        (w.doc_id, w.start, w.end, w.score) for w in ctx.windows
+    ]
     for a, b in zip(rebuilt.windows, ctx.windows):
         assert a.text.split() == b.text.split()
 
@@ -213,15 +224,31 @@ def test_focus_on_a_real_article(normans):
     rollo = text.index("Rollo")
     hits = [(next(c for c in chunks if c.start <= rollo < c.end), 0.6), (chunks[20], 0.5), (chunks[30], 0.4)]
     score = lambda ts: [1.0 if "Rollo" in t else 0.1 for t in ts]  # noqa: E731
-    ctx = enhance(hits, chunks, mode="focus", split_sentences=_split, score_sentences=score, doc_texts={"squad_Normans": text},
-                  window_chars=400, budget_chars=1200)
-    assert ctx.focus == {"window_chars": 400, "budget_chars": 1200, "chunk_weight": 0.5, "lexical_weight": 0.0, "structure": False,
-                         "score_drop": None}
+    ctx = enhance(
+        hits,
+        chunks,
+        mode="focus",
+        split_sentences=_split,
+        score_sentences=score,
+        doc_texts={"squad_Normans": text},
+        window_chars=400,
+        budget_chars=1200,
+    )
+    assert ctx.focus == {
+        "window_chars": 400,
+        "budget_chars": 1200,
+        "chunk_weight": 0.5,
+        "lexical_weight": 0.0,
+        "structure": False,
+        "score_drop": None,
+    }
     assert ctx.windows[0].start <= rollo < ctx.windows[0].end and ctx.windows[0].score == 1.0 + 0.5 * 0.6
     assert ctx.n_chars <= 1200
     for w in ctx.windows:
         assert w.text == text[w.start : w.end] and w.chunk_ids
-    default = enhance(hits, chunks, mode="focus", split_sentences=_split, score_sentences=score, doc_texts={"squad_Normans": text})
+    default = enhance(
+        hits, chunks, mode="focus", split_sentences=_split, score_sentences=score, doc_texts={"squad_Normans": text}
+    )
     assert default.n_chars <= DEFAULT_FOCUS_BUDGET_CHARS < sum(len(c.text) for c in chunks)
     with pytest.raises(ValueError, match="pass split_sentences="):
         enhance(hits, chunks, mode="focus")
@@ -236,8 +263,16 @@ def test_focus_on_a_real_article(normans):
 def test_property_focus_windows_stay_in_budget_and_around_the_hits(case, window_chars, budget_chars, weight):
     texts, chunks, hits, _, _ = case
     assume(hits)
-    raw = focus_windows(hits, chunks, split_sentences=_split, score_sentences=_score, doc_texts=texts,
-                        window_chars=window_chars, budget_chars=budget_chars, chunk_weight=weight)
+    raw = focus_windows(
+        hits,
+        chunks,
+        split_sentences=_split,
+        score_sentences=_score,
+        doc_texts=texts,
+        window_chars=window_chars,
+        budget_chars=budget_chars,
+        chunk_weight=weight,
+    )
     assert raw
     hit_spans = [(c.doc_id, c.start, c.end) for c, _ in hits]
     for w in raw:
@@ -245,10 +280,21 @@ def test_property_focus_windows_stay_in_budget_and_around_the_hits(case, window_
         # a window is its centre sentence (which overlaps a hit) grown within window_chars
         sents = [(w.doc_id, s, e) for s, e in _split(texts[w.doc_id])]
         inside = [(d, s, e) for d, s, e in sents if w.start <= s and e <= w.end]
-        assert any(any(d == hd and s < he and hs < e for hd, hs, he in hit_spans) for d, s, e in inside) or len(raw) == len(hits)
+        assert any(any(d == hd and s < he and hs < e for hd, hs, he in hit_spans) for d, s, e in inside) or len(
+            raw
+        ) == len(hits)
         assert len(w) <= window_chars or len(inside) <= 1
-    ctx = enhance(hits, chunks, mode="focus", split_sentences=_split, score_sentences=_score, doc_texts=texts,
-                  window_chars=window_chars, budget_chars=budget_chars, chunk_weight=weight)
+    ctx = enhance(
+        hits,
+        chunks,
+        mode="focus",
+        split_sentences=_split,
+        score_sentences=_score,
+        doc_texts=texts,
+        window_chars=window_chars,
+        budget_chars=budget_chars,
+        chunk_weight=weight,
+    )
     _check_merged(ctx, texts)
     assert ctx.n_chars <= max(budget_chars, len(raw[0]))  # the first window always goes in
 

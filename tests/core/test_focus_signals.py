@@ -21,19 +21,26 @@ from ctxwin_dagster.core.splitting import Chunk, RecursiveSplitter
 from ctxwin_dagster.core.windows.focus import focus_windows, structure_starts
 
 DATA = Path(__file__).resolve().parents[2] / "data"
-TEMPLATE = ('Highlight the parts (if any) of this contract related to "Governing Law" that should be reviewed by a lawyer. '
-            "Details: Which state/country's law governs the interpretation of the contract?")
+TEMPLATE = (
+    'Highlight the parts (if any) of this contract related to "Governing Law" that should be reviewed by a lawyer. '
+    "Details: Which state/country's law governs the interpretation of the contract?"
+)
 
 
 def _split(text: str) -> list[Chunk]:
-    return RecursiveSplitter(chunk_size=1000, chunk_overlap=100).split(text, doc_id="d", doc_sha256=hashlib.sha256(text.encode()).hexdigest())
+    return RecursiveSplitter(chunk_size=1000, chunk_overlap=100).split(
+        text, doc_id="d", doc_sha256=hashlib.sha256(text.encode()).hexdigest()
+    )
 
 
 # ---------------------------------------------------------------- question parts, BM25, fusion
 
 
 def test_question_parts_keep_what_a_template_varies():
-    assert question_parts(TEMPLATE) == ["Governing Law", "Which state/country's law governs the interpretation of the contract?"]
+    assert question_parts(TEMPLATE) == [
+        "Governing Law",
+        "Which state/country's law governs the interpretation of the contract?",
+    ]
     assert question_parts("Who ruled the duchy of Normandy?") == ["Who ruled the duchy of Normandy?"]
     assert question_parts('What does "force majeure" mean here?') == ["force majeure"]
     assert question_parts("Context: a lease. Question: who pays the rent?") == ["a lease.", "who pays the rent?"]
@@ -43,9 +50,11 @@ def test_question_parts_keep_what_a_template_varies():
 
 
 def test_bm25_scores_by_text_and_ignores_template_words():
-    sentences = ["This Agreement shall be governed by the laws of the State of Israel.",
-                 "The Reseller shall pay the fees within thirty days.",
-                 "Either party may terminate this Agreement on notice."]
+    sentences = [
+        "This Agreement shall be governed by the laws of the State of Israel.",
+        "The Reseller shall pay the fees within thirty days.",
+        "Either party may terminate this Agreement on notice.",
+    ]
     bm25 = TextBM25(sentences + sentences[:1])  # duplicates share one entry
     assert bm25.size == 3
     score = bm25.scorer(" ".join(question_parts(TEMPLATE)))
@@ -59,7 +68,9 @@ def test_bm25_scores_by_text_and_ignores_template_words():
 def test_reciprocal_rank_fusion_and_hybrid_hits():
     fused = reciprocal_rank_fusion([[1, 2, 3], [3, 1]])
     assert list(fused) == [1, 3, 2] and fused[1] == pytest.approx(1 / 61 + 1 / 62)
-    chunks = [Chunk(f"c{i}", "d", i, 10 * i, 10 * i + 5, t) for i, t in enumerate(["alpha", "beta", "gamma", "delta law"])]
+    chunks = [
+        Chunk(f"c{i}", "d", i, 10 * i, 10 * i + 5, t) for i, t in enumerate(["alpha", "beta", "gamma", "delta law"])
+    ]
     vector = [(chunks[0], 0.9), (chunks[1], 0.8), (chunks[2], 0.7)]
     lexical = lambda texts: [2.0 if "law" in t else 0.0 for t in texts]  # noqa: E731
     hits = hybrid_hits(vector, chunks, lexical, k=2, vector_score=lambda c: 0.1)
@@ -93,7 +104,9 @@ def test_structure_windows_cover_their_clause_first():
     chunks = [Chunk("c", "d", 0, 0, len(CLAUSES), CLAUSES)]
     law = CLAUSES.index("The courts of Tel Aviv")  # the clause's last sentence
     score = lambda ts: [1.0 if "courts" in t else 0.0 for t in ts]  # noqa: E731
-    kw = dict(split_sentences=_sentences, score_sentences=score, doc_texts={"d": CLAUSES}, window_chars=112, budget_chars=112)
+    kw = dict(
+        split_sentences=_sentences, score_sentences=score, doc_texts={"d": CLAUSES}, window_chars=112, budget_chars=112
+    )
     plain = focus_windows([(chunks[0], 0.5)], chunks, **kw)[0]
     clause = focus_windows([(chunks[0], 0.5)], chunks, structure=True, **kw)[0]
     start, end = CLAUSES.index("2. Governing Law"), CLAUSES.index("\n\n3.")
@@ -105,12 +118,20 @@ def test_score_drop_stops_early_and_lexical_scores_rerank():
     chunks = [Chunk("c", "d", 0, 0, len(CLAUSES), CLAUSES)]
     sims = {"governed": 0.9, "courts": 0.85}
     score = lambda ts: [max((v for k, v in sims.items() if k in t), default=0.1) for t in ts]  # noqa: E731
-    kw = dict(split_sentences=_sentences, score_sentences=score, doc_texts={"d": CLAUSES}, window_chars=60, budget_chars=10_000)
+    kw = dict(
+        split_sentences=_sentences,
+        score_sentences=score,
+        doc_texts={"d": CLAUSES},
+        window_chars=60,
+        budget_chars=10_000,
+    )
     everything = focus_windows([(chunks[0], 0.0)], chunks, **kw)
     dropped = focus_windows([(chunks[0], 0.0)], chunks, score_drop=0.2, **kw)
     assert len(dropped) == 2 < len(everything) and all(w.score >= 0.9 - 0.2 for w in dropped)
     lex = lambda ts: [5.0 if "Fees" in t or "fees" in t else 0.0 for t in ts]  # noqa: E731
-    reranked = focus_windows([(chunks[0], 0.0)], chunks, lexical_scores=lex, lexical_weight=1.0, **dict(kw, budget_chars=60))
+    reranked = focus_windows(
+        [(chunks[0], 0.0)], chunks, lexical_scores=lex, lexical_weight=1.0, **dict(kw, budget_chars=60)
+    )
     assert "fees" in reranked[0].text.lower()
     with pytest.raises(ValueError, match="lexical_weight needs lexical_scores"):
         focus_windows([(chunks[0], 0.0)], chunks, lexical_weight=0.5, **kw)
@@ -140,9 +161,12 @@ def _bow_vectors(texts, vocab: dict[str, int]) -> np.ndarray:
 
 def test_ask_setting_finds_the_clause_of_a_templated_question_in_a_real_contract():
     text = (DATA / "documents" / "cuad_todos_medical_reseller.txt").read_text(encoding="utf-8")
-    item = next(json.loads(line) for line in (DATA / "qa" / "cuad_sample.jsonl").read_text(encoding="utf-8").splitlines()
-                if '"Governing Law"' in line and "todos_medical" in line)
-    (s, e), = item["reference_spans"]
+    item = next(
+        json.loads(line)
+        for line in (DATA / "qa" / "cuad_sample.jsonl").read_text(encoding="utf-8").splitlines()
+        if '"Governing Law"' in line and "todos_medical" in line
+    )
+    ((s, e),) = item["reference_spans"]
     chunks = _split(text)
     vocab = {w: i for i, w in enumerate(sorted(_words(text) | _words(item["question"])))}
     chunk_vecs = _bow_vectors([c.text for c in chunks], vocab)
@@ -151,29 +175,60 @@ def test_ask_setting_finds_the_clause_of_a_templated_question_in_a_real_contract
     sims = chunk_vecs @ qvec
     ranked = [(chunks[i], float(sims[i])) for i in np.argsort(-sims, kind="stable")]
     lexical = LexicalIndexes()
-    ctx = focus_context(item["question"], ranked[: 4 * settings.effective_k], chunks, settings=settings,
-                        score_sentences=dense_scorer(lambda ts: _bow_vectors(ts, vocab), _bow_vectors(query_texts(item["question"], settings), vocab)),
-                        doc_texts={"d": text}, lexical=lexical, vector_score=lambda c: float(sims[c.chunk_index]))
+    ctx = focus_context(
+        item["question"],
+        ranked[: 4 * settings.effective_k],
+        chunks,
+        settings=settings,
+        score_sentences=dense_scorer(
+            lambda ts: _bow_vectors(ts, vocab), _bow_vectors(query_texts(item["question"], settings), vocab)
+        ),
+        doc_texts={"d": text},
+        lexical=lexical,
+        vector_score=lambda c: float(sims[c.chunk_index]),
+    )
     assert ctx.mode == "focus" and ctx.focus["score_drop"] == 0.3 and ctx.focus["lexical_weight"] == 0.2
     assert 0 < ctx.n_chars <= settings.focus_chars
     assert any(w.start <= s and e <= w.end for w in ctx.windows), "the governing-law clause is given whole"
     for w in ctx.windows:
         assert w.text == text[w.start : w.end]
     assert lexical.built == 2 and lexical.build_seconds > 0  # sentences and chunks, built once
-    again = focus_context(item["question"], ranked[:96], chunks, settings=settings, score_sentences=lambda ts: np.zeros(len(ts)),
-                          doc_texts={"d": text}, lexical=lexical)
+    again = focus_context(
+        item["question"],
+        ranked[:96],
+        chunks,
+        settings=settings,
+        score_sentences=lambda ts: np.zeros(len(ts)),
+        doc_texts={"d": text},
+        lexical=lexical,
+    )
     assert lexical.built == 2 and again.windows
     with pytest.raises(ValueError, match="enhance_mode='focus'"):
-        focus_context("q", ranked, chunks, settings=RetrievalSettings.named("paper"), score_sentences=lambda ts: np.zeros(len(ts)))
+        focus_context(
+            "q", ranked, chunks, settings=RetrievalSettings.named("paper"), score_sentences=lambda ts: np.zeros(len(ts))
+        )
 
 
 def test_named_settings_keep_every_technique_reachable():
     ask = RetrievalSettings.named("ask")
-    assert (ask.effective_k, ask.focus_chars, ask.hybrid, ask.question_parts, ask.lexical_weight, ask.score_drop, ask.structure) == \
-        (24, 8000, True, True, 0.2, 0.3, False)
+    assert (
+        ask.effective_k,
+        ask.focus_chars,
+        ask.hybrid,
+        ask.question_parts,
+        ask.lexical_weight,
+        ask.score_drop,
+        ask.structure,
+    ) == (24, 8000, True, True, 0.2, 0.3, False)
     assert set(RETRIEVAL_PRESETS) == {"ask", "focus-dense", "paper"}
     dense = RetrievalSettings.named("focus-dense")
-    assert (dense.effective_k, dense.focus_chars, dense.hybrid, dense.effective_lexical_weight, dense.score_drop) == (16, 4000, False, 0.0, None)
+    assert (dense.effective_k, dense.focus_chars, dense.hybrid, dense.effective_lexical_weight, dense.score_drop) == (
+        16,
+        4000,
+        False,
+        0.0,
+        None,
+    )
     assert RetrievalSettings.named("ask", structure=True).structure
     neighbours = RetrievalSettings.named("ask", enhance_mode="neighbors")
     assert not neighbours.hybrid and not neighbours.question_parts and neighbours.score_drop is None

@@ -6,9 +6,20 @@ import math
 
 import pytest
 
-from ctxwin_dagster.core.metrics.aggregation import aggregate, aggregate_efficiency, bootstrap_mean_ci, scores_by_variant
+from ctxwin_dagster.core.metrics.aggregation import (
+    aggregate,
+    aggregate_efficiency,
+    bootstrap_mean_ci,
+    scores_by_variant,
+)
 from ctxwin_dagster.core.metrics.answers import answer_f1, exact_match, normalize_answer
-from ctxwin_dagster.core.metrics.scoring import RecordError, is_answerable, reference_chunk_ids, score_answers, score_record
+from ctxwin_dagster.core.metrics.scoring import (
+    RecordError,
+    is_answerable,
+    reference_chunk_ids,
+    score_answers,
+    score_record,
+)
 
 CHUNKS = {
     "d": [
@@ -147,8 +158,17 @@ def test_unanswerable_question_is_separated():
     s = score_record(rec, chunks=CHUNKS)
     assert s["answerable"] is False
     assert s["not_found_correct"] == 1.0
-    for m in ("span_hit", "span_char_recall", "hit@1", "mrr", "id_context_precision", "id_context_recall",
-              "answer_f1", "exact_match", "abstained"):
+    for m in (
+        "span_hit",
+        "span_char_recall",
+        "hit@1",
+        "mrr",
+        "id_context_precision",
+        "id_context_recall",
+        "answer_f1",
+        "exact_match",
+        "abstained",
+    ):
         assert s[m] is None, m
     s = score_record(dict(rec, not_found=False))
     assert s["not_found_correct"] == 0.0
@@ -232,8 +252,10 @@ def test_aggregate_separates_populations_and_counts_missing():
 
 
 def test_aggregate_counts_nan_separately():
-    rows = [{"variant": "a", "question_id": str(i), "answerable": True, "faithfulness": v}
-            for i, v in enumerate([1.0, float("nan"), None, 0.0])]
+    rows = [
+        {"variant": "a", "question_id": str(i), "answerable": True, "faithfulness": v}
+        for i, v in enumerate([1.0, float("nan"), None, 0.0])
+    ]
     (r,) = aggregate(rows, metrics=["faithfulness"], populations={"faithfulness": "answerable"}, ci=False)
     assert (r["n"], r["n_nan"], r["n_missing"], r["mean"]) == (2, 1, 1, 0.5)
 

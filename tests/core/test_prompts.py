@@ -35,7 +35,9 @@ SAMPLE_VARS = {
     "summarize_segment": dict(part=1, parts=2, text="TEXT-BODY", max_tokens=4000),
     "summarize_overview": dict(parts=2, summaries=format_summaries(["S1", "S2"]), max_tokens=4000),
     "cc_context": dict(document="WHOLE-DOC", chunk="CHUNK-TEXT"),
-    "swb_batch": dict(summary="SUMMARY", before="BEFORE", chunks=format_chunk_batch([("id1", "C1")]), after="AFTER", n=1),
+    "swb_batch": dict(
+        summary="SUMMARY", before="BEFORE", chunks=format_chunk_batch([("id1", "C1")]), after="AFTER", n=1
+    ),
     "answer": dict(passages=format_passages([("id1", "P1")]), question="QUESTION?"),
     "window_answer": dict(window=2, windows=5, text="WINDOW-TEXT", question="QUESTION?"),
 }
@@ -105,7 +107,9 @@ def test_swb_batch_carries_summary_windows_numbered_chunks_and_the_json_shape():
     batch = format_chunk_batch([("aaa111", "first"), ("bbb222", "second")])
     msgs = get_template("swb_batch").render(summary="SUM", before="BEF", chunks=batch, after="AFT", n=2)
     user = msgs[-1]["content"]
-    order = [user.index(x) for x in ("SUM", "BEF", 'number="1" chunk_id="aaa111"', 'number="2" chunk_id="bbb222"', "AFT")]
+    order = [
+        user.index(x) for x in ("SUM", "BEF", 'number="1" chunk_id="aaa111"', 'number="2" chunk_id="bbb222"', "AFT")
+    ]
     assert order == sorted(order)
     assert '{"contexts": [{"chunk_id": "<chunk_id>", "context": "<context>"}]}' in user
     assert "2 chunks" in user

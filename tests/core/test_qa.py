@@ -13,11 +13,20 @@ import pytest
 from ctxwin_dagster.core.document_folder import scan_documents
 from ctxwin_dagster.core.documents import read_text_document
 from ctxwin_dagster.core.qa.corpora import cuad_to_qa, squad_to_qa
-from ctxwin_dagster.core.qa.items import QAFormatError, QAItem, load_qa_folder, load_qa_jsonl, validate_spans, write_qa_jsonl
+from ctxwin_dagster.core.qa.items import (
+    QAFormatError,
+    QAItem,
+    load_qa_folder,
+    load_qa_jsonl,
+    validate_spans,
+    write_qa_jsonl,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DOCS_DIR = REPO_ROOT / "data" / "documents"
 QA_DIR = REPO_ROOT / "data" / "qa"
+
+
 def _unpack_corpus() -> Path:
     """The corpus layout the importers and evaluations/make_sample_data.py read, built from the
     repository alone: tests/fixtures/corpus_qa.tgz (SQuAD dev half, CUAD dev), the AI Act fixtures
@@ -162,9 +171,7 @@ def test_ai_act_sample_spans_are_in_the_named_article(sample_items, doc_texts):
     when = by_article["article_113"]
     assert "It shall apply from 2 August 2026." in [text[s:e] for s, e in when.reference_spans]
     prohibited = by_article["article_5"]
-    assert [text[s : s + 3] for s, _ in prohibited.reference_spans] == [
-        f"({c})" for c in "abcdefgh"
-    ]
+    assert [text[s : s + 3] for s, _ in prohibited.reference_spans] == [f"({c})" for c in "abcdefgh"]
 
 
 def test_sample_qa_files_round_trip_byte_for_byte(sample_items, tmp_path):
@@ -206,9 +213,7 @@ def test_qaitem_normalizes_and_infers():
 
 
 def test_qaitem_answer_without_spans_is_answerable():
-    item = QAItem.from_dict(
-        {"question_id": "q", "doc_id": "d", "question": "?", "reference_answer": "yes"}
-    )
+    item = QAItem.from_dict({"question_id": "q", "doc_id": "d", "question": "?", "reference_answer": "yes"})
     assert item.is_impossible is False and item.reference_spans == ()
 
 
@@ -311,8 +316,14 @@ def test_write_rejects_duplicate_ids(tmp_path):
 
 def test_round_trip_write_load(tmp_path):
     items = [
-        QAItem("a", "doc_a", "Ünïcödé question?", "Antwort – “quoted”", [[0, 3], [7, 9]],
-               meta={"category": "x", "n": [1, 2]}),
+        QAItem(
+            "a",
+            "doc_a",
+            "Ünïcödé question?",
+            "Antwort – “quoted”",
+            [[0, 3], [7, 9]],
+            meta={"category": "x", "n": [1, 2]},
+        ),
         QAItem("b", "doc_a", "Unanswerable?", "", (), True),
         QAItem("c", "doc-b.v2", "Free text?", "an answer without spans"),
     ]
@@ -376,7 +387,9 @@ def test_squad_to_qa_filters_and_maps_doc_ids():
     assert {q.doc_id for q in items} == {"normans"}
     first = items[0]
     assert (first.question, first.reference_answer, first.reference_spans) == (
-        "In what country is Normandy located?", "France", ((159, 165),)
+        "In what country is Normandy located?",
+        "France",
+        ((159, 165),),
     )
     with pytest.raises(ValueError, match="Atlantis"):
         squad_to_qa(SQUAD_QUESTIONS, doc_ids=["Normans", "Atlantis"])
@@ -390,9 +403,7 @@ def test_cuad_to_qa_counts_and_spans():
     assert len({q.question_id for q in items}) == 6191
     assert Counter(q.meta["category"] for q in items).most_common(1)[0][1] == 151
     texts = {
-        "cuad_" + re.sub(r"[^A-Za-z0-9_.\-]+", "_", p.stem).strip("_"): p.read_text(
-            encoding="utf-8"
-        )
+        "cuad_" + re.sub(r"[^A-Za-z0-9_.\-]+", "_", p.stem).strip("_"): p.read_text(encoding="utf-8")
         for p in CUAD_CONTRACTS.glob("*.txt")
     }
     assert len(texts) == 151
@@ -407,9 +418,7 @@ def test_cuad_to_qa_uses_pieces_and_filters_contracts():
     by_cat = {q.meta["category"]: q for q in items}
     doc_name = by_cat["Document Name"]
     assert doc_name.question_id == "ideanomics__Document Name"
-    assert (doc_name.reference_answer, doc_name.reference_spans) == (
-        "CONTENT LICENSE AGREEMENT", ((0, 25),)
-    )
+    assert (doc_name.reference_answer, doc_name.reference_spans) == ("CONTENT LICENSE AGREEMENT", ((0, 25),))
     text = (CUAD_CONTRACTS / f"{name}.txt").read_text(encoding="utf-8")
     multi = [q for q in items if "[...]" in q.reference_answer]
     assert multi, "this contract has answers annotated in several pieces"
@@ -437,4 +446,3 @@ def test_extra_fields_are_kept_under_meta_with_one_warning_per_file(tmp_path):
     assert items[1].meta == {"category": "Governing Law", "source_page": 1}
     assert items[0].meta["category"] == "from meta wins"  # an explicit meta value is not overwritten
     assert items[0].to_dict()["meta"]["source_page"] == 0
-

@@ -63,7 +63,12 @@ def _squad_json(corpus: dict, articles: list[str]) -> dict:
             }
             paras.setdefault((ps, q["paragraph_end"]), []).append(qa)
         bounds = sorted(paras)
-        data.append({"title": doc["title"], "paragraphs": [{"context": doc["text"][s:e], "qas": paras[(s, e)]} for s, e in bounds]})
+        data.append(
+            {
+                "title": doc["title"],
+                "paragraphs": [{"context": doc["text"][s:e], "qas": paras[(s, e)]} for s, e in bounds],
+            }
+        )
     return {"version": "v2.0", "data": data}
 
 
@@ -121,7 +126,9 @@ def test_cuad_json_import_keeps_categories_and_reports_answers_it_cannot_place(t
     for item in result.items:
         text = result.documents[item.doc_id]
         for s, e in item.reference_spans:
-            assert any(" ".join(text[s:e].split()) == " ".join(line.split()) for line in item.reference_answer.split("\n"))
+            assert any(
+                " ".join(text[s:e].split()) == " ".join(line.split()) for line in item.reference_answer.split("\n")
+            )
     # CUAD marks cut-out parts of a clause with '<omitted>': such answers are not in the text
     # and must be reported, not silently dropped.
     omitted = sum(1 for q in rows for a in q["answers"] if "<omitted>" in a["text"])
@@ -143,11 +150,25 @@ def test_csv_import_locates_answers_and_lists_those_not_found_or_found_twice(tmp
     rows = []
     for q in corpus["cuad_q"]:
         if q["doc"] in CONTRACTS and q["answers"]:
-            rows.append({"file": q["doc"], "question": q["question"], "answer": q["answers"][0]["text"], "category": q["category"]})
+            rows.append(
+                {
+                    "file": q["doc"],
+                    "question": q["question"],
+                    "answer": q["answers"][0]["text"],
+                    "category": q["category"],
+                }
+            )
             # CUAD's normalized answers (dates as 12/27/2018, "Yes"…) are what a spreadsheet
             # export often holds instead of the words of the contract.
             if q["normalized_answer"] and q["normalized_answer"] != q["answers"][0]["text"]:
-                rows.append({"file": q["doc"], "question": q["question"], "answer": q["normalized_answer"], "category": q["category"]})
+                rows.append(
+                    {
+                        "file": q["doc"],
+                        "question": q["question"],
+                        "answer": q["normalized_answer"],
+                        "category": q["category"],
+                    }
+                )
     rows.append({"file": "Missing Contract.txt", "question": "Who?", "answer": "Nobody", "category": "Parties"})
     table = tmp_path / "questions.csv"
     with table.open("w", newline="", encoding="utf-8") as fh:
@@ -170,7 +191,9 @@ def test_csv_import_locates_answers_and_lists_those_not_found_or_found_twice(tmp
     assert len(report.not_found) == len(nowhere)
     for item in result.items:
         text = texts[folder.resolve(item.doc_id)]
-        assert all(" ".join(text[s:e].split()) == " ".join(item.reference_answer.split()) for s, e in item.reference_spans)
+        assert all(
+            " ".join(text[s:e].split()) == " ".join(item.reference_answer.split()) for s, e in item.reference_spans
+        )
         assert item.meta["category"]
 
 

@@ -22,9 +22,27 @@ def _folders(tmp_path, spans_of_q2):
     (docs / "Normans (draft).txt").write_text(TEXT, encoding="utf-8")
     (docs / "empty.txt").write_bytes(b"")
     rows = [
-        {"question_id": "q1", "doc_id": "Normans (draft).txt", "question": "From where?", "reference_answer": "Normandy", "reference_spans": [[22, 30]]},
-        {"question_id": "q2", "doc_id": "Normans (draft).txt", "question": "Who?", "reference_answer": "The Normans", "reference_spans": spans_of_q2},
-        {"question_id": "q3", "doc_id": "empty.txt", "question": "?", "reference_answer": "x", "reference_spans": [[0, 1]]},
+        {
+            "question_id": "q1",
+            "doc_id": "Normans (draft).txt",
+            "question": "From where?",
+            "reference_answer": "Normandy",
+            "reference_spans": [[22, 30]],
+        },
+        {
+            "question_id": "q2",
+            "doc_id": "Normans (draft).txt",
+            "question": "Who?",
+            "reference_answer": "The Normans",
+            "reference_spans": spans_of_q2,
+        },
+        {
+            "question_id": "q3",
+            "doc_id": "empty.txt",
+            "question": "?",
+            "reference_answer": "x",
+            "reference_spans": [[0, 1]],
+        },
     ]
     (qa / "set.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
     return docs, qa
@@ -60,7 +78,10 @@ def test_a_span_past_the_end_of_the_text_names_the_file_line_and_fix(tmp_path):
         check_reference_spans(resolved, _reader(folder))
     message = str(info.value)
     assert message.startswith("1 reference span(s) outside their document")
-    assert f"{qa / 'set.jsonl'}, line 2: question 'q2': reference_spans[1] = [20, 500] lies outside document 'Normans_draft'" in message
+    assert (
+        f"{qa / 'set.jsonl'}, line 2: question 'q2': reference_spans[1] = [20, 500] lies outside document 'Normans_draft'"
+        in message
+    )
     assert f"({len(TEXT)} characters; a span needs 0 <= start <= end <= {len(TEXT)}); fix the offsets" in message
 
 
@@ -68,7 +89,10 @@ def test_a_span_past_the_end_of_the_text_names_the_file_line_and_fix(tmp_path):
 def test_every_kind_of_span_outside_the_text_is_caught_for_items_made_in_code(span):
     item = QAItem("q", "d", "?", "b")
     object.__setattr__(item, "reference_spans", (span,))  # past QAItem's own checks
-    with pytest.raises(QAFormatError, match=rf"^1 reference span\(s\) outside their document:\n  question 'q': reference_spans\[0\] = \[{span[0]}, {span[1]}\] lies outside"):
+    with pytest.raises(
+        QAFormatError,
+        match=rf"^1 reference span\(s\) outside their document:\n  question 'q': reference_spans\[0\] = \[{span[0]}, {span[1]}\] lies outside",
+    ):
         check_reference_spans(ResolvedQuestions(by_doc={"d": [item]}), lambda doc_id: "abcdef")
 
 

@@ -19,21 +19,48 @@ def make_records() -> list[dict]:
     """15 questions x 3 variants; the relevant chunk sits at a random rank, answers right or wrong."""
     rng = np.random.default_rng(0)
     recs = []
-    for variant, p_first, p_right, chars in (("t_rag", 0.5, 0.5, 3000), ("cc_rag", 0.8, 0.7, 3000), ("swb_rag", 0.85, 0.75, 3100)):
+    for variant, p_first, p_right, chars in (
+        ("t_rag", 0.5, 0.5, 3000),
+        ("cc_rag", 0.8, 0.7, 3000),
+        ("swb_rag", 0.85, 0.75, 3100),
+    ):
         for i in range(15):
             rank = 1 if rng.random() < p_first else int(rng.integers(2, 4))
             ids = [5, 6, 7]
             ids[rank - 1] = 1  # chunk 1 (1000..2000) holds the reference span
-            retrieved = [{"chunk_id": f"c{c}", "doc_id": "d", "start": 1000 * c, "end": 1000 * c + 1000, "text": "",
-                          "score": 1 - k / 10} for k, c in enumerate(ids)]
-            recs.append({
-                "question_id": f"q{i}", "doc_id": "d", "variant": variant, "question": "?",
-                "answer": "Marie Curie" if rng.random() < p_right else "Pierre Curie", "not_found": False,
-                "reference_answer": "Marie Curie", "reference_spans": [[1010, 1040]], "retrieved": retrieved,
-                "contexts": ["x" * chars], "context_spans": [[1000 * ids[0], 1000 * ids[0] + chars // 3]],
-                "latency_s": float(rng.uniform(0.5, 2.0)), "input_tokens": 800, "output_tokens": 30,
-                "cost_usd": 0.001, "input_chars": chars + 200, "calls": 1, "cache_hits": i % 2,
-            })
+            retrieved = [
+                {
+                    "chunk_id": f"c{c}",
+                    "doc_id": "d",
+                    "start": 1000 * c,
+                    "end": 1000 * c + 1000,
+                    "text": "",
+                    "score": 1 - k / 10,
+                }
+                for k, c in enumerate(ids)
+            ]
+            recs.append(
+                {
+                    "question_id": f"q{i}",
+                    "doc_id": "d",
+                    "variant": variant,
+                    "question": "?",
+                    "answer": "Marie Curie" if rng.random() < p_right else "Pierre Curie",
+                    "not_found": False,
+                    "reference_answer": "Marie Curie",
+                    "reference_spans": [[1010, 1040]],
+                    "retrieved": retrieved,
+                    "contexts": ["x" * chars],
+                    "context_spans": [[1000 * ids[0], 1000 * ids[0] + chars // 3]],
+                    "latency_s": float(rng.uniform(0.5, 2.0)),
+                    "input_tokens": 800,
+                    "output_tokens": 30,
+                    "cost_usd": 0.001,
+                    "input_chars": chars + 200,
+                    "calls": 1,
+                    "cache_hits": i % 2,
+                }
+            )
     return recs
 
 
@@ -42,7 +69,9 @@ def inputs():
     rows = score_answers(make_records())
     metrics = ["span_hit", "mrr", "hit@1", "answer_f1", "exact_match"]
     quality = aggregate(rows, metrics=metrics, n_boot=300)
-    comparison = compare_variants(rows, metrics=metrics, pairs=[("t_rag", "swb_rag"), ("cc_rag", "swb_rag")], n_boot=500)
+    comparison = compare_variants(
+        rows, metrics=metrics, pairs=[("t_rag", "swb_rag"), ("cc_rag", "swb_rag")], n_boot=500
+    )
     efficiency = aggregate_efficiency(rows)
     t4 = pd.DataFrame(
         [[3, 7, 4, 1, 15], [2, 5, 1, 2, 10], [5, 12, 5, 3, 25]],
@@ -99,11 +128,33 @@ def test_report_values_are_formatted_from_the_inputs(inputs, tmp_path):
 
 def test_report_counts_nan_and_degenerate_rows(tmp_path):
     quality = [
-        {"variant": "a", "metric": "faithfulness", "mean": 0.8, "ci_low": 0.7, "ci_high": 0.9, "n": 10, "n_missing": 0, "n_nan": 3},
-        {"variant": "b", "metric": "faithfulness", "mean": None, "ci_low": None, "ci_high": None, "n": 0, "n_missing": 2, "n_nan": 0},
+        {
+            "variant": "a",
+            "metric": "faithfulness",
+            "mean": 0.8,
+            "ci_low": 0.7,
+            "ci_high": 0.9,
+            "n": 10,
+            "n_missing": 0,
+            "n_nan": 3,
+        },
+        {
+            "variant": "b",
+            "metric": "faithfulness",
+            "mean": None,
+            "ci_low": None,
+            "ci_high": None,
+            "n": 0,
+            "n_missing": 2,
+            "n_nan": 0,
+        },
     ]
-    comparison = compare_variants({"a": {"q1": 1.0, "q2": float("nan")}, "b": {"q1": 1.0, "q2": 0.5}}, metrics=["faithfulness"])
-    efficiency = pd.DataFrame({"runtime_s": [1.0, 0.0], "input_chars": [5e8, 0.0], "cost_usd": [1.0, 0.02]}, index=["a", "b"])
+    comparison = compare_variants(
+        {"a": {"q1": 1.0, "q2": float("nan")}, "b": {"q1": 1.0, "q2": 0.5}}, metrics=["faithfulness"]
+    )
+    efficiency = pd.DataFrame(
+        {"runtime_s": [1.0, 0.0], "input_chars": [5e8, 0.0], "cost_usd": [1.0, 0.02]}, index=["a", "b"]
+    )
     out = render_report(comparison, quality, efficiency, tmp_path, title="edge")
     md = out["markdown"]
     assert "faithfulness / a: 3 nan" in md and "faithfulness / b: 2 missing" in md

@@ -27,7 +27,7 @@ def answers(variant: str) -> list[dict]:
     return [
         {
             "question_id": f"q{i:02d}",
-            "question": f"Question {i}, with a comma and \"quotes\"?",
+            "question": f'Question {i}, with a comma and "quotes"?',
             "answer": f"{variant} answer {i}\nsecond line <b>not bold</b>",
             "variant": variant,
             "complexity": "complex" if i % 3 == 0 else None,
@@ -50,7 +50,9 @@ def write_rows(path: Path, rows: list[dict]) -> None:
 
 @pytest.fixture()
 def exported(tmp_path):
-    return export_review(answers("t_rag"), answers("swb_rag"), variant_a="t_rag", variant_b="swb_rag", out_dir=tmp_path, seed=42)
+    return export_review(
+        answers("t_rag"), answers("swb_rag"), variant_a="t_rag", variant_b="swb_rag", out_dir=tmp_path, seed=42
+    )
 
 
 def test_export_is_blinded_randomized_and_keyed(exported):
@@ -104,7 +106,12 @@ def test_round_trip_table4_counts_exactly_as_filled(exported):
     assert len(df) == N and df.attrs["variant_a"] == "t_rag"
     for _, r in df.iterrows():
         outcome, complexity = truth[r["question_id"]]
-        expected = {"swb_rag": "swb_rag preferred", "t_rag": "t_rag preferred", "equal": "both equal", "wrong": "both wrong"}[outcome]
+        expected = {
+            "swb_rag": "swb_rag preferred",
+            "t_rag": "t_rag preferred",
+            "equal": "both equal",
+            "wrong": "both wrong",
+        }[outcome]
         assert r["outcome"] == expected and r["complexity"] == complexity
 
     t4 = table4(df)
@@ -174,8 +181,14 @@ def test_wrong_header_or_key(exported, tmp_path):
 
 def test_export_rejects_disjoint_sets_and_reports_unpaired(tmp_path):
     with pytest.raises(ValueError, match="share no question_id"):
-        export_review([{"question_id": "a", "answer": "x"}], [{"question_id": "b", "answer": "y"}],
-                      variant_a="x", variant_b="y", out_dir=tmp_path, seed=0)
+        export_review(
+            [{"question_id": "a", "answer": "x"}],
+            [{"question_id": "b", "answer": "y"}],
+            variant_a="x",
+            variant_b="y",
+            out_dir=tmp_path,
+            seed=0,
+        )
     out = export_review(answers("x"), answers("y")[:-2], variant_a="x", variant_b="y", out_dir=tmp_path, seed=0)
     assert out["unpaired"] == ["q10", "q11"] and out["n_questions"] == N - 2
 
@@ -220,7 +233,7 @@ def test_html_form_javascript_builds_an_importable_csv(exported, tmp_path):
     harness = tmp_path / "run.js"
     harness.write_text(
         "var checked={}, selects={};\n"
-        "var document={querySelector:function(sel){var m=/name=\"label_(\\d+)\"/.exec(sel);"
+        'var document={querySelector:function(sel){var m=/name="label_(\\d+)"/.exec(sel);'
         "var v=checked[m[1]]; return v?{value:v}:null;},"
         "getElementById:function(id){return {value: selects[id]||''};}};\n"
         + script

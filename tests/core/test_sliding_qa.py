@@ -80,7 +80,21 @@ class ScriptedReader:
                 out.append(no_answer_finding(w, n, records=(f"call{n}",)))
             else:
                 span = (w.start + i, w.start + i + len(self.needle))
-                out.append(WindowFinding(n, w.doc_id, w.start, w.end, True, self.needle, self.confidence, self.needle, span, None, (f"call{n}",)))
+                out.append(
+                    WindowFinding(
+                        n,
+                        w.doc_id,
+                        w.start,
+                        w.end,
+                        True,
+                        self.needle,
+                        self.confidence,
+                        self.needle,
+                        span,
+                        None,
+                        (f"call{n}",),
+                    )
+                )
         return out
 
     def synthesize(self, question, findings, *, summary=None):
@@ -90,7 +104,9 @@ class ScriptedReader:
 
 def test_plan_windows_token_mode_maps_offsets():
     text = "Article 1\nScope. " * 300
-    windows = plan_windows(text, window_tokens=100, overlap_tokens=20, encode=ENC.encode_ordinary, decode=ENC.decode, doc_id="d")
+    windows = plan_windows(
+        text, window_tokens=100, overlap_tokens=20, encode=ENC.encode_ordinary, decode=ENC.decode, doc_id="d"
+    )
     assert windows[0].start == 0 and windows[-1].end == len(text)
     for a, b in zip(windows, windows[1:]):
         assert b.start < a.end  # overlapping
@@ -120,7 +136,15 @@ def test_waves_early_stop_and_merge():
 
     reader2 = ScriptedReader("The answer is forty-two.")
     seen = []
-    early = sliding_window_qa("What is the answer?", text, reader=reader2, wave_size=4, early_stop=0.8, progress=lambda d, t: seen.append((d, t)), **kw)
+    early = sliding_window_qa(
+        "What is the answer?",
+        text,
+        reader=reader2,
+        wave_size=4,
+        early_stop=0.8,
+        progress=lambda d, t: seen.append((d, t)),
+        **kw,
+    )
     assert early.stopped_early and early.n_read < early.n_windows and early.n_read % 4 == 0
     assert early.n_found == 1 and not early.synthesized and early.text == "The answer is forty-two."
     assert seen[-1] == (early.n_read, early.n_windows)
@@ -133,7 +157,9 @@ def test_waves_early_stop_and_merge():
 def test_settings_are_checked():
     kw = dict(encode=ENC.encode_ordinary, decode=ENC.decode, doc_id="d")
     with pytest.raises(ValueError, match="window_tokens <= 50"):
-        sliding_window_qa("q?", "text " * 100, reader=ScriptedReader("x", limit=50), window_tokens=100, overlap_tokens=10, **kw)
+        sliding_window_qa(
+            "q?", "text " * 100, reader=ScriptedReader("x", limit=50), window_tokens=100, overlap_tokens=10, **kw
+        )
     with pytest.raises(ValueError, match="early_stop"):
         sliding_window_qa("q?", "text", reader=ScriptedReader("x"), early_stop=2.0, **kw)
     with pytest.raises(ValueError, match="question is empty"):
@@ -174,8 +200,15 @@ FINES_Q = "What is the maximum fine for non-compliance with the prohibition of A
 
 def _run(question, act, reader, **kw):
     return sliding_window_qa(
-        question, act, reader=reader, encode=ENC.encode_ordinary, decode=ENC.decode, doc_id="eu_ai_act_2024_1689_EN",
-        window_tokens=4000, overlap_tokens=200, **kw,
+        question,
+        act,
+        reader=reader,
+        encode=ENC.encode_ordinary,
+        decode=ENC.decode,
+        doc_id="eu_ai_act_2024_1689_EN",
+        window_tokens=4000,
+        overlap_tokens=200,
+        **kw,
     )
 
 
@@ -190,11 +223,18 @@ def test_extractive_sliding_qa_over_the_ai_act_finds_article_5(act, embedder):
     assert not result.not_found and result.sources
     best = result.sources[0]
     assert best.evidence_span is not None and _in_article_5(*best.evidence_span), (best.evidence, best.evidence_span)
-    assert best.evidence == act[best.evidence_span[0] : best.evidence_span[1]] == "1. The following AI practices shall be prohibited:"
+    assert (
+        best.evidence
+        == act[best.evidence_span[0] : best.evidence_span[1]]
+        == "1. The following AI practices shall be prohibited:"
+    )
     assert "shall be prohibited" in result.text
     # every window was recorded as a (free, offline) call with the counted window prompt
     assert len(result.records) == result.n_windows + (1 if result.synthesized else 0)
-    assert all(r.backend == "extractive" and r.cost_usd == 0.0 and r.input_tokens > 3000 for r in result.records[: result.n_windows])
+    assert all(
+        r.backend == "extractive" and r.cost_usd == 0.0 and r.input_tokens > 3000
+        for r in result.records[: result.n_windows]
+    )
     # on a law about AI practices every window has a related sentence; the confidences rank them
     assert max(result.findings, key=lambda f: f.confidence) is best
 
@@ -229,8 +269,14 @@ def test_extractive_reader_says_no_answer_for_an_absent_topic(act, embedder):
     reader = ExtractiveWindowReader(embedder)
     part = act[ARTICLE_5[0] : ARTICLE_5[1]]
     result = sliding_window_qa(
-        "What is the best recipe for sourdough bread?", part, reader=reader, encode=ENC.encode_ordinary, decode=ENC.decode,
-        doc_id="act", window_tokens=1000, overlap_tokens=100,
+        "What is the best recipe for sourdough bread?",
+        part,
+        reader=reader,
+        encode=ENC.encode_ordinary,
+        decode=ENC.decode,
+        doc_id="act",
+        window_tokens=1000,
+        overlap_tokens=100,
     )
     assert result.not_found and result.text == NOT_IN_DOCUMENTS and result.sources == []
     assert all(f.answer == NO_ANSWER for f in result.findings)
@@ -257,7 +303,13 @@ def responder(body):
     if EMOTIONS in window:
         quote = EMOTIONS
         conf = 0.95 if ART5_HEADING in window else 0.6
-        return json.dumps({"answer": "Yes: Article 5(1)(f) prohibits it, except for medical or safety reasons.", "confidence": conf, "evidence": quote})
+        return json.dumps(
+            {
+                "answer": "Yes: Article 5(1)(f) prohibits it, except for medical or safety reasons.",
+                "confidence": conf,
+                "evidence": quote,
+            }
+        )
     return json.dumps({"answer": NO_ANSWER, "confidence": 0.05, "evidence": ""})
 
 
@@ -266,10 +318,24 @@ def test_llm_sliding_qa_over_the_ai_act(act, tmp_path):
     cache = ResponseCache(tmp_path / "responses.sqlite")
     limits = ModelLimits("fake-model", context_length=16_000, max_completion_tokens=1_000)
     with FakeOpenAIServer(responder=responder) as server:
-        chat = OpenAIChatBackend(model="fake-model", base_url=server.base_url, cache=cache, limits=limits, price_overrides={"fake-model": (1.0, 2.0)}, max_concurrency=8)
+        chat = OpenAIChatBackend(
+            model="fake-model",
+            base_url=server.base_url,
+            cache=cache,
+            limits=limits,
+            price_overrides={"fake-model": (1.0, 2.0)},
+            max_concurrency=8,
+        )
         reader = LLMWindowReader(chat)
         assert 15_000 < reader.window_token_limit(question=PROHIBITED_Q) < 16_000 - 512
-        kw = dict(reader=reader, encode=ENC.encode_ordinary, decode=ENC.decode, doc_id="act", window_tokens=8000, overlap_tokens=400)
+        kw = dict(
+            reader=reader,
+            encode=ENC.encode_ordinary,
+            decode=ENC.decode,
+            doc_id="act",
+            window_tokens=8000,
+            overlap_tokens=400,
+        )
         result = sliding_window_qa(PROHIBITED_Q, act, **kw)
         n = result.n_windows
         assert n >= 14 and result.n_read == n
@@ -291,7 +357,9 @@ def test_llm_sliding_qa_over_the_ai_act(act, tmp_path):
         assert again.text == result.text and all(r.cache_hit for r in again.records)
 
         # with a summary in every prompt and an early stop
-        early = sliding_window_qa(PROHIBITED_Q, act, summary="The AI Act regulates AI systems.", early_stop=0.9, wave_size=4, **kw)
+        early = sliding_window_qa(
+            PROHIBITED_Q, act, summary="The AI Act regulates AI systems.", early_stop=0.9, wave_size=4, **kw
+        )
         assert early.stopped_early and early.n_read < n
         assert "Summary of the whole document" in server.requests[-1]["messages"][-1]["content"]
         chat.close()

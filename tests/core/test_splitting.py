@@ -198,9 +198,7 @@ def test_token_length_function_random(text, so):
     spans = RecursiveSplitter(chunk_size=size, chunk_overlap=overlap, length_function=n_tokens).split_text(text)
     # overlap is bounded in the length function's units by construction of the merge, which
     # adds up piece counts; the character overlap bound does not apply to tokens.
-    check_invariants(
-        text, spans, chunk_size=size, chunk_overlap=overlap, length_function=n_tokens, check_overlap=False
-    )
+    check_invariants(text, spans, chunk_size=size, chunk_overlap=overlap, length_function=n_tokens, check_overlap=False)
 
 
 def test_make_chunk_id():
@@ -317,7 +315,10 @@ def test_detect_sections_legal_headings_en_and_de():
         "ANHANG I",
     ]
     assert detect_sections("plain text\nwith lines\n") == []
-    assert RecursiveSplitter(chunk_size=5, chunk_overlap=0).split("plain text", doc_id="d", doc_sha256="0")[0].section is None
+    assert (
+        RecursiveSplitter(chunk_size=5, chunk_overlap=0).split("plain text", doc_id="d", doc_sha256="0")[0].section
+        is None
+    )
 
 
 def test_sections_off():
@@ -389,9 +390,7 @@ def test_ai_act_token_length_function(act):
     lang, text = act
     splitter = RecursiveSplitter(chunk_size=256, chunk_overlap=32, length_function=n_tokens)
     spans = splitter.split_text(text)
-    check_invariants(
-        text, spans, chunk_size=256, chunk_overlap=32, length_function=n_tokens, check_overlap=False
-    )
+    check_invariants(text, spans, chunk_size=256, chunk_overlap=32, length_function=n_tokens, check_overlap=False)
     counts = [n_tokens(text[s:e]) for s, e in spans]
     assert max(counts) <= 256
     assert sum(counts) / len(counts) > 128  # chunks are filled, not shredded

@@ -140,17 +140,52 @@ def test_accepts_score_rows_and_not_applicable_metrics_are_not_counted():
     recs = []
     for i, q in enumerate(QIDS):
         for variant, hit_rank in (("t_rag", 1 + i % 3), ("swb_rag", 1)):
-            recs.append({
-                "question_id": q, "doc_id": "d", "variant": variant, "question": "?", "answer": "x",
-                "reference_answer": "x", "reference_spans": [[1000, 1010]],
-                "retrieved": [{"chunk_id": f"c{k}", "doc_id": "d", "start": 1000 * k - (0 if k != hit_rank else 1000 * k - 1000),
-                               "end": 1000 * k + 5 if k == hit_rank else 1000 * k + 500, "text": "", "score": 1.0}
-                              for k in (1, 2, 3)],
-            })
-    recs.append({"question_id": "u1", "doc_id": "d", "variant": "t_rag", "question": "?", "answer": "",
-                 "not_found": True, "reference_answer": "", "reference_spans": []})
-    recs.append({"question_id": "u1", "doc_id": "d", "variant": "swb_rag", "question": "?", "answer": "",
-                 "not_found": True, "reference_answer": "", "reference_spans": []})
+            recs.append(
+                {
+                    "question_id": q,
+                    "doc_id": "d",
+                    "variant": variant,
+                    "question": "?",
+                    "answer": "x",
+                    "reference_answer": "x",
+                    "reference_spans": [[1000, 1010]],
+                    "retrieved": [
+                        {
+                            "chunk_id": f"c{k}",
+                            "doc_id": "d",
+                            "start": 1000 * k - (0 if k != hit_rank else 1000 * k - 1000),
+                            "end": 1000 * k + 5 if k == hit_rank else 1000 * k + 500,
+                            "text": "",
+                            "score": 1.0,
+                        }
+                        for k in (1, 2, 3)
+                    ],
+                }
+            )
+    recs.append(
+        {
+            "question_id": "u1",
+            "doc_id": "d",
+            "variant": "t_rag",
+            "question": "?",
+            "answer": "",
+            "not_found": True,
+            "reference_answer": "",
+            "reference_spans": [],
+        }
+    )
+    recs.append(
+        {
+            "question_id": "u1",
+            "doc_id": "d",
+            "variant": "swb_rag",
+            "question": "?",
+            "answer": "",
+            "not_found": True,
+            "reference_answer": "",
+            "reference_spans": [],
+        }
+    )
     rows = score_answers(recs)
     df = compare_variants(rows, metrics=["mrr", "not_found_correct"], n_boot=500)
     mrr = df[df["metric"] == "mrr"].iloc[0]

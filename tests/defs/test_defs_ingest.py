@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import shutil
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -49,10 +48,14 @@ def test_materialize_ingest_in_process(tmp_path):
         added, removed = partition_changes(settings, [])
         # An empty file and a binary one each get a partition that fails with the reason.
         assert added == ["binary", "cuad_todos_medical_reseller", "empty", "squad_Normans"] and removed == []
-        assert [(f.path.name, f.problem.split(";")[0]) for f in settings.document_folder().problems()] == [("empty.txt", "empty (0 bytes)")]
+        assert [(f.path.name, f.problem.split(";")[0]) for f in settings.document_folder().problems()] == [
+            ("empty.txt", "empty (0 bytes)")
+        ]
         instance.add_dynamic_partitions(documents_partitions.name, added)
         for key in ("squad_Normans", "cuad_todos_medical_reseller"):
-            res = dg.materialize([raw_documents, chunks], resources={"settings": settings}, partition_key=key, instance=instance)
+            res = dg.materialize(
+                [raw_documents, chunks], resources={"settings": settings}, partition_key=key, instance=instance
+            )
             assert res.success
             chunk_list = res.output_for_node("chunks")
             doc = res.output_for_node("raw_documents")
@@ -60,7 +63,13 @@ def test_materialize_ingest_in_process(tmp_path):
             checks = res.get_asset_check_evaluations()
             assert [c.passed for c in checks] == [True]
         # a bad file fails its own partition with a message naming the file
-        bad = dg.materialize([raw_documents, chunks], resources={"settings": settings}, partition_key="binary", instance=instance, raise_on_error=False)
+        bad = dg.materialize(
+            [raw_documents, chunks],
+            resources={"settings": settings},
+            partition_key="binary",
+            instance=instance,
+            raise_on_error=False,
+        )
         assert not bad.success
         failure = next(e for e in bad.all_events if e.is_step_failure)
         error = failure.event_specific_data.error
@@ -78,9 +87,13 @@ def test_raw_documents_fails_for_an_empty_or_unreadable_file_naming_it_and_the_f
     settings = ProjectSettings(documents_dir=str(tmp_path))
     # Both keep their partitions (the scan names their problems) ...
     assert settings.document_ids() == ["empty", "good", "locked"]
-    with dg.build_asset_context(partition_key="empty") as context:
-        with pytest.raises(DocumentError, match=r"'empty\.txt' .* is empty \(0 bytes\); put the document's text in it or remove it"):
-            raw_documents(context, settings)
+    with (
+        dg.build_asset_context(partition_key="empty") as context,
+        pytest.raises(
+            DocumentError, match=r"'empty\.txt' .* is empty \(0 bytes\); put the document's text in it or remove it"
+        ),
+    ):
+        raw_documents(context, settings)
     real = Path.read_bytes
 
     def read_bytes(self):
@@ -90,9 +103,13 @@ def test_raw_documents_fails_for_an_empty_or_unreadable_file_naming_it_and_the_f
 
     monkeypatch.setattr(Path, "read_bytes", read_bytes)
     # ... and each one's run fails naming the file and the fix.
-    with dg.build_asset_context(partition_key="locked") as context:
-        with pytest.raises(DocumentError, match=r"'locked\.md' .* cannot be read \(Permission denied\); fix its permissions"):
-            raw_documents(context, settings)
+    with (
+        dg.build_asset_context(partition_key="locked") as context,
+        pytest.raises(
+            DocumentError, match=r"'locked\.md' .* cannot be read \(Permission denied\); fix its permissions"
+        ),
+    ):
+        raw_documents(context, settings)
 
 
 def test_raw_documents_records_the_bytes_replaced_in_a_utf8_file(tmp_path):
@@ -127,19 +144,35 @@ def test_stale_documents_follow_the_document_hash_and_the_settings(tmp_path):
 
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(documents_partitions.name, ["a", "b"])
-        assert why() == {"a": "raw_documents: never materialized (+1 assets downstream)", "b": "raw_documents: never materialized (+1 assets downstream)"}
+        assert why() == {
+            "a": "raw_documents: never materialized (+1 assets downstream)",
+            "b": "raw_documents: never materialized (+1 assets downstream)",
+        }
         for key in ("a", "b"):
-            assert dg.materialize(assets, resources={"settings": settings}, partition_key=key, instance=instance).success
+            assert dg.materialize(
+                assets, resources={"settings": settings}, partition_key=key, instance=instance
+            ).success
         assert why() == {}
         (docs / "a.txt").write_text("Article 1\n\nSecond version of the text.", encoding="utf-8")
         assert why() == {"a": "raw_documents: document changed (+1 assets downstream)"}
         # a run that stopped after raw_documents leaves the partition stale until chunks catch up
-        assert dg.materialize(assets, resources={"settings": settings}, partition_key="a", instance=instance, selection=[raw_documents.key]).success
+        assert dg.materialize(
+            assets,
+            resources={"settings": settings},
+            partition_key="a",
+            instance=instance,
+            selection=[raw_documents.key],
+        ).success
         assert why() == {"a": "chunks: upstream raw_documents rematerialized since"}
         # other chunking settings: the chunks of every document are stale, the texts are not
         wider = ProjectSettings(documents_dir=str(docs), chunk_size=500)
-        graph = dg.Definitions(assets=with_settings_versions([raw_documents, chunks], {"settings": wider}), resources={"settings": wider}).resolve_asset_graph()
-        assert why() == {"a": "raw_documents: settings changed (+1 assets downstream)", "b": "raw_documents: settings changed (+1 assets downstream)"}
+        graph = dg.Definitions(
+            assets=with_settings_versions([raw_documents, chunks], {"settings": wider}), resources={"settings": wider}
+        ).resolve_asset_graph()
+        assert why() == {
+            "a": "raw_documents: settings changed (+1 assets downstream)",
+            "b": "raw_documents: settings changed (+1 assets downstream)",
+        }
 
 
 def test_documents_sensor_adds_real_file_names_and_names_the_files_it_does_not_take(tmp_path):
@@ -171,7 +204,9 @@ def test_documents_sensor_adds_real_file_names_and_names_the_files_it_does_not_t
         (docs / "Acme, Inc. [2019] – Supply.txt").unlink()
         last = documents_sensor(dg.build_sensor_context(instance=instance, resources=resources, cursor=again.cursor))
         assert not last.dynamic_partitions_requests
-        assert "(no usable document in the folder); 1 without a file (see `ctxwin prune`)" in last.skip_reason.skip_message
+        assert (
+            "(no usable document in the folder); 1 without a file (see `ctxwin prune`)" in last.skip_reason.skip_message
+        )
         assert sorted(instance.get_dynamic_partitions("documents")) == ["Acme_Inc._2019_Supply", "draft"]
         # A folder that is gone on a tick changes nothing either.
         shutil.rmtree(docs)

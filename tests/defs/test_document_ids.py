@@ -89,16 +89,25 @@ def test_empty_and_unreadable_document_files_keep_an_id_with_their_problem(tmp_p
     (tmp_path / "locked.txt").write_text("secret", encoding="utf-8")
     (tmp_path / "sheet.xlsx").write_bytes(b"PK")
     real_access = os.access
-    monkeypatch.setattr(document_folder_module.os, "access", lambda p, mode: _basename(p) != "locked.txt" and real_access(p, mode))
+    monkeypatch.setattr(
+        document_folder_module.os, "access", lambda p, mode: _basename(p) != "locked.txt" and real_access(p, mode)
+    )
     folder = scan_documents(tmp_path)
     assert folder.ids() == ["blank", "good", "locked"]
-    assert {f.path.name: f.problem.split(" (")[0] for f in folder.problems()} == {"blank.md": "empty", "locked.txt": "unreadable"}
+    assert {f.path.name: f.problem.split(" (")[0] for f in folder.problems()} == {
+        "blank.md": "empty",
+        "locked.txt": "unreadable",
+    }
     assert [s.path.name for s in folder.skipped] == ["sheet.xlsx"]
     report = "\n".join(folder.report_lines())
-    assert "2 document file(s)" in report and "locked.txt: unreadable (permission denied); fix its permissions" in report
+    assert (
+        "2 document file(s)" in report and "locked.txt: unreadable (permission denied); fix its permissions" in report
+    )
     folder.require_documents()  # good.txt is usable
     (tmp_path / "good.txt").unlink()
-    with pytest.raises(DocumentError, match=r"no usable document: blank\.md: empty .*locked\.txt: unreadable.*sheet\.xlsx: unsupported"):
+    with pytest.raises(
+        DocumentError, match=r"no usable document: blank\.md: empty .*locked\.txt: unreadable.*sheet\.xlsx: unsupported"
+    ):
         scan_documents(tmp_path).require_documents()
 
 
@@ -114,7 +123,9 @@ def test_reading_an_unreadable_file_is_a_document_error_naming_the_fix(tmp_path,
         raise PermissionError(13, "Permission denied", str(self))
 
     monkeypatch.setattr(type(path), "read_bytes", denied)
-    with pytest.raises(DocumentError, match=r"'locked\.txt' .* cannot be read \(Permission denied\); fix its permissions"):
+    with pytest.raises(
+        DocumentError, match=r"'locked\.txt' .* cannot be read \(Permission denied\); fix its permissions"
+    ):
         read_document(path)
 
 

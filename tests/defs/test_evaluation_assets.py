@@ -6,9 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
-
 import dagster as dg
+import pytest
 
 import ctxwin_dagster.definitions as definitions
 from ctxwin_dagster.defs.resources import (
@@ -29,7 +28,10 @@ def test_evaluation_graph_writes_a_comparison_report(tmp_path):
     docs.mkdir()
     shutil.copy(ROOT / "data" / "documents" / "squad_Normans.txt", docs)
     evaluation = EvaluationSettings(
-        experiment="unit", results_dir=str(tmp_path / "results"), reports_dir=str(tmp_path / "reports"), max_questions_per_document=25
+        experiment="unit",
+        results_dir=str(tmp_path / "results"),
+        reports_dir=str(tmp_path / "reports"),
+        max_questions_per_document=25,
     )
     resources = {  # the embedded offline defaults, pointed at this test's folders
         **definitions.default_resources(),

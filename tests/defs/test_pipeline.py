@@ -11,6 +11,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.core.limits import ModelLimits, default_registry
 from ctxwin_dagster.definitions import defs
 from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts, global_summaries, swb_rag_contexts
@@ -25,7 +26,6 @@ from ctxwin_dagster.defs.resources import (
 )
 from ctxwin_dagster.defs.sensors import partition_changes
 from ctxwin_dagster.testing import FakeOpenAIServer
-from ctxwin_dagster.core.defaults import VARIANTS
 
 # Runs Dagster (in process or as a webserver) and the embedding model: the slow tier.
 pytestmark = pytest.mark.slow
@@ -33,7 +33,16 @@ pytestmark = pytest.mark.slow
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "documents"
 DOCS = ("squad_Normans", "cuad_todos_medical_reseller")
 MODEL = "ctxwin-test-contextualizer"
-ASSETS = [raw_documents, chunks, global_summaries, cc_rag_contexts, swb_rag_contexts, t_rag_index, cc_rag_index, swb_rag_index]
+ASSETS = [
+    raw_documents,
+    chunks,
+    global_summaries,
+    cc_rag_contexts,
+    swb_rag_contexts,
+    t_rag_index,
+    cc_rag_index,
+    swb_rag_index,
+]
 
 
 def responder(body: dict) -> str:
@@ -41,7 +50,9 @@ def responder(body: dict) -> str:
     prompt = body["messages"][-1]["content"]
     ids = re.findall(r'chunk_id="([^"]+)"', prompt)
     if ids:
-        return json.dumps({"contexts": [{"chunk_id": cid, "context": f"Situating context for chunk {cid}."} for cid in ids]})
+        return json.dumps(
+            {"contexts": [{"chunk_id": cid, "context": f"Situating context for chunk {cid}."} for cid in ids]}
+        )
     if "<chunk>" in prompt:
         return "This chunk belongs to the document's discussion of its main subject."
     return "An overview of the document: its parties, subject matter and main provisions."
@@ -63,7 +74,9 @@ def project(tmp_path, server):
     resources = {
         "settings": ProjectSettings(documents_dir=str(docs)),
         "pipeline": PipelineSettings(),
-        "contextualizer": ChatModelResource(model=MODEL, base_url=server.base_url, api_key="test-key", cache_dir=str(tmp_path / "cache"), max_retries=1),
+        "contextualizer": ChatModelResource(
+            model=MODEL, base_url=server.base_url, api_key="test-key", cache_dir=str(tmp_path / "cache"), max_retries=1
+        ),
         "embeddings": EmbeddingsResource(cache_dir=str(tmp_path / "cache")),
         "lancedb": LanceDBResource(uri=str(tmp_path / "lancedb")),
     }
@@ -135,7 +148,10 @@ def test_whole_graph_idempotent_and_document_removal(project, server):
         assert kept.num_rows == n_chunks["squad_Normans"]
         assert index.delete_document("t_rag", "squad_Normans") == n_chunks["squad_Normans"]
         assert restore_rows(index, "t_rag", kept) == n_chunks["squad_Normans"]
-        assert index.count("t_rag", doc_id="squad_Normans") == n_chunks["squad_Normans"] and index.duplicate_ids("t_rag") == 0
+        assert (
+            index.count("t_rag", doc_id="squad_Normans") == n_chunks["squad_Normans"]
+            and index.duplicate_ids("t_rag") == 0
+        )
         assert index.count("t_rag", doc_id="cuad_todos_medical_reseller") == n_chunks["cuad_todos_medical_reseller"]
 
 

@@ -62,11 +62,15 @@ def closed_port() -> int:
 def test_complete_returns_text_and_record(server: FakeOpenAIServer) -> None:
     with make_backend(server) as chat:
         assert isinstance(chat, ChatBackend)
-        r = chat.complete(req("What does Article 5 prohibit?", tags=CallTags("answer", "doc1", "swb"), prompt_version="v2"))
+        r = chat.complete(
+            req("What does Article 5 prohibit?", tags=CallTags("answer", "doc1", "swb"), prompt_version="v2")
+        )
     body = server.requests[0]
     assert r.text == default_responder(body)
     assert r.finish_reason == "stop"
-    assert body["model"] == MODEL and body["temperature"] == 0.2 and body["top_p"] == 0.95 and body["max_tokens"] == 2048
+    assert (
+        body["model"] == MODEL and body["temperature"] == 0.2 and body["top_p"] == 0.95 and body["max_tokens"] == 2048
+    )
     assert "response_format" not in body
     rec = r.record
     assert rec.ok and not rec.cache_hit and rec.attempts == 1
@@ -123,7 +127,12 @@ def test_estimate_cost_rules() -> None:
     cached = estimate_cost("gpt-4o", input_tokens=1_000_000, output_tokens=0, cached_tokens=1_000_000)
     assert cached is not None and cached < 2.5
     assert estimate_cost("no-such-model-xyz", input_tokens=10, output_tokens=10) is None
-    assert estimate_cost("ollama/no-such-model", input_tokens=10, output_tokens=10, overrides={"no-such-model": (0.0, 0.0)}) == 0.0
+    assert (
+        estimate_cost(
+            "ollama/no-such-model", input_tokens=10, output_tokens=10, overrides={"no-such-model": (0.0, 0.0)}
+        )
+        == 0.0
+    )
     with pytest.raises(ValueError, match="input_tokens"):
         estimate_cost("gpt-4o", input_tokens=-1, output_tokens=0)
     with pytest.raises(ValueError, match="USD per 1M"):
@@ -131,7 +140,9 @@ def test_estimate_cost_rules() -> None:
 
 
 # ----------------------------------------------------------------------------- retries
-@pytest.mark.parametrize(("faults", "attempts"), [(["429"], 2), (["429", "429"], 3), (["500"], 2), (["503", "502"], 3), (["malformed"], 2)])
+@pytest.mark.parametrize(
+    ("faults", "attempts"), [(["429"], 2), (["429", "429"], 3), (["500"], 2), (["503", "502"], 3), (["malformed"], 2)]
+)
 def test_retryable_faults_are_retried(faults: list[str], attempts: int) -> None:
     with FakeOpenAIServer(faults=faults) as server, make_backend(server, max_retries=5) as chat:
         r = chat.complete(req("hello"))
@@ -140,7 +151,10 @@ def test_retryable_faults_are_retried(faults: list[str], attempts: int) -> None:
 
 
 def test_retry_after_header_is_honoured() -> None:
-    with FakeOpenAIServer(faults=["429"], retry_after_s=0.4) as server, make_backend(server, backoff_base_s=0.0) as chat:
+    with (
+        FakeOpenAIServer(faults=["429"], retry_after_s=0.4) as server,
+        make_backend(server, backoff_base_s=0.0) as chat,
+    ):
         t0 = time.perf_counter()
         r = chat.complete(req("hello"))
         assert time.perf_counter() - t0 >= 0.35
@@ -148,7 +162,10 @@ def test_retry_after_header_is_honoured() -> None:
 
 
 def test_timeout_is_retried() -> None:
-    with FakeOpenAIServer(faults=["timeout"], timeout_sleep_s=3.0) as server, make_backend(server, timeout_s=0.3) as chat:
+    with (
+        FakeOpenAIServer(faults=["timeout"], timeout_sleep_s=3.0) as server,
+        make_backend(server, timeout_s=0.3) as chat,
+    ):
         t0 = time.perf_counter()
         r = chat.complete(req("hello"))
         assert r.record.attempts == 2 and server.request_count == 2
@@ -165,9 +182,11 @@ def test_retries_exhausted_raise_with_attempts_and_ledger_failure() -> None:
         assert not rec.ok and rec.attempts == 3 and "500" in (rec.error or "")
         assert chat.ledger.totals()["failures"] == 1
     with FakeOpenAIServer(faults=["timeout"] * 2, timeout_sleep_s=3.0) as server:
-        with make_backend(server, max_retries=1, timeout_s=0.2) as chat:
-            with pytest.raises(ChatBackendError, match="did not answer within") as info:
-                chat.complete(req("hello"))
+        with (
+            make_backend(server, max_retries=1, timeout_s=0.2) as chat,
+            pytest.raises(ChatBackendError, match="did not answer within") as info,
+        ):
+            chat.complete(req("hello"))
         assert info.value.kind == "timeout"
 
 
@@ -177,7 +196,9 @@ def test_truncated_reply_is_returned_flagged_and_cached(tmp_path: Path) -> None:
             first = chat.complete(req("a question long enough to be cut in half"))
             again = chat.complete(req("a question long enough to be cut in half"))
         assert first.finish_reason == "length" and first.text
-        assert default_responder(server.requests[0]).startswith(first.text) and first.text != default_responder(server.requests[0])
+        assert default_responder(server.requests[0]).startswith(first.text) and first.text != default_responder(
+            server.requests[0]
+        )
         assert again.record.cache_hit and again.finish_reason == "length" and again.text == first.text
         assert server.request_count == 1
 
@@ -203,7 +224,11 @@ def test_unknown_model_gives_a_clear_error_without_retries() -> None:
             chat.complete(req("hello"))
         err = info.value
         assert err.kind == "model_not_found" and err.status == 404 and err.attempts == 1
-        assert "'llama3:8b'" in str(err) and server.base_url in str(err) and "check the model name the server serves" in str(err)
+        assert (
+            "'llama3:8b'" in str(err)
+            and server.base_url in str(err)
+            and "check the model name the server serves" in str(err)
+        )
         assert server.request_count == 1
 
 
@@ -275,7 +300,9 @@ def test_oversize_prompt_raises_and_nothing_is_sent(server: FakeOpenAIServer) ->
         assert "over by" in str(info.value)
         # In a batch, one oversize prompt stops the whole batch before anything is sent.
         with pytest.raises(ContextOverflowError):
-            chat.complete_many([req("small 1", max_tokens=200), req(big, max_tokens=200), req("small 2", max_tokens=200)])
+            chat.complete_many(
+                [req("small 1", max_tokens=200), req(big, max_tokens=200), req("small 2", max_tokens=200)]
+            )
         # A prompt within the limit is sent:
         assert chat.complete(req("word " * 700, max_tokens=100)).text
     assert server.request_count == 1
@@ -299,7 +326,9 @@ def test_bounded_concurrency_and_request_order() -> None:
         t0 = time.perf_counter()
         results = chat.complete_many([req(f"question {i}") for i in range(n)])
         wall = time.perf_counter() - t0
-    assert [r.text for r in results] == [default_responder({"messages": [{"content": f"question {i}"}]}) for i in range(n)]
+    assert [r.text for r in results] == [
+        default_responder({"messages": [{"content": f"question {i}"}]}) for i in range(n)
+    ]
     assert 4 <= server.max_in_flight <= 8
     assert wall < 0.5 * n * latency, f"wall {wall:.2f}s is not well under serial {n * latency:.1f}s"
     assert server.request_count == n and chat.ledger.totals()["calls"] == n
@@ -315,11 +344,15 @@ def test_complete_works_inside_a_running_event_loop_and_from_threads(server: Fak
             return [blocking] + [r.text for r in many] + [r.text for r in awaited]
 
         texts = asyncio.run(main())
-        assert texts[0].endswith("from a coroutine") and [t.rsplit(" ", 1)[-1] for t in texts[1:]] == ["m1", "m2"] + [f"a{i}" for i in range(6)]
+        assert texts[0].endswith("from a coroutine") and [t.rsplit(" ", 1)[-1] for t in texts[1:]] == ["m1", "m2"] + [
+            f"a{i}" for i in range(6)
+        ]
         assert asyncio.run(chat.acomplete(req("second loop"))).text.endswith("second loop")
 
         out: dict[int, str] = {}
-        threads = [threading.Thread(target=lambda i=i: out.__setitem__(i, chat.complete(req(f"t{i}")).text)) for i in range(8)]
+        threads = [
+            threading.Thread(target=lambda i=i: out.__setitem__(i, chat.complete(req(f"t{i}")).text)) for i in range(8)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -376,7 +409,12 @@ def test_cached_rerun_keeps_the_cost_of_the_work(tmp_path: Path) -> None:
     for a, b in zip(first, again, strict=False):
         assert b.record.cache_hit and b.record.paid_usd == 0 and b.record.cost_usd == pytest.approx(a.record.cost_usd)
         assert b.record.cost_usd == pytest.approx(
-            estimate_cost("gpt-4o-mini", input_tokens=b.record.input_tokens, output_tokens=b.record.output_tokens, cached_tokens=b.record.cached_tokens)
+            estimate_cost(
+                "gpt-4o-mini",
+                input_tokens=b.record.input_tokens,
+                output_tokens=b.record.output_tokens,
+                cached_tokens=b.record.cached_tokens,
+            )
         )
 
 
@@ -399,9 +437,11 @@ def test_failed_batch_then_resumed_batch_repeats_only_unfinished_calls(tmp_path:
     path = tmp_path / "c.sqlite"
     requests = [req(f"chunk {i}") for i in range(12)]
     with FakeOpenAIServer(faults=["ok"] * 4 + ["401"]) as server:
-        with make_backend(server, cache=ResponseCache(path), max_concurrency=2) as chat:
-            with pytest.raises(ChatBackendError) as info:
-                chat.complete_many(requests)
+        with (
+            make_backend(server, cache=ResponseCache(path), max_concurrency=2) as chat,
+            pytest.raises(ChatBackendError) as info,
+        ):
+            chat.complete_many(requests)
         assert any("run the batch again to resume" in note for note in info.value.__notes__)
         sent_first = server.request_count
         with ResponseCache(path) as c:
@@ -517,7 +557,10 @@ def test_fit_upper_bound_never_undercounts() -> None:
         messages = [
             {"role": "system", "content": "Be brief."},
             {"role": "user", "name": "alice", "content": text},
-            {"role": "user", "content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": "x"}}]},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": "x"}}],
+            },
         ]
         assert token_upper_bound(messages, counter) >= counter.count_messages(messages)
 
@@ -543,5 +586,19 @@ def test_answer_is_cached_even_when_the_cache_file_is_busy(tmp_path: Path, serve
         r = chat.complete(req("while the file is busy"))
         assert time.perf_counter() - t0 >= 0.25  # it waited for the lock, off the event loop
         release.join()
-    assert cache.get(cache.make_key("chat", server.base_url, MODEL, [{"role": "user", "content": "while the file is busy"}],
-                                    0.2, 0.95, 2048, False, ""))["text"] == r.text
+    assert (
+        cache.get(
+            cache.make_key(
+                "chat",
+                server.base_url,
+                MODEL,
+                [{"role": "user", "content": "while the file is busy"}],
+                0.2,
+                0.95,
+                2048,
+                False,
+                "",
+            )
+        )["text"]
+        == r.text
+    )

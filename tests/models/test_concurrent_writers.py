@@ -19,8 +19,17 @@ DIM = 8
 
 def _rows(doc_id: str, n: int, version: int) -> tuple[list[dict], np.ndarray]:
     rows = [
-        {"chunk_id": f"{doc_id}-{i}", "doc_id": doc_id, "chunk_index": i, "start": i * 10, "end": i * 10 + 9,
-         "text": f"{doc_id} chunk {i} v{version}", "section": None, "context": "", "embedded_text": f"{doc_id} chunk {i} v{version}"}
+        {
+            "chunk_id": f"{doc_id}-{i}",
+            "doc_id": doc_id,
+            "chunk_index": i,
+            "start": i * 10,
+            "end": i * 10 + 9,
+            "text": f"{doc_id} chunk {i} v{version}",
+            "section": None,
+            "context": "",
+            "embedded_text": f"{doc_id} chunk {i} v{version}",
+        }
         for i in range(n)
     ]
     rng = np.random.default_rng(hash((doc_id, version)) % 2**32)

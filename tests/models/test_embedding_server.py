@@ -46,7 +46,11 @@ def test_the_server_refuses_text_over_the_window_and_says_why(server):
     assert reply.status_code == 400
     assert "reads at most 256" in reply.json()["error"]["message"]
     # Asked to, the model cuts it (the client's oversize='truncate', which it counts itself).
-    cut = httpx.post(f"{url}/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": ["word " * 400], "truncate": True}, timeout=60)
+    cut = httpx.post(
+        f"{url}/v1/embeddings",
+        json={"model": "all-MiniLM-L6-v2", "input": ["word " * 400], "truncate": True},
+        timeout=60,
+    )
     assert cut.status_code == 200 and cut.json()["usage"]["prompt_tokens"] == 256
 
 
@@ -54,7 +58,9 @@ def test_an_openai_client_can_use_it(server):
     from openai import OpenAI
 
     url, _, _ = server
-    reply = OpenAI(base_url=f"{url}/v1", api_key="unused").embeddings.create(model="all-MiniLM-L6-v2", input=["hello", "world"])
+    reply = OpenAI(base_url=f"{url}/v1", api_key="unused").embeddings.create(
+        model="all-MiniLM-L6-v2", input=["hello", "world"]
+    )
     assert [len(d.embedding) for d in reply.data] == [384, 384]
     models = httpx.get(f"{url}/v1/models", timeout=10).json()["data"]
     assert [(m["id"], m["dim"], m["max_tokens"]) for m in models] == [("all-MiniLM-L6-v2", 384, 256)]
@@ -87,7 +93,7 @@ def test_the_server_ends_with_the_command_that_started_it(tmp_path):
         import sys, time
         from pathlib import Path
         from ctxwin_dagster.models.embeddings.server import EmbeddingService
-        service = EmbeddingService(["all-MiniLM-L6-v2"], log=Path({str(tmp_path / 'e.log')!r}))
+        service = EmbeddingService(["all-MiniLM-L6-v2"], log=Path({str(tmp_path / "e.log")!r}))
         print(service.start(), service.process.pid, flush=True)
         time.sleep(600)
     """)

@@ -37,8 +37,17 @@ class FakeEmbedder:
 
 def _rows(doc_id: str, texts: list[str]) -> list[dict]:
     return [
-        {"chunk_id": f"{doc_id}-{i}", "doc_id": doc_id, "chunk_index": i, "start": i * 10, "end": i * 10 + 9,
-         "text": t, "section": None, "context": "", "embedded_text": t}
+        {
+            "chunk_id": f"{doc_id}-{i}",
+            "doc_id": doc_id,
+            "chunk_index": i,
+            "start": i * 10,
+            "end": i * 10 + 9,
+            "text": t,
+            "section": None,
+            "context": "",
+            "embedded_text": t,
+        }
         for i, t in enumerate(texts)
     ]
 
@@ -85,7 +94,9 @@ def test_write_with_another_embedder_or_row_strategy_is_refused(tmp_path):
         _write(idx, FakeEmbedder("model-b"), doc_id="e", row_strategy="separate")
     msg = str(err.value)
     assert "'t_rag_chunks'" in msg and "built with model-a" in msg and "model-b" in msg
-    assert "use the recorded embedder" in msg.lower() and "another LanceDB folder" in msg and "drop_table('t_rag')" in msg
+    assert (
+        "use the recorded embedder" in msg.lower() and "another LanceDB folder" in msg and "drop_table('t_rag')" in msg
+    )
     with pytest.raises(EmbedderMismatchError, match="row strategy 'separate'"):
         _write(idx, FakeEmbedder("model-a"), doc_id="e", row_strategy="pooled")
     assert idx.count("t_rag") == len(TEXTS)  # nothing written by the refused writers
@@ -148,9 +159,17 @@ def test_asker_open_builds_the_configured_embedder_through_the_factory(tmp_path,
         return make(**kwargs)
 
     monkeypatch.setattr(factory, "make_embedder", spy)
-    settings = {"provider": "openai", "model": "text-embedding-3-small", "api_key": "sk-test", "batch_size": 7,
-                "row_strategy": "separate", "context_weight": 0.3}
-    with Asker.open(lancedb=tmp_path / "db", documents=None, cache_dir=tmp_path / "cache", embeddings=settings) as asker:
+    settings = {
+        "provider": "openai",
+        "model": "text-embedding-3-small",
+        "api_key": "sk-test",
+        "batch_size": 7,
+        "row_strategy": "separate",
+        "context_weight": 0.3,
+    }
+    with Asker.open(
+        lancedb=tmp_path / "db", documents=None, cache_dir=tmp_path / "cache", embeddings=settings
+    ) as asker:
         assert asker.embedder.identity == EmbedderIdentity("text-embedding-3-small", 1536, "openai")
         assert asker.embedder.batch_size == 7
     assert calls[-1]["cache_dir"] == tmp_path / "cache" and "row_strategy" not in calls[-1]
@@ -165,7 +184,9 @@ def test_asker_open_builds_the_configured_embedder_through_the_factory(tmp_path,
 def test_embeddings_resource_builds_through_the_factory(tmp_path):
     from ctxwin_dagster.defs.resources import EmbeddingsResource
 
-    res = EmbeddingsResource(provider="openai", model="text-embedding-3-large", api_key="sk-test", batch_size=5, cache_dir=str(tmp_path))
+    res = EmbeddingsResource(
+        provider="openai", model="text-embedding-3-large", api_key="sk-test", batch_size=5, cache_dir=str(tmp_path)
+    )
     emb = res.embedder()
     assert emb.identity == EmbedderIdentity("text-embedding-3-large", 3072, "openai") and emb.batch_size == 5
     assert (tmp_path / "embeddings.sqlite").exists()

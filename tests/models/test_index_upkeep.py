@@ -34,7 +34,9 @@ def trainings(monkeypatch):
     return calls
 
 
-POLICY = IndexPolicy(ann_min_rows=1_000, retrain_growth=0.5, append_rows=500, rows_per_partition=100, nprobes=4, refine_factor=5)
+POLICY = IndexPolicy(
+    ann_min_rows=1_000, retrain_growth=0.5, append_rows=500, rows_per_partition=100, nprobes=4, refine_factor=5
+)
 
 
 def test_documents_written_one_after_another_never_retrain_per_document(tmp_path, trainings):
@@ -137,7 +139,9 @@ def test_a_table_indexed_before_upkeep_is_retrained_once_and_recorded(tmp_path, 
     idx = ChunkIndex(str(tmp_path), policy=POLICY)
     for i in range(11):
         idx.replace_document("t_rag", *doc(i))
-    idx._table("t_rag").create_index("vector", config=IvfPq(distance_type="cosine", num_partitions=4, num_sub_vectors=2), replace=True)
+    idx._table("t_rag").create_index(
+        "vector", config=IvfPq(distance_type="cosine", num_partitions=4, num_sub_vectors=2), replace=True
+    )
     assert idx.ann_state("t_rag")["trainings"] == 0
     idx.maintain("t_rag")
     idx.replace_document("t_rag", *doc(11))

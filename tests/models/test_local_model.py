@@ -26,7 +26,13 @@ from ctxwin_dagster.core.tokens import PromptMeter, get_token_counter
 from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts, global_summaries, swb_rag_contexts
 from ctxwin_dagster.defs.indexes.assets import cc_rag_index, swb_rag_index, t_rag_index
 from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
-from ctxwin_dagster.defs.resources import ChatModelResource, EmbeddingsResource, LanceDBResource, PipelineSettings, ProjectSettings
+from ctxwin_dagster.defs.resources import (
+    ChatModelResource,
+    EmbeddingsResource,
+    LanceDBResource,
+    PipelineSettings,
+    ProjectSettings,
+)
 from ctxwin_dagster.models.base import ChatRequest
 from ctxwin_dagster.models.chat.local import LocalChatBackend
 from ctxwin_dagster.models.chat.local_model import register_local_model, resolve_local_model
@@ -37,7 +43,16 @@ pytestmark = pytest.mark.slow
 MODEL = "local:smollm2"
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "documents"
 DOC = "normans_excerpt"
-ASSETS = [raw_documents, chunks, global_summaries, cc_rag_contexts, swb_rag_contexts, t_rag_index, cc_rag_index, swb_rag_index]
+ASSETS = [
+    raw_documents,
+    chunks,
+    global_summaries,
+    cc_rag_contexts,
+    swb_rag_contexts,
+    t_rag_index,
+    cc_rag_index,
+    swb_rag_index,
+]
 MAX_NEW = 40  # tokens per reply: enough to show what the model does, short enough for CI
 
 
@@ -71,7 +86,11 @@ def test_limits_and_counts_are_the_models_own():
     # A long prompt is counted in remembered pieces: still exactly what the tokenizer gives.
     act = (SAMPLE / "eu_ai_act_2024_1689_EN.txt").read_text(encoding="utf-8")[:120_000]
     cc = get_template("cc_context", "en").render(document=act, chunk=act[5000:6000])
-    assert counter.count_messages(cc) == len(counter.tokenizer.encode(counter.render(cc), add_special_tokens=False)) > 20_000
+    assert (
+        counter.count_messages(cc)
+        == len(counter.tokenizer.encode(counter.render(cc), add_special_tokens=False))
+        > 20_000
+    )
     # The fit functions take the model's counter and limits as they are.
     long = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": _excerpt() * 30}]
     report = check_fit(long, model=MODEL, reserved_completion=2048)
@@ -132,7 +151,11 @@ def test_contexts_indexes_and_answers_from_the_real_model(project):
             assert meta["fallbacks"] == sum(c.fallback for c in contexts.values())
             assert all(c.engine == "llm" and c.model == MODEL for c in contexts.values())
             # no prompt over the model's window (the check compares with the model's own limits)
-            check = next(e for e in result.get_asset_check_evaluations() if e.asset_key.to_user_string() == node and e.check_name == "prompts_within_model_limit")
+            check = next(
+                e
+                for e in result.get_asset_check_evaluations()
+                if e.asset_key.to_user_string() == node and e.check_name == "prompts_within_model_limit"
+            )
             cmeta = {k: getattr(v, "value", v) for k, v in check.metadata.items()}
             assert check.passed and cmeta["prompt_limit"] == limits.available_prompt_tokens(MAX_NEW)
             assert 0 < cmeta["largest_prompt_tokens"] <= cmeta["prompt_limit"]
@@ -155,10 +178,26 @@ def test_contexts_indexes_and_answers_from_the_real_model(project):
             assert m["calls"] == 0 and m["cache_hits"] > 0, node
 
     # `ctxwin ask --model local:smollm2`: answers cite only chunks they were given, with exact spans
-    args = build_parser().parse_args([
-        "ask", "--model", MODEL, "--variant", "swb", "--doc", DOC, "--json", "--max-tokens", str(MAX_NEW),
-        "--lancedb", str(root / "lancedb"), "--documents", str(docs), "--cache-dir", str(root / "cache"),
-    ])
+    args = build_parser().parse_args(
+        [
+            "ask",
+            "--model",
+            MODEL,
+            "--variant",
+            "swb",
+            "--doc",
+            DOC,
+            "--json",
+            "--max-tokens",
+            str(MAX_NEW),
+            "--lancedb",
+            str(root / "lancedb"),
+            "--documents",
+            str(docs),
+            "--cache-dir",
+            str(root / "cache"),
+        ]
+    )
     out = io.StringIO()
     questions = "In what country is Normandy located?\nWho was the Norse leader?\n"
     code = run_cli(args, stdin=io.StringIO(questions), stdout=out, stderr=io.StringIO())
@@ -202,12 +241,24 @@ def test_loopback_endpoint_and_a_ragas_judge_run_on_the_local_model():
         assert isinstance(reply.choices[0].message.content, str)
         assert reply.usage.prompt_tokens == backend.counter.count_messages(msgs) and reply.usage.completion_tokens <= 4
         with pytest.raises(openai.BadRequestError, match="does not fit"):
-            client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "word " * 9000}], max_tokens=4)
+            client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "word " * 9000}], max_tokens=4
+            )
     record = {
-        "question_id": "q1", "doc_id": DOC, "variant": "swb_rag", "question": "In what country is Normandy located?",
-        "answer": "France.", "reference_answer": "France", "contexts": [_excerpt()[:700]], "is_impossible": False,
+        "question_id": "q1",
+        "doc_id": DOC,
+        "variant": "swb_rag",
+        "question": "In what country is Normandy located?",
+        "answer": "France.",
+        "reference_answer": "France",
+        "contexts": [_excerpt()[:700]],
+        "is_impossible": False,
     }
-    result = evaluate_records([record], judge=JudgeConfig(model=MODEL, metrics=("context_recall",), max_tokens=48, attempts=1, max_retries=0), n_boot=10)
+    result = evaluate_records(
+        [record],
+        judge=JudgeConfig(model=MODEL, metrics=("context_recall",), max_tokens=48, attempts=1, max_retries=0),
+        n_boot=10,
+    )
     counts = result.counts("context_recall")
     # a weak judge may fail or give NaN: what must hold is that every outcome is counted
     assert counts["n"] + counts["n_nan"] + counts["n_failed"] == 1

@@ -20,11 +20,12 @@ import pytest
 
 from ctxwin_dagster.models.index_upkeep import IndexPolicy
 from ctxwin_dagster.models.vectorstore import ChunkIndex
-
 from ctxwin_dagster.testing.rows import synthetic_document as doc
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "documents"
-POLICY = IndexPolicy(ann_min_rows=1_000, retrain_growth=0.5, append_rows=300, rows_per_partition=100, nprobes=4, refine_factor=5)
+POLICY = IndexPolicy(
+    ann_min_rows=1_000, retrain_growth=0.5, append_rows=300, rows_per_partition=100, nprobes=4, refine_factor=5
+)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +119,9 @@ def test_two_writers_at_once_on_s3(s3):
     assert idx.duplicate_ids("t_rag") == 0
     for first in (0, 100):
         assert idx.count("t_rag", doc_id=f"d{first:03d}") == 40
-        assert {r["chunk_id"] for r in idx.rows("t_rag", doc_id=f"d{first + 5:03d}")} == {f"d{first + 5:03d}-{j}" for j in range(60)}
+        assert {r["chunk_id"] for r in idx.rows("t_rag", doc_id=f"d{first + 5:03d}")} == {
+            f"d{first + 5:03d}-{j}" for j in range(60)
+        }
     idx.maintain("t_rag")
     _name, _rows, vecs = doc(107, 60)
     assert idx.search("t_rag", vecs[9], k=1)[0]["chunk_id"] == "d107-9"
@@ -146,18 +149,38 @@ def test_index_asset_and_ctxwin_ask_on_s3(s3, tmp_path, capsys):
         "embeddings": EmbeddingsResource(cache_dir=str(tmp_path / "cache")),
         "lancedb": LanceDBResource(uri=uri),
     }
-    result = dg.materialize([raw_documents, chunks, t_rag_index], resources=resources, partition_key="squad_Normans", instance=instance)
+    result = dg.materialize(
+        [raw_documents, chunks, t_rag_index], resources=resources, partition_key="squad_Normans", instance=instance
+    )
     assert result.success
     mat = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("t_rag_index")][0]
     meta = {k: v.value for k, v in mat.materialization.metadata.items()}
     assert meta["uri"] == uri and meta["n_rows"] > 0 and meta["table_rows"] == meta["n_rows"]
-    assert meta["ann_index"].startswith("none") and meta["indexes_created_now"] == "doc_id BTREE, chunk_id BTREE, embedded_text FTS"
+    assert (
+        meta["ann_index"].startswith("none")
+        and meta["indexes_created_now"] == "doc_id BTREE, chunk_id BTREE, embedded_text FTS"
+    )
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks["rows_match_chunks"]
     assert ChunkIndex(uri).count("t_rag", doc_id="squad_Normans") == meta["n_rows"]
 
-    code = main(["ask", "Who was the Norse leader?", "--variant", "t", "--doc", "squad_Normans", "--json",
-                 "--lancedb", uri, "--documents", str(docs), "--cache-dir", str(tmp_path / "cache")])
+    code = main(
+        [
+            "ask",
+            "Who was the Norse leader?",
+            "--variant",
+            "t",
+            "--doc",
+            "squad_Normans",
+            "--json",
+            "--lancedb",
+            uri,
+            "--documents",
+            str(docs),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     answer = json.loads(out)

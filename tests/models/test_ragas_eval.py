@@ -42,18 +42,34 @@ def _random_text(n: int, seed: int) -> str:
 # A document of 4 chunks with unrelated random texts (string similarity between them is low).
 CHUNK_TEXTS = [_random_text(200, seed) for seed in range(4)]
 DOC = "".join(CHUNK_TEXTS)
-CATALOG = {"d": [{"chunk_id": f"c{i}", "start": 200 * i, "end": 200 * i + 200, "text": CHUNK_TEXTS[i]} for i in range(4)]}
+CATALOG = {
+    "d": [{"chunk_id": f"c{i}", "start": 200 * i, "end": 200 * i + 200, "text": CHUNK_TEXTS[i]} for i in range(4)]
+}
 
 
 def hit(i: int) -> dict:
-    return {"chunk_id": f"c{i}", "doc_id": "d", "start": 200 * i, "end": 200 * i + 200, "text": CHUNK_TEXTS[i], "score": 0.5}
+    return {
+        "chunk_id": f"c{i}",
+        "doc_id": "d",
+        "start": 200 * i,
+        "end": 200 * i + 200,
+        "text": CHUNK_TEXTS[i],
+        "score": 0.5,
+    }
 
 
 def rec(qid: str, variant: str, ranks: list[int], spans: list[list[int]], **kw) -> dict:
     base = {
-        "question_id": qid, "doc_id": "d", "variant": variant, "question": "Which?", "answer": "x",
-        "not_found": False, "reference_answer": "x", "reference_spans": spans,
-        "retrieved": [hit(i) for i in ranks], "contexts": [CHUNK_TEXTS[i] for i in ranks],
+        "question_id": qid,
+        "doc_id": "d",
+        "variant": variant,
+        "question": "Which?",
+        "answer": "x",
+        "not_found": False,
+        "reference_answer": "x",
+        "reference_spans": spans,
+        "retrieved": [hit(i) for i in ranks],
+        "contexts": [CHUNK_TEXTS[i] for i in ranks],
         "context_spans": [[200 * i, 200 * i + 200] for i in ranks],
     }
     base.update(kw)
@@ -76,10 +92,10 @@ def test_import_ragas_works_around_the_missing_vertexai_module():
 
 def test_non_llm_metrics_known_values_and_agree_with_ctxwin():
     records = [
-        rec("q1", "t_rag", [2, 1], [[210, 250]]),          # relevant c1 at rank 2
+        rec("q1", "t_rag", [2, 1], [[210, 250]]),  # relevant c1 at rank 2
         rec("q2", "t_rag", [0, 3], [[10, 20], [610, 650]]),  # c0 and c3 both relevant, both retrieved
-        rec("q3", "t_rag", [2, 3], [[10, 20]]),             # c0 relevant, not retrieved
-        rec("q4", "t_rag", [1], [[150, 260]]),              # span crosses c0|c1: 2 reference chunks, 1 retrieved
+        rec("q3", "t_rag", [2, 3], [[10, 20]]),  # c0 relevant, not retrieved
+        rec("q4", "t_rag", [1], [[150, 260]]),  # span crosses c0|c1: 2 reference chunks, 1 retrieved
     ]
     res = evaluate_records(records, chunks=CATALOG, string_distance="difflib")
     assert res.string_distance == "difflib"
@@ -168,23 +184,42 @@ QUESTION = "What is the capital of France?"
 
 def judge_records() -> list[dict]:
     good = {
-        "question_id": "good", "doc_id": "d2", "variant": "swb_rag", "question": QUESTION,
-        "answer": "Paris is the capital of France.", "not_found": False,
-        "reference_answer": "Paris is the capital of France.", "reference_spans": [[0, 31]],
-        "retrieved": [], "contexts": CTX, "context_spans": [[0, 32], [66, len(DOC2)]],
+        "question_id": "good",
+        "doc_id": "d2",
+        "variant": "swb_rag",
+        "question": QUESTION,
+        "answer": "Paris is the capital of France.",
+        "not_found": False,
+        "reference_answer": "Paris is the capital of France.",
+        "reference_spans": [[0, 31]],
+        "retrieved": [],
+        "contexts": CTX,
+        "context_spans": [[0, 32], [66, len(DOC2)]],
     }
-    wrong = dict(good, question_id="wrong", answer="Lyon is the capital of Spain.",
-                 contexts=list(reversed(CTX)), context_spans=[[66, len(DOC2)], [0, 32]])
+    wrong = dict(
+        good,
+        question_id="wrong",
+        answer="Lyon is the capital of Spain.",
+        contexts=list(reversed(CTX)),
+        context_spans=[[66, len(DOC2)], [0, 32]],
+    )
     empty = dict(good, question_id="nan", answer="???")  # no statement: faithfulness is NaN
-    unanswerable = dict(good, question_id="u", reference_answer="", reference_spans=[], not_found=True, answer="Not found.")
+    unanswerable = dict(
+        good, question_id="u", reference_answer="", reference_spans=[], not_found=True, answer="Not found."
+    )
     return [good, wrong, empty, unanswerable]
 
 
 def test_judge_path_all_five_metrics_against_fake_server():
     responder = lexical_judge_responder({"Paris is the capital of France.": QUESTION})
     with FakeOpenAIServer(responder=responder, embed_dim=16) as server:
-        judge = JudgeConfig(model="judge-model", base_url=server.base_url, embedding_model="embed-model",
-                            max_retries=0, max_concurrency=3)
+        judge = JudgeConfig(
+            model="judge-model",
+            base_url=server.base_url,
+            embedding_model="embed-model",
+            max_retries=0,
+            max_concurrency=3,
+        )
         res = evaluate_records(judge_records(), judge=judge, string_distance="difflib")
         n_chat = server.request_count
         n_emb = len(server.embedding_requests)
@@ -214,8 +249,14 @@ def test_judge_failures_are_counted_per_metric():
     responder = lexical_judge_responder()
     records = judge_records()[:1]
     with FakeOpenAIServer(responder=responder, faults=["500"]) as server:
-        judge = JudgeConfig(model="judge", base_url=server.base_url, metrics=("faithfulness", "context_recall"),
-                            max_retries=0, attempts=1, max_concurrency=1)
+        judge = JudgeConfig(
+            model="judge",
+            base_url=server.base_url,
+            metrics=("faithfulness", "context_recall"),
+            max_retries=0,
+            attempts=1,
+            max_concurrency=1,
+        )
         res = evaluate_records(records, judge=judge, string_distance="difflib")
     total_failed = sum(res.counts(m)["n_failed"] for m in ("faithfulness", "context_recall"))
     assert total_failed == 1 and len(res.failures) == 1
@@ -231,8 +272,14 @@ def test_judge_failures_are_counted_per_metric():
 def test_judge_retries_absorb_transient_errors_and_malformed_json():
     records = judge_records()[:1]
     with FakeOpenAIServer(responder=lexical_judge_responder(), faults=["500", "malformed"]) as server:
-        judge = JudgeConfig(model="judge", base_url=server.base_url, metrics=("faithfulness",),
-                            max_retries=0, attempts=3, max_concurrency=1)
+        judge = JudgeConfig(
+            model="judge",
+            base_url=server.base_url,
+            metrics=("faithfulness",),
+            max_retries=0,
+            attempts=3,
+            max_concurrency=1,
+        )
         res = evaluate_records(records, judge=judge, string_distance="difflib")
         assert server.request_count == 4  # 2 faulted + the 2 calls of faithfulness
     assert res.failures == [] and res.rows[0]["faithfulness"] == 1.0
@@ -267,10 +314,16 @@ def test_judge_config_validation_and_missing_embeddings():
         JudgeConfig(model=" ")
     with pytest.raises(RuntimeError, match="set the CTXWIN_TEST_NO_SUCH_KEY environment variable"):
         JudgeConfig(model="m", api_key_env="CTXWIN_TEST_NO_SUCH_KEY").api_key()
-    assert JudgeConfig(model="m", base_url="http://127.0.0.1:9/v1", api_key_env="CTXWIN_TEST_NO_SUCH_KEY").api_key() == PLACEHOLDER_KEY
+    assert (
+        JudgeConfig(model="m", base_url="http://127.0.0.1:9/v1", api_key_env="CTXWIN_TEST_NO_SUCH_KEY").api_key()
+        == PLACEHOLDER_KEY
+    )
     with pytest.raises(ValueError, match="need embeddings"):
-        evaluate_records(judge_records()[:1], judge=JudgeConfig(model="m", base_url="http://127.0.0.1:9/v1"),
-                         string_distance="difflib")
+        evaluate_records(
+            judge_records()[:1],
+            judge=JudgeConfig(model="m", base_url="http://127.0.0.1:9/v1"),
+            string_distance="difflib",
+        )
 
 
 def test_evaluate_records_inside_a_running_loop():
@@ -311,7 +364,14 @@ def test_nan_heavy_scores_fail_the_asset_check(tmp_path):
     outcomes = {}
     for name, records in (("heavy", heavy), ("clean", clean)):
         with dg.build_asset_context(partition_key="d") as context:
-            result = t_rag_ragas_scores(context, evaluation=evaluation, judge=JudgeResource(), embeddings=EmbeddingsResource(), answers=records, chunks=chunks)
+            result = t_rag_ragas_scores(
+                context,
+                evaluation=evaluation,
+                judge=JudgeResource(),
+                embeddings=EmbeddingsResource(),
+                answers=records,
+                chunks=chunks,
+            )
         check = result.check_results[0]
         outcomes[name] = check.passed
         if name == "heavy":

@@ -60,7 +60,7 @@ def _decompose(text: str, pieces: set[str]) -> list[str]:
     by_len = sorted(pieces, key=len, reverse=True)
     while pos < len(text):
         match = next((p for p in by_len if text.startswith(p, pos)), None)
-        assert match is not None, f"text at {pos} is not a document sentence: {text[pos:pos + 80]!r}"
+        assert match is not None, f"text at {pos} is not a document sentence: {text[pos : pos + 80]!r}"
         out.append(match)
         pos += len(match)
         if pos < len(text):
@@ -131,8 +131,17 @@ def test_swb_batches_are_consecutive(chunks):
 
 @pytest.mark.slow
 def test_extractive_implements_the_task_protocols(extractive):
-    assert isinstance(extractive, Summarizer) and isinstance(extractive, Contextualizer) and isinstance(extractive, Answerer)
-    assert isinstance(extractive, TaskEngine) and extractive.chat is None and extractive.limits is None and extractive.max_tokens is None
+    assert (
+        isinstance(extractive, Summarizer)
+        and isinstance(extractive, Contextualizer)
+        and isinstance(extractive, Answerer)
+    )
+    assert (
+        isinstance(extractive, TaskEngine)
+        and extractive.chat is None
+        and extractive.limits is None
+        and extractive.max_tokens is None
+    )
 
 
 def test_the_asker_takes_only_a_task_engine(extractive):
@@ -144,7 +153,13 @@ def test_the_asker_takes_only_a_task_engine(extractive):
         def answer(self, question, passages, doc_id=""):
             raise AssertionError("not reached")
 
-    with pytest.raises(TypeError, match=r"AnswersOnly lacks \['answer_threshold', 'chat', 'contextualize_cc', 'contextualize_swb', 'counter', 'embedder', 'ledger', 'limits', 'max_tokens', 'stats', 'summarize'\]"):
+    with pytest.raises(
+        TypeError,
+        match=(
+            r"AnswersOnly lacks \['answer_threshold', 'chat', 'contextualize_cc', 'contextualize_swb', "
+            r"'counter', 'embedder', 'ledger', 'limits', 'max_tokens', 'stats', 'summarize'\]"
+        ),
+    ):
         Asker(index=None, embedder=None, tasks=AnswersOnly())
     assert Asker(index=None, embedder=None, tasks=extractive).engine == "extractive"
 
@@ -180,7 +195,9 @@ def test_extractive_cc_context_for_an_article_5_chunk(extractive, embedder, doc,
     results = extractive.contextualize_cc(doc, chunks, doc_id="ai_act")
     assert [r.chunk_id for r in results] == [c.chunk_id for c in chunks]
     r = results[chunks.index(art5)]
-    assert r.engine == "extractive" and r.model == "extractive/all-MiniLM-L6-v2" and r.prompt_version == "cc_context.en.v1"
+    assert (
+        r.engine == "extractive" and r.model == "extractive/all-MiniLM-L6-v2" and r.prompt_version == "cc_context.en.v1"
+    )
     assert r.context.startswith("Section: CHAPTER II > Article 5. ")
     body = r.context.removeprefix("Section: CHAPTER II > Article 5. ")
     parts = _decompose(body, _sentences(doc))
@@ -239,13 +256,19 @@ def test_extractive_swb_context_from_summary_and_window(extractive, doc, chunks,
     from ctxwin_dagster.core.prompts import format_chunk_batch
 
     prompt = get_template("swb_batch").render(
-        summary=summary.text, before=before, chunks=format_chunk_batch([(c.chunk_id, c.text) for c in batch]), after=after, n=len(batch)
+        summary=summary.text,
+        before=before,
+        chunks=format_chunk_batch([(c.chunk_id, c.text) for c in batch]),
+        after=after,
+        n=len(batch),
     )
     shares = [x for x in results if x.chunk_id in {c.chunk_id for c in batch}]
     assert sum(x.input_tokens for x in shares) == get_token_counter(None).count_messages(prompt)
     assert sum(x.input_chars for x in shares) == sum(len(m["content"]) for m in prompt)
     batch_record = [
-        rec for rec in extractive.ledger.records if rec.tags.variant == "swb" and rec.input_chars == sum(x.input_chars for x in shares)
+        rec
+        for rec in extractive.ledger.records
+        if rec.tags.variant == "swb" and rec.input_chars == sum(x.input_chars for x in shares)
     ]
     assert len(batch_record) >= 1 and batch_record[0].prompt_version == "swb_batch.en.v1"
     again = extractive.contextualize_swb(doc, chunks, summary.text, doc_id="ai_act", window_chars=window)
@@ -260,10 +283,16 @@ def test_extractive_german_document_uses_german_prompts_and_labels(extractive):
     chunks = RecursiveSplitter(chunk_size=1000, chunk_overlap=100).split(text, doc_id="de", doc_sha256="de")
     chunks = [type(c)(**{**c.to_dict(), "section": "KAPITEL II > Artikel 5"}) for c in chunks]
     cc = extractive.contextualize_cc(text, chunks, doc_id="de")
-    swb = extractive.contextualize_swb(text, chunks, "Die Verordnung regelt künstliche Intelligenz in der Union.", doc_id="de")
-    assert {r.prompt_version for r in cc} == {"cc_context.de.v1"} and {r.prompt_version for r in swb} == {"swb_batch.de.v1"}
+    swb = extractive.contextualize_swb(
+        text, chunks, "Die Verordnung regelt künstliche Intelligenz in der Union.", doc_id="de"
+    )
+    assert {r.prompt_version for r in cc} == {"cc_context.de.v1"} and {r.prompt_version for r in swb} == {
+        "swb_batch.de.v1"
+    }
     assert all(r.context.startswith("Abschnitt: KAPITEL II > Artikel 5. ") for r in cc + swb)
-    assert extractive.summarize(text, doc_id="de", max_tokens=100).records[0].prompt_version == "summarize_segment.de.v1"
+    assert (
+        extractive.summarize(text, doc_id="de", max_tokens=100).records[0].prompt_version == "summarize_segment.de.v1"
+    )
 
 
 @pytest.mark.slow
@@ -312,7 +341,11 @@ def test_extractive_work_is_reused_by_content_and_counted_as_cache_hits(embedder
     second = ExtractiveTasks(embedder, cache=cache)
     warm = work(second)
     # The same results, every record a cache hit with the same counted volumes.
-    assert warm[0].text == cold[0].text and warm[3].text == cold[3].text and warm[3].cited_chunk_ids == cold[3].cited_chunk_ids
+    assert (
+        warm[0].text == cold[0].text
+        and warm[3].text == cold[3].text
+        and warm[3].cited_chunk_ids == cold[3].cited_chunk_ids
+    )
     assert [c.context for c in warm[1]] == [c.context for c in cold[1]] and all(c.cached for c in warm[1] + warm[2])
     assert [c.context for c in warm[2]] == [c.context for c in cold[2]]
     assert len(second.ledger.records) == len(first.ledger.records) and all(r.cache_hit for r in second.ledger.records)

@@ -78,7 +78,10 @@ def _backend(server, **kw):
 
 
 def test_llm_swb_valid_json_is_parsed(small_doc, small_chunks):
-    with FakeOpenAIServer(responder=lambda b: _valid(b) if _kind(b) == "swb" else "?") as server, _backend(server) as chat:
+    with (
+        FakeOpenAIServer(responder=lambda b: _valid(b) if _kind(b) == "swb" else "?") as server,
+        _backend(server) as chat,
+    ):
         tasks = LLMTasks(chat)
         assert isinstance(tasks, Contextualizer)
         res = tasks.contextualize_swb(small_doc, small_chunks, "SUMMARY", doc_id="d", window_chars=2_000)
@@ -86,14 +89,18 @@ def test_llm_swb_valid_json_is_parsed(small_doc, small_chunks):
     n_batches = -(-len(small_chunks) // 5)
     assert len(bodies) == n_batches and all(_kind(b) == "swb" for b in bodies)
     assert [r.context for r in res] == [f"swb context {c.chunk_id[:8]}" for c in small_chunks]
-    assert all(r.engine == "llm" and r.model == MODEL and r.prompt_version == "swb_batch.en.v1" and not r.fallback for r in res)
+    assert all(
+        r.engine == "llm" and r.model == MODEL and r.prompt_version == "swb_batch.en.v1" and not r.fallback for r in res
+    )
     assert all(b["temperature"] == 0.2 and b["top_p"] == 0.95 and b["max_tokens"] == 2048 for b in bodies)
     assert all(b["response_format"] == {"type": "json_object"} for b in bodies)
     # Batch windows: 2,000 chars before the first chunk and after the last.
     b1 = swb_batches(small_chunks, 5)[1]
-    first = next(b for b in bodies if _ids(b)[0] == b1[0].chunk_id)["messages"][-1]["content"]  # order of arrival varies
-    assert f"<text_before>\n{small_doc[b1[0].start - 2000:b1[0].start]}\n</text_before>" in first
-    assert f"<text_after>\n{small_doc[b1[-1].end:b1[-1].end + 2000]}\n</text_after>" in first
+    first = next(b for b in bodies if _ids(b)[0] == b1[0].chunk_id)["messages"][-1][
+        "content"
+    ]  # order of arrival varies
+    assert f"<text_before>\n{small_doc[b1[0].start - 2000 : b1[0].start]}\n</text_before>" in first
+    assert f"<text_after>\n{small_doc[b1[-1].end : b1[-1].end + 2000]}\n</text_after>" in first
     assert sum(r.input_tokens for r in res) == sum(rec.input_tokens for rec in chat.ledger.records)
     assert tasks.stats["swb_batches"] == n_batches and tasks.stats["swb_invalid"] == 0
 
@@ -165,10 +172,15 @@ def test_llm_swb_retry_repairs_a_bad_batch(small_doc, small_chunks):
         res = tasks.contextualize_swb(small_doc, small_chunks, "SUMMARY", doc_id="d", window_chars=2_000)
         kinds = [_kind(b) for b in server.requests]
     assert kinds.count("swb_retry") == 1 and "cc" not in kinds
-    assert tasks.stats["swb_invalid"] == 1 and tasks.stats["swb_retried"] == 1 and tasks.stats["swb_fallback_chunks"] == 0
+    assert (
+        tasks.stats["swb_invalid"] == 1 and tasks.stats["swb_retried"] == 1 and tasks.stats["swb_fallback_chunks"] == 0
+    )
     assert res[0].prompt_version == "swb_batch.en.v1+retry1" and not res[0].fallback
     assert res[-1].prompt_version == "swb_batch.en.v1"
-    assert SWB_RETRY_NOTE["en"].format(n=5) in next(b for b in server.requests if _kind(b) == "swb_retry")["messages"][-1]["content"]
+    assert (
+        SWB_RETRY_NOTE["en"].format(n=5)
+        in next(b for b in server.requests if _kind(b) == "swb_retry")["messages"][-1]["content"]
+    )
 
 
 def test_llm_swb_garbage_retries_then_falls_back_per_chunk_counted(small_doc, small_chunks):
@@ -229,7 +241,9 @@ def test_llm_second_run_with_a_cache_makes_no_calls(tmp_path, small_doc, small_c
         kind = _kind(body)
         if kind == "swb":
             return _valid(body)
-        return {"cc": "cc context", "segment": "segment summary", "overview": "overview", "answer": "Yes [x]."}.get(kind, "?")
+        return {"cc": "cc context", "segment": "segment summary", "overview": "overview", "answer": "Yes [x]."}.get(
+            kind, "?"
+        )
 
     def run(server):
         with _backend(server, cache=ResponseCache(tmp_path / "chat.sqlite")) as chat:
@@ -266,7 +280,10 @@ def test_llm_summary_map_then_reduce(small_doc):
         bodies = server.requests
     assert res.segments == ["summary of part 1", "summary of part 2", "summary of part 3"]
     overview_prompt = bodies[-1]["messages"][-1]["content"]
-    assert '<summary part="2">\nsummary of part 2\n</summary>' in overview_prompt and "at most 40 tokens" in overview_prompt
+    assert (
+        '<summary part="2">\nsummary of part 2\n</summary>' in overview_prompt
+        and "at most 40 tokens" in overview_prompt
+    )
     assert res.n_tokens <= 40 and res.text.startswith("the overview") and res.notes  # cut to budget, and said so
     assert len(res.records) == 4 and res.records[-1].prompt_version == "summarize_overview.en.v1"
 
@@ -305,7 +322,11 @@ def test_llm_answer_citations_and_not_found(small_chunks):
     passages = [(c.chunk_id, c.text) for c in small_chunks[:3]]
 
     def responder(body):
-        return NOT_IN_DOCUMENTS if "boil" in body["messages"][-1]["content"] else f"It is in Article 1 [{ids[1]}] and [{ids[2][:10]}]."
+        return (
+            NOT_IN_DOCUMENTS
+            if "boil" in body["messages"][-1]["content"]
+            else f"It is in Article 1 [{ids[1]}] and [{ids[2][:10]}]."
+        )
 
     with FakeOpenAIServer(responder=responder) as server, _backend(server) as chat:
         tasks = LLMTasks(chat)

@@ -21,7 +21,8 @@ def make_rows(doc: str, ids: range, dim: int = 8, seed: int = 0):
             "text": f"{doc} chunk {i} " + ("apples and pears" if i % 2 else "the other thing"),
             "section": "Article 1" if i == 0 else None,
             "context": f"context of {i}",
-            "embedded_text": f"context of {i}\n\n{doc} chunk {i} " + ("apples and pears" if i % 2 else "the other thing"),
+            "embedded_text": f"context of {i}\n\n{doc} chunk {i} "
+            + ("apples and pears" if i % 2 else "the other thing"),
         }
         for n, i in enumerate(ids)
     ]

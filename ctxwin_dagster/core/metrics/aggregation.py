@@ -27,6 +27,7 @@ __all__ = [
     "scores_by_variant",
 ]
 
+
 def bootstrap_mean_ci(
     values: Sequence[float] | np.ndarray,
     *,
@@ -73,13 +74,28 @@ def metric_names(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The metric columns of score rows, in order of appearance: numeric or ``None`` values,
     leaving out identifiers, counts and :data:`~.scoring.EFFICIENCY_FIELDS`."""
     names: list[str] = []
-    skip = {"question_id", "doc_id", "variant", "answerable", "not_found", "complexity",
-            "n_retrieved", "n_contexts", "context_chars", "n_reference_chunks", *EFFICIENCY_FIELDS}
+    skip = {
+        "question_id",
+        "doc_id",
+        "variant",
+        "answerable",
+        "not_found",
+        "complexity",
+        "n_retrieved",
+        "n_contexts",
+        "context_chars",
+        "n_reference_chunks",
+        *EFFICIENCY_FIELDS,
+    }
     for row in rows:
         for key, value in row.items():
             if key in skip or key in names:
                 continue
-            if value is None or isinstance(value, (int, float, np.floating, np.integer)) and not isinstance(value, bool):
+            if (
+                value is None
+                or isinstance(value, (int, float, np.floating, np.integer))
+                and not isinstance(value, bool)
+            ):
                 names.append(key)
     return names
 
@@ -129,7 +145,9 @@ def aggregate(
     for row in rows:
         missing = [k for k in keys if k not in row]
         if missing:
-            raise RecordError(f"score row for question_id={row.get('question_id')!r} has no {missing}; cannot group by {keys}")
+            raise RecordError(
+                f"score row for question_id={row.get('question_id')!r} has no {missing}; cannot group by {keys}"
+            )
         groups[tuple(row[k] for k in keys)].append(row)
     out: list[dict[str, Any]] = []
     for group, members in groups.items():
@@ -151,12 +169,23 @@ def aggregate(
                 else:
                     values.append(float(v))
             row_out: dict[str, Any] = dict(zip(keys, group))
-            row_out.update(metric=metric, population=population, n_population=len(pop), n=len(values),
-                           n_missing=n_missing, n_nan=n_nan, mean=None, ci_low=None, ci_high=None)
+            row_out.update(
+                metric=metric,
+                population=population,
+                n_population=len(pop),
+                n=len(values),
+                n_missing=n_missing,
+                n_nan=n_nan,
+                mean=None,
+                ci_low=None,
+                ci_high=None,
+            )
             if values:
                 row_out["mean"] = float(np.mean(values))
                 if ci:
-                    row_out["ci_low"], row_out["ci_high"] = bootstrap_mean_ci(values, n_boot=n_boot, seed=seed, level=ci_level)
+                    row_out["ci_low"], row_out["ci_high"] = bootstrap_mean_ci(
+                        values, n_boot=n_boot, seed=seed, level=ci_level
+                    )
             out.append(row_out)
     return out
 
@@ -190,9 +219,16 @@ def aggregate_efficiency(
         row: dict[str, Any] = {by: group, "n_questions": len(members)}
         sums: dict[str, float] = {}
         missing: dict[str, int] = {}
-        for field_, label in (("latency_s", "runtime_s"), ("calls", "calls"), ("input_tokens", "input_tokens"),
-                              ("input_chars", "input_chars"), ("output_tokens", "output_tokens"),
-                              ("cost_usd", "cost_usd"), ("paid_usd", "paid_usd"), ("cache_hits", "cache_hits")):
+        for field_, label in (
+            ("latency_s", "runtime_s"),
+            ("calls", "calls"),
+            ("input_tokens", "input_tokens"),
+            ("input_chars", "input_chars"),
+            ("output_tokens", "output_tokens"),
+            ("cost_usd", "cost_usd"),
+            ("paid_usd", "paid_usd"),
+            ("cache_hits", "cache_hits"),
+        ):
             total, n_missing = 0.0, 0
             for r in members:
                 value = r.get(field_)

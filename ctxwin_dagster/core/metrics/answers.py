@@ -88,4 +88,3 @@ def answer_f1(prediction: str, reference: str | Sequence[str]) -> float:
         recall = same / len(ref_tokens)
         best = max(best, 2 * precision * recall / (precision + recall))
     return best
-

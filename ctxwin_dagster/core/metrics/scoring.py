@@ -101,7 +101,16 @@ METRIC_POPULATION: dict[str, str] = {
 }
 
 #: Efficiency fields passed through from the record (None when the record lacks them).
-EFFICIENCY_FIELDS: tuple[str, ...] = ("latency_s", "input_tokens", "output_tokens", "cost_usd", "paid_usd", "input_chars", "calls", "cache_hits")
+EFFICIENCY_FIELDS: tuple[str, ...] = (
+    "latency_s",
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "paid_usd",
+    "input_chars",
+    "calls",
+    "cache_hits",
+)
 
 _REQUIRED = ("question_id", "variant")
 
@@ -130,7 +139,12 @@ def _span(value: Any, where: str) -> tuple[int, int, str | None]:
             doc = value[2]
     else:
         raise RecordError(f"{where}: a span must be [start, end] (character offsets); got {value!r}")
-    if isinstance(start, bool) or isinstance(end, bool) or not isinstance(start, (int, np.integer)) or not isinstance(end, (int, np.integer)):
+    if (
+        isinstance(start, bool)
+        or isinstance(end, bool)
+        or not isinstance(start, (int, np.integer))
+        or not isinstance(end, (int, np.integer))
+    ):
         raise RecordError(f"{where}: span offsets must be integers; got {value!r}")
     if not 0 <= start <= end:
         raise RecordError(f"{where}: a span needs 0 <= start <= end; got {value!r}")
@@ -249,7 +263,9 @@ def chunk_catalog(chunks: Any) -> dict[str, list[dict[str, Any]]]:
     by_doc: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for c in chunks:
         if "doc_id" not in c:
-            raise RecordError(f"chunk catalog row {dict(c)!r} has no doc_id; give chunks as {{doc_id: [...]}} or rows with doc_id")
+            raise RecordError(
+                f"chunk catalog row {dict(c)!r} has no doc_id; give chunks as {{doc_id: [...]}} or rows with doc_id"
+            )
         by_doc[str(c["doc_id"])].append(dict(c))
     return dict(by_doc)
 
@@ -269,7 +285,11 @@ def reference_chunk_ids(record: Mapping[str, Any], chunks: Any = None) -> list[s
     """
     if record.get("reference_chunk_ids") is not None:
         return [str(c) for c in record["reference_chunk_ids"]]
-    catalog = chunks if isinstance(chunks, dict) and all(isinstance(v, list) for v in chunks.values()) else chunk_catalog(chunks)
+    catalog = (
+        chunks
+        if isinstance(chunks, dict) and all(isinstance(v, list) for v in chunks.values())
+        else chunk_catalog(chunks)
+    )
     if not catalog:
         return None
     doc_id = str(record.get("doc_id"))
@@ -334,9 +354,18 @@ def score_record(
         "context_chars": sum(len(str(c)) for c in contexts),
         "n_reference_chunks": None,
     }
-    for name in ("span_hit", "span_char_recall", *(f"hit@{k}" for k in ks), "mrr",
-                 "id_context_precision", "id_context_recall", "answer_f1", "exact_match",
-                 "abstained", "not_found_correct"):
+    for name in (
+        "span_hit",
+        "span_char_recall",
+        *(f"hit@{k}" for k in ks),
+        "mrr",
+        "id_context_precision",
+        "id_context_recall",
+        "answer_f1",
+        "exact_match",
+        "abstained",
+        "not_found_correct",
+    ):
         out[name] = None
 
     if answerable:
@@ -418,4 +447,3 @@ def score_answers(
         seen[key] = i
         rows.append(row)
     return rows
-

@@ -11,12 +11,81 @@ __all__ = ["detect_language"]
 
 _WORD_RE = re.compile(r"[^\W\d_]+")
 _STOP_EN = frozenset(
-    "the and of to in is that for with as on be by this are it or shall from which an at not "
-    "have has was were such its their any where these those".split()
+    [
+        "the",
+        "and",
+        "of",
+        "to",
+        "in",
+        "is",
+        "that",
+        "for",
+        "with",
+        "as",
+        "on",
+        "be",
+        "by",
+        "this",
+        "are",
+        "it",
+        "or",
+        "shall",
+        "from",
+        "which",
+        "an",
+        "at",
+        "not",
+        "have",
+        "has",
+        "was",
+        "were",
+        "such",
+        "its",
+        "their",
+        "any",
+        "where",
+        "these",
+        "those",
+    ]
 )
 _STOP_DE = frozenset(
-    "der die das und ist nicht mit von zu den dem des für eine einer eines ein auf im sich "
-    "werden wird sind oder auch als bei nach über durch diese dieser dieses gemäß sowie".split()
+    [
+        "der",
+        "die",
+        "das",
+        "und",
+        "ist",
+        "nicht",
+        "mit",
+        "von",
+        "zu",
+        "den",
+        "dem",
+        "des",
+        "für",
+        "eine",
+        "einer",
+        "eines",
+        "ein",
+        "auf",
+        "im",
+        "sich",
+        "werden",
+        "wird",
+        "sind",
+        "oder",
+        "auch",
+        "als",
+        "bei",
+        "nach",
+        "über",
+        "durch",
+        "diese",
+        "dieser",
+        "dieses",
+        "gemäß",
+        "sowie",
+    ]
 )
 
 

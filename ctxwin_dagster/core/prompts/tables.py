@@ -332,4 +332,3 @@ WINDOW_RETRY_NOTE: dict[str, str] = {
     "en": "\n\nYour previous reply could not be used. Reply only with the JSON object described above.",
     "de": "\n\nDeine vorige Antwort war nicht verwendbar. Antworte nur mit dem oben beschriebenen JSON-Objekt.",
 }
-

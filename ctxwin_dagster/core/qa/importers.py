@@ -71,12 +71,16 @@ class ImportReport:
             + (f", {self.spans_moved} at another offset than the file gave" if self.spans_moved else ""),
         ]
         if self.not_found:
-            out.append(f"  {len(self.not_found)} answer(s) not found in their document (kept, without a reference span):")
+            out.append(
+                f"  {len(self.not_found)} answer(s) not found in their document (kept, without a reference span):"
+            )
             out += [f"    {x}" for x in self.not_found[:_MAX_LISTED]]
             if len(self.not_found) > _MAX_LISTED:
                 out.append(f"    ... and {len(self.not_found) - _MAX_LISTED} more")
         if self.ambiguous:
-            out.append(f"  {len(self.ambiguous)} answer(s) found more than once (every occurrence is a reference span):")
+            out.append(
+                f"  {len(self.ambiguous)} answer(s) found more than once (every occurrence is a reference span):"
+            )
             out += [f"    {x}" for x in self.ambiguous[:_MAX_LISTED]]
             if len(self.ambiguous) > _MAX_LISTED:
                 out.append(f"    ... and {len(self.ambiguous) - _MAX_LISTED} more")
@@ -140,8 +144,12 @@ def detect_format(path: str | Path) -> str:
             head = fh.read(4096)
         if '"data"' in head:
             return "cuad" if ('"aok' in head or "Highlight the parts" in head) else "squad"
-        raise QAFormatError(f"{p}: a .json file without a top-level 'data' list is neither SQuAD nor CUAD JSON; give --format")
-    raise QAFormatError(f"{p}: cannot tell the format from the type {p.suffix!r}; give --format squad, cuad, csv or jsonl")
+        raise QAFormatError(
+            f"{p}: a .json file without a top-level 'data' list is neither SQuAD nor CUAD JSON; give --format"
+        )
+    raise QAFormatError(
+        f"{p}: cannot tell the format from the type {p.suffix!r}; give --format squad, cuad, csv or jsonl"
+    )
 
 
 def _safe_file_name(title: str) -> str:
@@ -198,7 +206,7 @@ def _squad_item(qa: dict[str, Any], text: str, base: int, file_name: str, kind: 
     for a in answers:
         answer = str(a["text"])
         start = base + int(a.get("answer_start", -1))
-        if 0 <= start and text[start : start + len(answer)] == answer:
+        if start >= 0 and text[start : start + len(answer)] == answer:
             found, how = [(start, start + len(answer))], "exact"
         else:
             found, how = locate_answer(text, answer)
@@ -229,7 +237,9 @@ def _pick(row: dict[str, Any], names: tuple[str, ...], what: str, where: str, co
     for name in names:
         if name in lowered:
             return lowered[name]
-    raise QAFormatError(f"{where}: no {what} column; the columns are {columns}; name one of them {' or '.join(repr(n) for n in names)}")
+    raise QAFormatError(
+        f"{where}: no {what} column; the columns are {columns}; name one of them {' or '.join(repr(n) for n in names)}"
+    )
 
 
 def _read_table(p: Path) -> list[dict[str, Any]]:
@@ -250,7 +260,9 @@ def _read_table(p: Path) -> list[dict[str, Any]]:
     return list(csv.DictReader(content.splitlines(), dialect=dialect))
 
 
-def import_table(path: str | Path, resolve: Callable[[str], str | None], read_text: Callable[[str], str]) -> ImportResult:
+def import_table(
+    path: str | Path, resolve: Callable[[str], str | None], read_text: Callable[[str], str]
+) -> ImportResult:
     """Import a CSV/TSV/JSONL table of questions and answers about documents in a folder.
 
     Args:

@@ -59,6 +59,7 @@ __all__ = [
     "validate_spans",
 ]
 
+
 class QAExtraFieldsWarning(UserWarning):
     """A QA file has top-level fields the format does not define; they were kept under ``meta``."""
 
@@ -80,8 +81,7 @@ OPTIONAL_FIELDS: tuple[str, ...] = ("reference_spans", "is_impossible", "meta")
 _ALL_FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS
 
 _UNANSWERABLE_HINT = (
-    'for an unanswerable question set "reference_answer": "", "reference_spans": [] '
-    'and "is_impossible": true'
+    'for an unanswerable question set "reference_answer": "", "reference_spans": [] and "is_impossible": true'
 )
 _MAX_PROBLEMS_SHOWN = 20
 
@@ -105,16 +105,8 @@ def _normalize_spans(spans: Any) -> tuple[Span, ...]:
         )
     out: list[Span] = []
     for i, span in enumerate(spans):
-        if (
-            not isinstance(span, (list, tuple))
-            or len(span) != 2
-            or not _is_int(span[0])
-            or not _is_int(span[1])
-        ):
-            raise QAFormatError(
-                f"field 'reference_spans[{i}]' must be a pair of integers [start, end], "
-                f"got {span!r}"
-            )
+        if not isinstance(span, (list, tuple)) or len(span) != 2 or not _is_int(span[0]) or not _is_int(span[1]):
+            raise QAFormatError(f"field 'reference_spans[{i}]' must be a pair of integers [start, end], got {span!r}")
         start, end = span
         if not 0 <= start < end:
             raise QAFormatError(
@@ -163,9 +155,7 @@ class QAItem:
         for name in ("question_id", "doc_id", "question"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
-                raise QAFormatError(
-                    f"field {name!r} must be a non-empty string, got {value!r}"
-                )
+                raise QAFormatError(f"field {name!r} must be a non-empty string, got {value!r}")
         if any(ch in self.doc_id for ch in "\n\r\t\x00"):
             raise QAFormatError(
                 f"field 'doc_id' = {self.doc_id!r} holds a line break, tab or NUL; give the "
@@ -179,17 +169,13 @@ class QAItem:
         spans = _normalize_spans(self.reference_spans)
         object.__setattr__(self, "reference_spans", spans)
         if not isinstance(self.meta, dict):
-            raise QAFormatError(
-                f"field 'meta' must be a JSON object (dict), got {type(self.meta).__name__}"
-            )
+            raise QAFormatError(f"field 'meta' must be a JSON object (dict), got {type(self.meta).__name__}")
         impossible = self.is_impossible
         if impossible is None:
             impossible = self.reference_answer == "" and not spans
             object.__setattr__(self, "is_impossible", impossible)
         elif not isinstance(impossible, bool):
-            raise QAFormatError(
-                f"field 'is_impossible' must be true or false, got {impossible!r}"
-            )
+            raise QAFormatError(f"field 'is_impossible' must be true or false, got {impossible!r}")
         if impossible and (self.reference_answer != "" or spans):
             raise QAFormatError(
                 "field 'is_impossible' is true but the item has a reference_answer or "
@@ -219,9 +205,7 @@ class QAItem:
     def from_dict(cls, data: Mapping[str, Any]) -> QAItem:
         """Build an item from one parsed JSONL object; raises :class:`QAFormatError`."""
         if not isinstance(data, Mapping):
-            raise QAFormatError(
-                f"each line must be a JSON object, got {type(data).__name__}"
-            )
+            raise QAFormatError(f"each line must be a JSON object, got {type(data).__name__}")
         unknown = [k for k in data if k not in _ALL_FIELDS]
         typos = {k: near for k in unknown if (near := _near_miss(str(k)))}
         if typos:
@@ -264,9 +248,7 @@ def load_qa_jsonl(path: str | Path) -> list[QAItem]:
     try:
         content = p.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise QAFormatError(
-            f"{p}: not valid UTF-8 at byte {exc.start}; re-save the file as UTF-8"
-        ) from None
+        raise QAFormatError(f"{p}: not valid UTF-8 at byte {exc.start}; re-save the file as UTF-8") from None
     items: list[QAItem] = []
     seen: dict[str, int] = {}
     extra: dict[str, int] = {}
@@ -278,8 +260,7 @@ def load_qa_jsonl(path: str | Path) -> list[QAItem]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise QAFormatError(
-                f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); each line must "
-                "be one complete JSON object"
+                f"{where}: not valid JSON ({exc.msg} at column {exc.colno}); each line must be one complete JSON object"
             ) from None
         try:
             item = QAItem.from_dict(obj)
@@ -298,9 +279,7 @@ def load_qa_jsonl(path: str | Path) -> list[QAItem]:
         object.__setattr__(item, "line", lineno)
         items.append(item)
     if not items:
-        raise QAFormatError(
-            f"{p}: holds no questions; add one JSON object per line or remove the file"
-        )
+        raise QAFormatError(f"{p}: holds no questions; add one JSON object per line or remove the file")
     if extra:
         import warnings
 
@@ -320,9 +299,7 @@ def load_qa_folder(folder: str | Path) -> list[QAItem]:
     """
     root = Path(folder)
     if not root.is_dir():
-        raise QAFormatError(
-            f"QA folder {str(root)!r} does not exist; create it and put .jsonl QA files in it"
-        )
+        raise QAFormatError(f"QA folder {str(root)!r} does not exist; create it and put .jsonl QA files in it")
     items: list[QAItem] = []
     origin: dict[str, Path] = {}
     for p in sorted(root.glob("*.jsonl"), key=lambda q: q.name):
@@ -350,9 +327,7 @@ def write_qa_jsonl(items: Iterable[QAItem], path: str | Path) -> Path:
     lines: list[str] = []
     for item in items:
         if item.question_id in seen:
-            raise QAFormatError(
-                f"{p}: question_id {item.question_id!r} appears twice; ids must be unique"
-            )
+            raise QAFormatError(f"{p}: question_id {item.question_id!r} appears twice; ids must be unique")
         seen.add(item.question_id)
         lines.append(json.dumps(item.to_dict(), ensure_ascii=False))
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -413,6 +388,8 @@ def validate_spans(items: Iterable[QAItem], doc_texts: Mapping[str, str]) -> Non
         more = len(problems) - len(shown)
         tail = f"\n  ... and {more} more" if more else ""
         raise QAFormatError(
-            f"{len(problems)} reference-span problem(s):\n  " + "\n  ".join(shown) + tail
+            f"{len(problems)} reference-span problem(s):\n  "
+            + "\n  ".join(shown)
+            + tail
             + "\nOffsets are character offsets into the document text read as UTF-8."
         )

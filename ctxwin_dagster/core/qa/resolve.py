@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from ctxwin_dagster.core.document_folder import DocumentFolder
-
 from ctxwin_dagster.core.documents import DocumentError
 
 from .items import QAFormatError, QAItem
@@ -120,5 +119,7 @@ def check_reference_spans(resolved: ResolvedQuestions, read_text: Callable[[str]
     if problems:
         shown = problems[:_MAX_SPAN_PROBLEMS_SHOWN]
         more = f"\n  ... and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
-        raise QAFormatError(f"{len(problems)} reference span(s) outside their document:\n  " + "\n  ".join(shown) + more)
+        raise QAFormatError(
+            f"{len(problems)} reference span(s) outside their document:\n  " + "\n  ".join(shown) + more
+        )
     return unread

@@ -77,8 +77,7 @@ class _ChunkIndex:
             for a, b in zip(keys, keys[1:]):
                 if a == b:
                     raise ValueError(
-                        f"chunks hold chunk_index {a} of document {doc_id!r} twice; "
-                        "pass each document's chunks once"
+                        f"chunks hold chunk_index {a} of document {doc_id!r} twice; pass each document's chunks once"
                     )
             self.docs[doc_id] = lst
             self.keys[doc_id] = keys

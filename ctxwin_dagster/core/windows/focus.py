@@ -79,7 +79,9 @@ def structure_starts(text: str, a: int = 0, b: int | None = None) -> list[int]:
     return starts
 
 
-def _grow(starts: Sequence[int], ends: Sequence[int], center: int, limit: int, lo_bound: int = 0, hi_bound: int | None = None) -> tuple[int, int, int, int]:
+def _grow(
+    starts: Sequence[int], ends: Sequence[int], center: int, limit: int, lo_bound: int = 0, hi_bound: int | None = None
+) -> tuple[int, int, int, int]:
     """Sentences ``lo..hi`` around ``center`` within ``[lo_bound, hi_bound]``, adding one after
     then one before in turn while the span stays within ``limit`` characters (a side stops at
     the first that does not fit). Returns ``(start, end, lo, hi)``."""
@@ -87,7 +89,9 @@ def _grow(starts: Sequence[int], ends: Sequence[int], center: int, limit: int, l
     return _grow_from(starts, ends, center, center, limit, lo_bound, hi_bound)
 
 
-def _grow_from(starts: Sequence[int], ends: Sequence[int], lo: int, hi: int, limit: int, lo_bound: int, hi_bound: int) -> tuple[int, int, int, int]:
+def _grow_from(
+    starts: Sequence[int], ends: Sequence[int], lo: int, hi: int, limit: int, lo_bound: int, hi_bound: int
+) -> tuple[int, int, int, int]:
     start, end = starts[lo], max(ends[lo : hi + 1])
     can_after = can_before = True
     while can_after or can_before:
@@ -216,7 +220,9 @@ def focus_windows(
     if score_drop is not None:
         _check_number("score_drop", score_drop, 0)
     if lexical_weight and lexical_scores is None:
-        raise ValueError("lexical_weight needs lexical_scores= (texts -> full-text scores, e.g. SentenceBM25.scorer(question))")
+        raise ValueError(
+            "lexical_weight needs lexical_scores= (texts -> full-text scores, e.g. SentenceBM25.scorer(question))"
+        )
     hits = [(c, float(sc)) for c, sc in hits]
     if not hits:
         return []
@@ -255,14 +261,20 @@ def focus_windows(
     texts = [sentences[d].text[sentences[d].starts[j] : sentences[d].ends[j]] for d, j in keys]
     sims = [float(x) for x in score_sentences(texts)]
     if len(sims) != len(keys):
-        raise ValueError(f"score_sentences returned {len(sims)} scores for {len(keys)} sentences; it must return one per text")
+        raise ValueError(
+            f"score_sentences returned {len(sims)} scores for {len(keys)} sentences; it must return one per text"
+        )
     if lexical_scores is not None and lexical_weight:
         lex = [float(x) for x in lexical_scores(texts)]
         if len(lex) != len(keys):
-            raise ValueError(f"lexical_scores returned {len(lex)} scores for {len(keys)} sentences; it must return one per text")
+            raise ValueError(
+                f"lexical_scores returned {len(lex)} scores for {len(keys)} sentences; it must return one per text"
+            )
         top = max(lex)
         sims = [s + (lexical_weight * x / top if top > 0 else 0.0) for s, x in zip(sims, lex)]
-    scored = sorted(((sim + chunk_weight * cand[key], key) for sim, key in zip(sims, keys)), key=lambda t: (-t[0], t[1]))
+    scored = sorted(
+        ((sim + chunk_weight * cand[key], key) for sim, key in zip(sims, keys)), key=lambda t: (-t[0], t[1])
+    )
     floor = scored[0][0] - score_drop if score_drop is not None else float("-inf")
     chosen: list[tuple[str, int, int, float]] = []
     spans: list[tuple[str, int, int]] = []

@@ -116,9 +116,7 @@ def _check_size_overlap(size: int, overlap: int) -> None:
     if overlap < 0:
         raise ValueError(f"overlap must not be negative (got {overlap}); pass overlap=0 for no overlap")
     if overlap >= size:
-        raise ValueError(
-            f"overlap ({overlap}) must be smaller than size ({size}); lower overlap or raise size"
-        )
+        raise ValueError(f"overlap ({overlap}) must be smaller than size ({size}); lower overlap or raise size")
 
 
 # Most characters a partly decoded character can turn into (UTF-8 has at most 4 bytes).

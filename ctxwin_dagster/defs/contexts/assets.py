@@ -21,7 +21,9 @@ def _limit_check(name: str, records, chat: ChatModelResource, pipeline: Pipeline
     """No prompt exceeded the model's available prompt tokens (for the extractive engine: the
     reference model's, i.e. whether those prompts would fit the model the paper used)."""
     model = chat.model if chat.configured else pipeline.reference_model
-    limit = get_model_limits(model).available_prompt_tokens(min(pipeline.max_output_tokens, get_model_limits(model).max_completion_tokens))
+    limit = get_model_limits(model).available_prompt_tokens(
+        min(pipeline.max_output_tokens, get_model_limits(model).max_completion_tokens)
+    )
     largest = max((r.input_tokens for r in records), default=0)
     over = sum(1 for r in records if r.input_tokens > limit)
     return dg.AssetCheckResult(
@@ -65,7 +67,11 @@ def _context_checks(chunks: list[Chunk], contexts, records, chat, pipeline) -> l
 def _context_specs(asset: str) -> list[dg.AssetCheckSpec]:
     return [
         dg.AssetCheckSpec("every_chunk_has_context", asset=asset, description="every chunk got a non-empty context"),
-        dg.AssetCheckSpec("prompts_within_model_limit", asset=asset, description="no prompt exceeded the model's available prompt tokens"),
+        dg.AssetCheckSpec(
+            "prompts_within_model_limit",
+            asset=asset,
+            description="no prompt exceeded the model's available prompt tokens",
+        ),
     ]
 
 
@@ -170,8 +176,24 @@ def swb_rag_contexts(
     # How the model's replies fared (LLM engine): unusable first replies, repairs, retries, windows cut to fit.
     replies = {f"replies_{k}": int(tasks.stats[k]) for k in _SWB_STATS}
     return _contexts_result(
-        contexts, chunks, records, tasks, contextualizer, pipeline, started, batches=-(-len(chunks) // pipeline.swb_batch_size), **replies
+        contexts,
+        chunks,
+        records,
+        tasks,
+        contextualizer,
+        pipeline,
+        started,
+        batches=-(-len(chunks) // pipeline.swb_batch_size),
+        **replies,
     )
 
 
-_SWB_STATS = ("swb_invalid", "swb_repaired", "swb_retried", "swb_retry_invalid", "swb_fallback_chunks", "swb_fallback_failed", "swb_windows_shrunk")
+_SWB_STATS = (
+    "swb_invalid",
+    "swb_repaired",
+    "swb_retried",
+    "swb_retry_invalid",
+    "swb_fallback_chunks",
+    "swb_fallback_failed",
+    "swb_windows_shrunk",
+)

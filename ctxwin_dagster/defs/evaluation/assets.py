@@ -2,8 +2,8 @@
 
 import json
 import time
-from typing import cast
 from pathlib import Path
+from typing import cast
 
 import dagster as dg
 
@@ -14,7 +14,6 @@ from ctxwin_dagster.core.qa.resolve import resolve_questions
 from ctxwin_dagster.core.splitting import Chunk
 from ctxwin_dagster.defs.materializations import latest_metadata
 from ctxwin_dagster.defs.partitions import documents_partitions
-from ctxwin_dagster.defs.staleness import qa_version
 from ctxwin_dagster.defs.resources import (
     ChatModelResource,
     EmbeddingsResource,
@@ -25,7 +24,7 @@ from ctxwin_dagster.defs.resources import (
     ProjectSettings,
     build_tasks,
 )
-
+from ctxwin_dagster.defs.staleness import qa_version
 
 
 def _write_jsonl(path: Path, rows) -> None:
@@ -51,7 +50,11 @@ def read_jsonl_folder(folder: Path) -> list[dict]:
     kinds={"python"},
     code_version="1",
     description="The document's questions from the QA folder (JSONL), with reference spans checked and reference chunk ids.",
-    check_specs=[dg.AssetCheckSpec("reference_spans_valid", asset="qa_sets", description="every reference span lies inside the document")],
+    check_specs=[
+        dg.AssetCheckSpec(
+            "reference_spans_valid", asset="qa_sets", description="every reference span lies inside the document"
+        )
+    ],
 )
 def qa_sets(context: dg.AssetExecutionContext, settings: ProjectSettings, raw_documents: Document, chunks: list[Chunk]):
     qa_dir = Path(settings.qa_dir)
@@ -75,7 +78,13 @@ def qa_sets(context: dg.AssetExecutionContext, settings: ProjectSettings, raw_do
             # what `ctxwin run` compares to tell a changed question set (defs/staleness.py)
             "qa_version": qa_version([q.to_dict() for q in items]),
         },
-        check_results=[dg.AssetCheckResult(check_name="reference_spans_valid", passed=not bad, metadata={"invalid": len(bad), "first_invalid": str(bad[:5])})],
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="reference_spans_valid",
+                passed=not bad,
+                metadata={"invalid": len(bad), "first_invalid": str(bad[:5])},
+            )
+        ],
     )
 
 
@@ -90,7 +99,10 @@ def _answers_asset(variant: str):
         group_name="evaluation",
         kinds={"python", "lancedb"},
         code_version="2",
-        description=f"Every question of the document answered from the {variant} index with ctxwin ask's retrieval and enhancement (or the experiment's), with citations.",
+        description=(
+            f"Every question of the document answered from the {variant} index with ctxwin ask's "
+            f"retrieval and enhancement (or the experiment's), with citations."
+        ),
         check_specs=[
             dg.AssetCheckSpec(
                 "questions_within_embedding_window",
@@ -113,7 +125,9 @@ def _answers_asset(variant: str):
 
         doc_id = context.partition_key
         started = time.perf_counter()
-        questions = qa_sets[: evaluation.max_questions_per_document] if evaluation.max_questions_per_document else qa_sets
+        questions = (
+            qa_sets[: evaluation.max_questions_per_document] if evaluation.max_questions_per_document else qa_sets
+        )
         retrieval = evaluation.retrieval_settings()
         embedder = embeddings.embedder()
         # Refused before any question is answered when the index was built with another model.
@@ -136,7 +150,14 @@ def _answers_asset(variant: str):
                 rec["reference_chunk_ids"] = q["reference_chunk_ids"]
                 hits = result.context.hits if result.context is not None else []
                 rec["retrieved"] = [
-                    {"chunk_id": cid, "doc_id": by_id[cid].doc_id, "start": by_id[cid].start, "end": by_id[cid].end, "text": by_id[cid].text, "score": score}
+                    {
+                        "chunk_id": cid,
+                        "doc_id": by_id[cid].doc_id,
+                        "start": by_id[cid].start,
+                        "end": by_id[cid].end,
+                        "text": by_id[cid].text,
+                        "score": score,
+                    }
                     for cid, score in hits
                     if cid in by_id
                 ]
@@ -201,17 +222,34 @@ def _scores_asset(variant: str):
         group_name="evaluation",
         kinds={"python", "ragas"},
         code_version="1",
-        description=f"RAGAS scores of the {variant} answers: non-LLM and ID-based context metrics always, the paper's five LLM metrics with a judge; plus span recall, hit@k and MRR.",
-        check_specs=[dg.AssetCheckSpec("few_nan_scores", asset=name, description="NaN or failed scores stay under the threshold for every metric")],
+        description=(
+            f"RAGAS scores of the {variant} answers: non-LLM and ID-based context metrics always, the "
+            f"paper's five LLM metrics with a judge; plus span recall, hit@k and MRR."
+        ),
+        check_specs=[
+            dg.AssetCheckSpec(
+                "few_nan_scores",
+                asset=name,
+                description="NaN or failed scores stay under the threshold for every metric",
+            )
+        ],
     )
-    def _asset(context: dg.AssetExecutionContext, evaluation: EvaluationSettings, judge: JudgeResource, embeddings: EmbeddingsResource,
-               answers: list, chunks: list[Chunk]):
+    def _asset(
+        context: dg.AssetExecutionContext,
+        evaluation: EvaluationSettings,
+        judge: JudgeResource,
+        embeddings: EmbeddingsResource,
+        answers: list,
+        chunks: list[Chunk],
+    ):
         from ctxwin_dagster.models.ragas import evaluate_records
 
         started = time.perf_counter()
         config = judge.config()
         catalog = [c.to_dict() for c in chunks]
-        result = evaluate_records(answers, chunks=catalog, judge=config, embedder=embeddings.embedder() if config else None)
+        result = evaluate_records(
+            answers, chunks=catalog, judge=config, embedder=embeddings.embedder() if config else None
+        )
         doc_id = context.partition_key
         _write_jsonl(evaluation.results_path() / "scores" / variant / f"{doc_id}.jsonl", result.rows)
         worst = 0.0
@@ -238,7 +276,11 @@ def _scores_asset(variant: str):
                 dg.AssetCheckResult(
                     check_name="few_nan_scores",
                     passed=not bad_metrics,
-                    metadata={"worst_share": round(worst, 3), "threshold": evaluation.max_failed_share, "metrics_over": dg.MetadataValue.json(bad_metrics)},
+                    metadata={
+                        "worst_share": round(worst, 3),
+                        "threshold": evaluation.max_failed_share,
+                        "metrics_over": dg.MetadataValue.json(bad_metrics),
+                    },
                 )
             ],
         )
@@ -273,7 +315,9 @@ def indexing_costs(instance: dg.DagsterInstance, doc_ids) -> dict[str, dict[str,
             for asset in assets:
                 meta = latest_metadata(instance, asset, doc_id)
                 if "paid_usd" not in meta and "cost_usd" in meta:
-                    meta["paid_usd"] = meta["cost_usd"]  # recorded before paid_usd existed, when cost_usd was what was paid
+                    meta["paid_usd"] = meta[
+                        "cost_usd"
+                    ]  # recorded before paid_usd existed, when cost_usd was what was paid
                 for f in INDEXING_FIELDS:
                     value = meta.get(f)
                     if isinstance(value, int | float):
@@ -336,7 +380,9 @@ def _fit_markdown(inline: str, linked: str) -> str:
 def _all_documents(asset: str) -> dg.AssetIn:
     """Every document partition of ``asset`` that was materialized, as ``{doc_id: value}``
     (the default UPath IO manager skips partitions never materialized, e.g. a failed document)."""
-    return dg.AssetIn(key=asset, partition_mapping=dg.AllPartitionMapping(), metadata={"allow_missing_partitions": True})
+    return dg.AssetIn(
+        key=asset, partition_mapping=dg.AllPartitionMapping(), metadata={"allow_missing_partitions": True}
+    )
 
 
 def _by_document(context: dg.AssetExecutionContext, name: str, value) -> dict[str, list]:
@@ -361,11 +407,18 @@ def _by_document(context: dg.AssetExecutionContext, name: str, value) -> dict[st
 
 @dg.asset(
     ins={f"{v}_ragas_scores": _all_documents(f"{v}_ragas_scores") for v in VARIANTS},
-    deps=[dg.AssetDep(a, partition_mapping=dg.AllPartitionMapping()) for a in sorted({a for assets in COST_ASSETS.values() for a in assets})],
+    deps=[
+        dg.AssetDep(a, partition_mapping=dg.AllPartitionMapping())
+        for a in sorted({a for assets in COST_ASSETS.values() for a in assets})
+    ],
     group_name="evaluation",
     kinds={"python", "pandas"},
     code_version="2",
-    description="The experiment's comparison over the scores of the documents that exist now (its inputs): quality per variant with paired tests (Shapiro-Wilk, t-test or Wilcoxon, Bonferroni), efficiency, plots; Markdown in the UI and an HTML report in the experiment's folder under evaluations/reports.",
+    description=(
+        "The experiment's comparison over the scores of the documents that exist now (its inputs): "
+        "quality per variant with paired tests (Shapiro-Wilk, t-test or Wilcoxon, Bonferroni), efficiency, plots; "
+        "Markdown in the UI and an HTML report in the experiment's folder under evaluations/reports."
+    ),
 )
 def experiment_comparison(
     context: dg.AssetExecutionContext,
@@ -384,22 +437,40 @@ def experiment_comparison(
     started = time.perf_counter()
     # Only the documents whose file is in the folder now: a document whose file is gone keeps
     # its partition and stored outputs until `ctxwin prune`, but leaves the comparison at once.
-    partitions = set(context.instance.get_dynamic_partitions(documents_partitions.name)) & set(settings.document_folder().ids())
+    partitions = set(context.instance.get_dynamic_partitions(documents_partitions.name)) & set(
+        settings.document_folder().ids()
+    )
     scores_in = {"t_rag": t_rag_ragas_scores, "cc_rag": cc_rag_ragas_scores, "swb_rag": swb_rag_ragas_scores}
-    scores_by = {v: {d: rows for d, rows in _by_document(context, f"{v}_ragas_scores", scores_in[v]).items() if d in partitions} for v in VARIANTS}
+    scores_by = {
+        v: {d: rows for d, rows in _by_document(context, f"{v}_ragas_scores", scores_in[v]).items() if d in partitions}
+        for v in VARIANTS
+    }
     doc_ids = sorted(set().union(*(set(scores_by[v]) for v in VARIANTS)))
     scores = [r for v in VARIANTS for d in doc_ids for r in scores_by[v].get(d, [])]
     # A score row carries its answer's efficiency fields (tokens, characters, calls, cost, latency).
     answers = scores
     missing = sorted(partitions - set(doc_ids))
     notes = [f"documents without scores (not evaluated or failed): {', '.join(missing)}"] if missing else []
-    gaps = [f"{v}: {', '.join(d for d in doc_ids if d not in scores_by[v])}" for v in VARIANTS if any(d not in scores_by[v] for d in doc_ids)]
+    gaps = [
+        f"{v}: {', '.join(d for d in doc_ids if d not in scores_by[v])}"
+        for v in VARIANTS
+        if any(d not in scores_by[v] for d in doc_ids)
+    ]
     if gaps:
-        notes.append(f"documents scored for some variants only (the missing ones are left out of that variant): {'; '.join(gaps)}")
-    setup = experiment_setup(context.instance, doc_ids, evaluation, contextualizer, answerer, judge, embeddings, answers)
+        notes.append(
+            f"documents scored for some variants only (the missing ones are left out of that variant): {'; '.join(gaps)}"
+        )
+    setup = experiment_setup(
+        context.instance, doc_ids, evaluation, contextualizer, answerer, judge, embeddings, answers
+    )
     result = compare_experiment(
-        scores, answers, indexing_costs(context.instance, doc_ids), evaluation.reports_path(),
-        title=f"ctxwin experiment: {evaluation.experiment}", notes=notes, setup=setup,
+        scores,
+        answers,
+        indexing_costs(context.instance, doc_ids),
+        evaluation.reports_path(),
+        title=f"ctxwin experiment: {evaluation.experiment}",
+        notes=notes,
+        setup=setup,
     )
     md = _fit_markdown(result["markdown_inline"], result["markdown"])
     return dg.MaterializeResult(

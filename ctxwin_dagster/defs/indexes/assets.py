@@ -38,7 +38,9 @@ def index_rows(chunks: list[Chunk], contexts, embedder, embeddings: EmbeddingsRe
     return rows, plans
 
 
-def write_index(context, variant: str, chunks: list[Chunk], contexts, embeddings: EmbeddingsResource, lancedb: LanceDBResource):
+def write_index(
+    context, variant: str, chunks: list[Chunk], contexts, embeddings: EmbeddingsResource, lancedb: LanceDBResource
+):
     started = time.perf_counter()
     doc_id = context.partition_key
     if any(c.doc_id != doc_id for c in chunks):
@@ -84,7 +86,8 @@ def write_index(context, variant: str, chunks: list[Chunk], contexts, embeddings
             "rows_with_context_cut": window["rows_with_context_cut"],
             "texts_embedded": embedder.stats.texts_encoded - encoded_before,
             # Where the vectors were computed: the command's embedding server, or this run's process.
-            "embedded_by": getattr(embedder, "served_by", "") or ("this run's process" if embedder.provider == "local" else embedder.provider),
+            "embedded_by": getattr(embedder, "served_by", "")
+            or ("this run's process" if embedder.provider == "local" else embedder.provider),
             "ann_index": upkeep.ann_index,
             "ann_trained_rows": upkeep.ann_trained_rows,
             "ann_trained_at": upkeep.ann_trained_at,
@@ -123,8 +126,11 @@ def _index_asset(variant: str, contexts_asset: str | None):
     ins = {"chunks": dg.AssetIn()}
     if contexts_asset:
         ins["contexts"] = dg.AssetIn(key=contexts_asset)
-    label = {"t_rag": "T-RAG: chunks embedded as they are", "cc_rag": "CC-RAG: chunks embedded with their whole-document context",
-             "swb_rag": "SWB-RAG: chunks embedded with their summary-and-window context"}[variant]
+    label = {
+        "t_rag": "T-RAG: chunks embedded as they are",
+        "cc_rag": "CC-RAG: chunks embedded with their whole-document context",
+        "swb_rag": "SWB-RAG: chunks embedded with their summary-and-window context",
+    }[variant]
 
     @dg.asset(
         name=name,
@@ -135,7 +141,11 @@ def _index_asset(variant: str, contexts_asset: str | None):
         code_version="3",
         description=f"{label}; one LanceDB table, rows merged on chunk_id per document.",
         check_specs=[
-            dg.AssetCheckSpec("rows_match_chunks", asset=name, description="one row per chunk, no duplicate chunk ids among the document's rows"),
+            dg.AssetCheckSpec(
+                "rows_match_chunks",
+                asset=name,
+                description="one row per chunk, no duplicate chunk ids among the document's rows",
+            ),
             dg.AssetCheckSpec(
                 "chunk_text_within_embedding_window",
                 asset=name,

@@ -1,6 +1,5 @@
 """Ingest stage: document files -> ``raw_documents`` -> ``chunks``."""
 
-
 import time
 
 import dagster as dg
@@ -52,7 +51,9 @@ def raw_documents(context: dg.AssetExecutionContext, settings: ProjectSettings):
     code_version="1",
     description="Recursive 1,000/100-character chunks with exact character offsets and section paths.",
     check_specs=[
-        dg.AssetCheckSpec("offsets_exact", asset="chunks", description="text == document[start:end] for every chunk, in order"),
+        dg.AssetCheckSpec(
+            "offsets_exact", asset="chunks", description="text == document[start:end] for every chunk, in order"
+        ),
     ],
 )
 def chunks(context: dg.AssetExecutionContext, settings: ProjectSettings, raw_documents: Document):
@@ -72,7 +73,11 @@ def chunks(context: dg.AssetExecutionContext, settings: ProjectSettings, raw_doc
             dg.AssetCheckResult(
                 check_name="offsets_exact",
                 passed=not mismatched and not out_of_order,
-                metadata={"mismatched": len(mismatched), "first_mismatched": str(mismatched[:10]), "out_of_order": out_of_order},
+                metadata={
+                    "mismatched": len(mismatched),
+                    "first_mismatched": str(mismatched[:10]),
+                    "out_of_order": out_of_order,
+                },
             )
         ],
         metadata={

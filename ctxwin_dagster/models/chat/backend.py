@@ -152,10 +152,14 @@ class OpenAIChatBackend:
         if cache is not None and not all(hasattr(cache, m) for m in ("get", "put", "get_many")):
             raise TypeError(f"cache must be a ResponseCache or NullCache; got {type(cache).__name__}")
         if max_tokens_param not in (None, "max_tokens", "max_completion_tokens"):
-            raise ValueError(f"max_tokens_param must be 'max_tokens', 'max_completion_tokens' or None; got {max_tokens_param!r}")
+            raise ValueError(
+                f"max_tokens_param must be 'max_tokens', 'max_completion_tokens' or None; got {max_tokens_param!r}"
+            )
         if price_overrides is not None and not isinstance(price_overrides, Mapping):
             raise TypeError("price_overrides must map model -> (USD per 1M input, USD per 1M output)")
-        self.retry = RetryPolicy(max_retries=max_retries, backoff_base_s=float(backoff_base_s), backoff_max_s=float(backoff_max_s))
+        self.retry = RetryPolicy(
+            max_retries=max_retries, backoff_base_s=float(backoff_base_s), backoff_max_s=float(backoff_max_s)
+        )
 
         resolved = base_url if base_url is not None else (os.environ.get("OPENAI_BASE_URL") or None)
         self.base_url = normalize_base_url(resolved) if resolved else OPENAI_BASE_URL
@@ -170,7 +174,9 @@ class OpenAIChatBackend:
         self.price_overrides = dict(price_overrides) if price_overrides else None
         if max_tokens_param is None:
             bare = model.split("/")[-1].lower()
-            max_tokens_param = "max_completion_tokens" if self.is_openai and bare.startswith(_REASONING_PREFIXES) else "max_tokens"
+            max_tokens_param = (
+                "max_completion_tokens" if self.is_openai and bare.startswith(_REASONING_PREFIXES) else "max_tokens"
+            )
         self.max_tokens_param = max_tokens_param
         self._counter: TokenCounter = get_token_counter(model)
 
@@ -334,8 +340,13 @@ class OpenAIChatBackend:
 
     def _record(self, p: Prepared, **fields: Any) -> CallRecord:
         """A record of a call for ``p`` by this backend, with ``fields`` (volumes, latency, outcome)."""
-        return CallRecord(backend=self.backend_id, model=self.model, tags=p.request.tags,
-                          prompt_version=p.request.prompt_version, **fields)
+        return CallRecord(
+            backend=self.backend_id,
+            model=self.model,
+            tags=p.request.tags,
+            prompt_version=p.request.prompt_version,
+            **fields,
+        )
 
     def _cost(self, input_tokens: int, output_tokens: int, cached_tokens: int) -> float | None:
         """USD for a call of this model with these token counts, None when its price is unknown."""
@@ -403,10 +414,24 @@ class OpenAIChatBackend:
                     response = client.post("/chat/completions", body=body, cast_to=ChatCompletion)
                     text, finish, usage, served_model = parse_completion(response)
         except Exception as exc:
-            error = chat_error(exc, attempts=attempts, base_url=self.base_url, model=self.model,
-                               timeout_s=self.timeout_s, limits=self.limits, api_key=client.api_key)
-            self.ledger.add(self._record(p, latency_s=time.perf_counter() - t0, attempts=attempts, ok=False,
-                                         error=f"{type(error).__name__}: {error}"[:500]))
+            error = chat_error(
+                exc,
+                attempts=attempts,
+                base_url=self.base_url,
+                model=self.model,
+                timeout_s=self.timeout_s,
+                limits=self.limits,
+                api_key=client.api_key,
+            )
+            self.ledger.add(
+                self._record(
+                    p,
+                    latency_s=time.perf_counter() - t0,
+                    attempts=attempts,
+                    ok=False,
+                    error=f"{type(error).__name__}: {error}"[:500],
+                )
+            )
             if isinstance(error, ChatBackendError) and error.kind == "auth":
                 raise error from None  # the SDK's exception carries the request headers
             if error is exc:
@@ -436,5 +461,7 @@ class OpenAIChatBackend:
             try:
                 self.cache.put(p.key, entry)  # stored before the call counts as done
             except Exception as exc:  # noqa: BLE001 - the answer is good; only reuse is lost
-                log.warning("could not write the response cache %r (%s); the answer is returned but not cached", self.cache, exc)
+                log.warning(
+                    "could not write the response cache %r (%s); the answer is returned but not cached", self.cache, exc
+                )
         return self._result(p, entry, latency_s=latency, attempts=attempts)

@@ -33,8 +33,16 @@ from ..retry import error_code, is_transient
 __all__ = ["ChatBackendError", "ErrorKind", "chat_error"]
 
 ErrorKind = Literal[
-    "unreachable", "timeout", "rate_limited", "server_error", "malformed", "model_not_found",
-    "auth", "permission", "quota", "bad_request",
+    "unreachable",
+    "timeout",
+    "rate_limited",
+    "server_error",
+    "malformed",
+    "model_not_found",
+    "auth",
+    "permission",
+    "quota",
+    "bad_request",
 ]
 
 
@@ -72,7 +80,9 @@ class ChatBackendError(RuntimeError):
         return (_rebuild_error, (str(self), self.kind, self.base_url, self.model, self.status, self.attempts))
 
 
-def _rebuild_error(message: str, kind: ErrorKind, base_url: str, model: str, status: int | None, attempts: int) -> ChatBackendError:
+def _rebuild_error(
+    message: str, kind: ErrorKind, base_url: str, model: str, status: int | None, attempts: int
+) -> ChatBackendError:
     return ChatBackendError(message, kind=kind, base_url=base_url, model=model, status=status, attempts=attempts)
 
 
@@ -114,7 +124,8 @@ def chat_error(
             return err(
                 f"the chat server at {base_url} did not answer within {timeout_s:g} s ({tries}, model "
                 f"{model!r}): raise timeout_s, lower max_concurrency, or check the server's load",
-                "timeout")
+                "timeout",
+            )
         if isinstance(exc, openai.APIConnectionError):
             cause = exc.__cause__ or exc
             return err(
@@ -122,18 +133,27 @@ def chat_error(
                 "Check that the server is running and listening there (`vllm serve …`, `ollama serve`, "
                 "llama.cpp `llama-server`, LM Studio's server), that host, port and the /v1 path of base_url "
                 "are right, and that no firewall or proxy is in the way",
-                "unreachable")
+                "unreachable",
+            )
         if isinstance(exc, openai.APIStatusError) and exc.status_code == 429:
             return err(
                 f"{base_url} kept rate-limiting model {model!r} (429, {tries}): lower max_concurrency, "
-                "raise max_retries or backoff_max_s, or check the key's rate limits", "rate_limited", 429)
+                "raise max_retries or backoff_max_s, or check the key's rate limits",
+                "rate_limited",
+                429,
+            )
         if isinstance(exc, openai.APIStatusError):
             return err(
                 f"{base_url} kept failing for model {model!r} ({exc.status_code}, {tries}): "
-                f"{server_message(exc)[:300]}. Check the server's logs and health", "server_error", exc.status_code)
+                f"{server_message(exc)[:300]}. Check the server's logs and health",
+                "server_error",
+                exc.status_code,
+            )
         return err(
             f"{base_url} sent malformed responses for model {model!r} ({tries}; {exc}). "
-            "Check that base_url points at an OpenAI-compatible API root (usually ending in /v1)", "malformed")
+            "Check that base_url points at an OpenAI-compatible API root (usually ending in /v1)",
+            "malformed",
+        )
     if not isinstance(exc, openai.APIStatusError):
         return exc  # a bug or an unexpected error
     status = exc.status_code
@@ -142,31 +162,49 @@ def chat_error(
     if status == 429:  # and not transient: out of quota
         return err(
             f"{where} says the account is out of quota (429 insufficient_quota): check the plan and billing "
-            f"of the API key. Server: {detail}", "quota", status)
+            f"of the API key. Server: {detail}",
+            "quota",
+            status,
+        )
     if status == 401:
         return err(
             f"{where} rejected the API key (401 Unauthorized): set OPENAI_API_KEY (or pass api_key=) to a "
-            "valid key for this server", "auth", status)
+            "valid key for this server",
+            "auth",
+            status,
+        )
     if status == 403:
         return err(
             f"{where} refused the request (403 Forbidden): the API key has no access to this model or "
-            f"endpoint. Server: {detail}", "permission", status)
+            f"endpoint. Server: {detail}",
+            "permission",
+            status,
+        )
     if status == 404:
         return err(
             f"model {model!r} not found at {base_url} (404): check the model name the server "
             f"serves (GET {base_url}/models lists them; for Ollama run `ollama pull {model}`) "
             f"and that base_url ends with the API root such as /v1. Server: {detail}",
-            "model_not_found", status)
+            "model_not_found",
+            status,
+        )
     lowered = detail.lower()
     if status in (400, 413, 422) and (
-        code == "context_length_exceeded" or "context length" in lowered or "context window" in lowered
-        or "maximum context" in lowered or "too many tokens" in lowered
+        code == "context_length_exceeded"
+        or "context length" in lowered
+        or "context window" in lowered
+        or "maximum context" in lowered
+        or "too many tokens" in lowered
     ):
         return ContextOverflowError(
             f"{where} says the prompt is too long for the model ({status}): {detail}. The local limits "
             f"({limits.context_length} tokens context, source {limits.source}) are larger than the "
             "server's; pass limits=ModelLimits(...) with the server's real context length (e.g. vLLM "
-            "--max-model-len, Ollama num_ctx)")
+            "--max-model-len, Ollama num_ctx)"
+        )
     return err(
         f"{where} rejected the request ({status}): {detail}. Check the request settings the server "
-        "supports (temperature, top_p, max_tokens, response_format)", "bad_request", status)
+        "supports (temperature, top_p, max_tokens, response_format)",
+        "bad_request",
+        status,
+    )

@@ -39,12 +39,19 @@ def make_chat_backend(
             raise ValueError(f"{model!r} runs in this process; drop the base URL {base_url!r} (or name a served model)")
         from .local import DEFAULT_MAX_NEW_TOKENS, LocalChatBackend
 
-        return LocalChatBackend(model=model.strip(), cache=cache, max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS)
+        return LocalChatBackend(
+            model=model.strip(), cache=cache, max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+        )
     from .backend import OpenAIChatBackend
 
     return OpenAIChatBackend(
-        model=model, base_url=base_url or None, api_key=api_key or None, cache=cache,
-        max_concurrency=max_concurrency, max_retries=max_retries, timeout_s=timeout_s,
+        model=model,
+        base_url=base_url or None,
+        api_key=api_key or None,
+        cache=cache,
+        max_concurrency=max_concurrency,
+        max_retries=max_retries,
+        timeout_s=timeout_s,
     )
 
 

@@ -160,7 +160,9 @@ class LocalChatBackend:
                 for idx, first in zip(wave, self._generate([prepared[idx[0]] for idx in wave]), strict=True):
                     results[idx[0]] = first
                     for j in idx[1:]:
-                        record = replace(first.record, tags=prepared[j].request.tags, latency_s=0.0, cache_hit=True, attempts=0)
+                        record = replace(
+                            first.record, tags=prepared[j].request.tags, latency_s=0.0, cache_hit=True, attempts=0
+                        )
                         self.ledger.add(record)
                         results[j] = ChatResult(first.text, record, first.finish_reason)
         return [r for r in results if r is not None]
@@ -172,7 +174,13 @@ class LocalChatBackend:
         return prepare(request, backend_id=self.backend_id, model=self.model)
 
     def _record(self, p: Prepared, **fields: Any) -> CallRecord:
-        return CallRecord(backend=self.backend_id, model=self.model, tags=p.request.tags, prompt_version=p.request.prompt_version, **fields)
+        return CallRecord(
+            backend=self.backend_id,
+            model=self.model,
+            tags=p.request.tags,
+            prompt_version=p.request.prompt_version,
+            **fields,
+        )
 
     def _result(self, p: Prepared, entry: Mapping[str, Any], *, latency_s: float, attempts: int) -> ChatResult:
         text = str(entry.get("text", ""))
@@ -221,7 +229,11 @@ class LocalChatBackend:
                     torch.set_num_threads(before)
         except Exception as exc:
             for p in batch:
-                self.ledger.add(self._record(p, latency_s=time.perf_counter() - t0, ok=False, error=f"{type(exc).__name__}: {exc}"[:500]))
+                self.ledger.add(
+                    self._record(
+                        p, latency_s=time.perf_counter() - t0, ok=False, error=f"{type(exc).__name__}: {exc}"[:500]
+                    )
+                )
             raise
         share = (time.perf_counter() - t0) / len(batch)  # a batched call's latency is its share of the batch
         eos_cfg = getattr(model.generation_config, "eos_token_id", None)
@@ -251,6 +263,10 @@ class LocalChatBackend:
                 try:
                     self.cache.put(p.key, entry)  # stored at once: a killed run resumes after it
                 except Exception as exc:  # noqa: BLE001 - the reply is good; only reuse is lost
-                    log.warning("could not write the response cache %r (%s); the reply is returned but not cached", self.cache, exc)
+                    log.warning(
+                        "could not write the response cache %r (%s); the reply is returned but not cached",
+                        self.cache,
+                        exc,
+                    )
             results.append(self._result(p, entry, latency_s=share, attempts=1))
         return results

@@ -84,8 +84,10 @@ def resolve_local_model(model: str) -> LocalModelSpec:
             which package to install).
     """
     if not is_local_model(model):
-        raise ValueError(f"{model!r} is not a local model; local models are named 'local:NAME' ({', '.join(LOCAL_MODELS)}) or 'local:/path/model.gguf'")
-    rest = model.strip()[len(PREFIX):]
+        raise ValueError(
+            f"{model!r} is not a local model; local models are named 'local:NAME' ({', '.join(LOCAL_MODELS)}) or 'local:/path/model.gguf'"
+        )
+    rest = model.strip()[len(PREFIX) :]
     if rest.lower() in LOCAL_MODELS:
         package, filename = LOCAL_MODELS[rest.lower()]
         spec = importlib.util.find_spec(package)
@@ -103,7 +105,9 @@ def resolve_local_model(model: str) -> LocalModelSpec:
         if not path.is_file():
             raise ValueError(f"no GGUF file at {str(path)!r} (from the model name {model!r})")
         return LocalModelSpec(path.stem, path.resolve())
-    raise ValueError(f"unknown local model {model!r}; use one of {[PREFIX + n for n in LOCAL_MODELS]} or 'local:/path/model.gguf'")
+    raise ValueError(
+        f"unknown local model {model!r}; use one of {[PREFIX + n for n in LOCAL_MODELS]} or 'local:/path/model.gguf'"
+    )
 
 
 def gguf_metadata(spec: LocalModelSpec) -> dict[str, Any]:
@@ -203,7 +207,9 @@ def _plain(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     for m in messages:
         content = m.get("content")
         if isinstance(content, list):
-            content = "".join(p["text"] if isinstance(p, Mapping) else str(p) for p in content if isinstance(p, Mapping | str))
+            content = "".join(
+                p["text"] if isinstance(p, Mapping) else str(p) for p in content if isinstance(p, Mapping | str)
+            )
         out.append({"role": str(m.get("role", "user")), "content": "" if content is None else str(content)})
     return out
 
@@ -221,7 +227,12 @@ def _special_pattern(tokenizer: Any) -> re.Pattern[str] | None:
     except Exception:  # noqa: BLE001 - not a fast tokenizer: count whole texts
         return None
     pre = state.get("pre_tokenizer") or {}
-    if state.get("normalizer") or pre.get("type") != "ByteLevel" or pre.get("add_prefix_space") or not pre.get("use_regex", True):
+    if (
+        state.get("normalizer")
+        or pre.get("type") != "ByteLevel"
+        or pre.get("add_prefix_space")
+        or not pre.get("use_regex", True)
+    ):
         return None
     added = state.get("added_tokens") or []
     if any(t.get("lstrip") or t.get("rstrip") or t.get("normalized") for t in added):
@@ -243,7 +254,10 @@ class ModelTokenCounter(TokenCounter):
         self.tokenizer = tokenizer
         self.encoding = None  # type: ignore[assignment]
         self.info = EncodingInfo(
-            name=f"{model} tokenizer", model=model, exact=True, reason="the model's own tokenizer and chat template (from its GGUF file)"
+            name=f"{model} tokenizer",
+            model=model,
+            exact=True,
+            reason="the model's own tokenizer and chat template (from its GGUF file)",
         )
         self.threads = 1
         self._memo: dict[str, int] = {}
@@ -254,7 +268,9 @@ class ModelTokenCounter(TokenCounter):
         two = self._templated([{"role": "system", "content": ""}, {"role": "user", "content": ""}])
         one = self._templated([{"role": "system", "content": ""}])
         per_message = max(1, two - one)
-        self.overhead = MessageOverhead(per_message=per_message, per_name=0, reply_priming=max(0, empty - per_message) + 8)
+        self.overhead = MessageOverhead(
+            per_message=per_message, per_name=0, reply_priming=max(0, empty - per_message) + 8
+        )
 
     def __repr__(self) -> str:
         return f"ModelTokenCounter(model={self.info.model!r})"

@@ -69,24 +69,48 @@ class LocalChatServer:
                         messages=tuple(body["messages"]),
                         temperature=min(2.0, max(0.0, float(body.get("temperature", 0.0) or 0.0))),
                         top_p=float(body.get("top_p", 1.0) or 1.0),
-                        max_tokens=int(body.get("max_tokens") or body.get("max_completion_tokens") or backend.max_new_tokens),
+                        max_tokens=int(
+                            body.get("max_tokens") or body.get("max_completion_tokens") or backend.max_new_tokens
+                        ),
                         json_mode=(body.get("response_format") or {}).get("type") in ("json_object", "json_schema"),
                     )
                     result = backend.complete(request)
                 except ContextOverflowError as exc:
-                    self._send(400, {"error": {"message": str(exc), "type": "invalid_request_error", "code": "context_length_exceeded"}})
+                    self._send(
+                        400,
+                        {
+                            "error": {
+                                "message": str(exc),
+                                "type": "invalid_request_error",
+                                "code": "context_length_exceeded",
+                            }
+                        },
+                    )
                     return
                 except (KeyError, TypeError, ValueError) as exc:
                     self._send(400, {"error": {"message": f"bad request: {exc}", "type": "invalid_request_error"}})
                     return
                 rec = result.record
-                self._send(200, {
-                    "id": "chatcmpl-local",
-                    "object": "chat.completion",
-                    "model": backend.model,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text}, "finish_reason": result.finish_reason or "stop"}],
-                    "usage": {"prompt_tokens": rec.input_tokens, "completion_tokens": rec.output_tokens, "total_tokens": rec.input_tokens + rec.output_tokens},
-                })
+                self._send(
+                    200,
+                    {
+                        "id": "chatcmpl-local",
+                        "object": "chat.completion",
+                        "model": backend.model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": {"role": "assistant", "content": result.text},
+                                "finish_reason": result.finish_reason or "stop",
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": rec.input_tokens,
+                            "completion_tokens": rec.output_tokens,
+                            "total_tokens": rec.input_tokens + rec.output_tokens,
+                        },
+                    },
+                )
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True

@@ -128,9 +128,13 @@ def check_fit(p: Prepared, *, model: str, limits: ModelLimits, counter: TokenCou
         return  # fits for sure, without tokenizing
     report = fit_report(p.messages, limits=limits, reserved_completion=p.request.max_tokens, counter=counter)
     if not report.fits:
-        hint = "" if limits.known else (
-            f"; the limits of {model!r} are defaults for an unknown model — pass "
-            "limits=ModelLimits(...) with its real context length"
+        hint = (
+            ""
+            if limits.known
+            else (
+                f"; the limits of {model!r} are defaults for an unknown model — pass "
+                "limits=ModelLimits(...) with its real context length"
+            )
         )
         raise ContextOverflowError(
             f"prompt of {report.prompt_tokens} tokens does not fit {model!r}: the limit is {report.limit} "

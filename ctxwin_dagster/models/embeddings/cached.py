@@ -99,7 +99,9 @@ class CachedEmbedder:
     #: who serves the model: ``"local"`` or ``"openai"`` (an OpenAI-compatible server)
     provider: str = ""
 
-    def __init__(self, cache: ResponseCache | NullCache | None, progress: ProgressFn | None, oversize: str = "pool") -> None:
+    def __init__(
+        self, cache: ResponseCache | NullCache | None, progress: ProgressFn | None, oversize: str = "pool"
+    ) -> None:
         if oversize not in OVERSIZE_MODES:
             raise ValueError(f"oversize must be one of {OVERSIZE_MODES}; got {oversize!r}")
         self.cache = cache if cache is not None else NullCache()
@@ -144,7 +146,10 @@ class CachedEmbedder:
             return self._embed_fitting(texts)
         limits = self.limits
         offsets = self.tokenizer.offsets_many(texts)
-        fits = [fit_text(t, self.tokenizer, limits, oversize=cast(Oversize, self.oversize), offsets=o) for t, o in zip(texts, offsets, strict=True)]
+        fits = [
+            fit_text(t, self.tokenizer, limits, oversize=cast(Oversize, self.oversize), offsets=o)
+            for t, o in zip(texts, offsets, strict=True)
+        ]
         over = [f for f in fits if f.over_window]
         with self._stats_lock:
             self.stats.texts_over_window += len(over)
@@ -161,7 +166,9 @@ class CachedEmbedder:
         theirs, and the row vector L2-normalized. The pieces already fit the window (or are
         given as they are under ``oversize="truncate"``), so they are not fitted again.
         """
-        return self._pool([[(p.pieces or ("",), p.piece_weights or (1.0,), p.weight) for p in plan.parts] for plan in plans])
+        return self._pool(
+            [[(p.pieces or ("",), p.piece_weights or (1.0,), p.weight) for p in plan.parts] for plan in plans]
+        )
 
     def _pool(self, rows: Sequence[Sequence[tuple[Sequence[str], Sequence[float], float]]]) -> np.ndarray:
         flat: list[str] = [piece for parts in rows for pieces, _, _ in parts for piece in pieces]
@@ -261,4 +268,3 @@ class CachedEmbedder:
     def _cache_model(self) -> str:
         """The model name used in cache keys."""
         return self.model
-

@@ -27,8 +27,16 @@ PROVIDERS: tuple[str, ...] = ("local", "openai")
 #: The embeddings settings (the fields of ``EmbeddingsResource``): the first ones build the
 #: embedder, the last two say how index rows fit its window and do not change the embedder.
 EMBEDDING_SETTINGS: tuple[str, ...] = (
-    "provider", "model", "base_url", "api_key", "batch_size", "cache_dir", "oversize", "max_input_tokens",
-    "row_strategy", "context_weight",
+    "provider",
+    "model",
+    "base_url",
+    "api_key",
+    "batch_size",
+    "cache_dir",
+    "oversize",
+    "max_input_tokens",
+    "row_strategy",
+    "context_weight",
 )
 _ROW_SETTINGS = ("row_strategy", "context_weight")
 

@@ -55,7 +55,9 @@ def identity_of(embedder: Any, *, dim: int | None = None) -> EmbedderIdentity:
         else:
             model = getattr(embedder, "model", None)
             if not isinstance(model, str) or not model:
-                raise TypeError(f"an embedder needs a model name (a .model or .identity); got {type(embedder).__name__}")
+                raise TypeError(
+                    f"an embedder needs a model name (a .model or .identity); got {type(embedder).__name__}"
+                )
             known = getattr(embedder, "_known_dim", None)
             size = known() if callable(known) else getattr(embedder, "dim", 0)
             ident = EmbedderIdentity(model, int(size or 0), str(getattr(embedder, "provider", "") or ""))

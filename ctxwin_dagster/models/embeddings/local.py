@@ -72,17 +72,34 @@ class _ServedModel:
 
         if not self.gone:
             try:
-                reply = self._client.post("/v1/embeddings", json={
-                    "model": self.model, "input": texts, "encoding_format": "base64", "batch_size": batch_size, "truncate": self.truncate,
-                })
+                reply = self._client.post(
+                    "/v1/embeddings",
+                    json={
+                        "model": self.model,
+                        "input": texts,
+                        "encoding_format": "base64",
+                        "batch_size": batch_size,
+                        "truncate": self.truncate,
+                    },
+                )
             except httpx.TransportError as exc:
-                log.warning("the embedding server %s went away (%s: %s); loading the model in this process", self.url, type(exc).__name__, exc)
+                log.warning(
+                    "the embedding server %s went away (%s: %s); loading the model in this process",
+                    self.url,
+                    type(exc).__name__,
+                    exc,
+                )
                 self.gone = True
         if self.gone:
             st = _load_sentence_transformer(self.folder, device)
-            return np.asarray(st.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
+            return np.asarray(
+                st.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False),
+                dtype=np.float32,
+            )
         if reply.status_code != 200:
-            raise RuntimeError(f"the embedding server {self.url} refused {len(texts)} texts: {reply.status_code} {reply.text[:500]}")
+            raise RuntimeError(
+                f"the embedding server {self.url} refused {len(texts)} texts: {reply.status_code} {reply.text[:500]}"
+            )
         data = sorted(reply.json()["data"], key=lambda d: d["index"])
         return np.stack([np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in data]).astype(np.float32)
 
@@ -101,16 +118,29 @@ def _served_model(url: str, model: str, dim: int, truncate: bool, folder: Path) 
             listed = httpx.get(f"{url.rstrip('/')}/v1/models", timeout=5.0).json()["data"]
             match = [m for m in listed if m["id"] == model]
             if not match:
-                log.warning("the embedding server %s does not serve %s (it serves %s); loading the model in this process",
-                            url, model, [m["id"] for m in listed])
+                log.warning(
+                    "the embedding server %s does not serve %s (it serves %s); loading the model in this process",
+                    url,
+                    model,
+                    [m["id"] for m in listed],
+                )
             elif int(match[0]["dim"]) != dim:
-                log.warning("the embedding server %s gives %s-dim vectors for %s, not %s; loading the model in this process",
-                            url, match[0]["dim"], model, dim)
+                log.warning(
+                    "the embedding server %s gives %s-dim vectors for %s, not %s; loading the model in this process",
+                    url,
+                    match[0]["dim"],
+                    model,
+                    dim,
+                )
             else:
                 served = _ServedModel(url, model, dim, truncate, folder)
         except Exception as exc:  # unreachable, or not our server
-            log.warning("the embedding server %s cannot be used (%s: %s); loading the model in this process",
-                        url, type(exc).__name__, exc)
+            log.warning(
+                "the embedding server %s cannot be used (%s: %s); loading the model in this process",
+                url,
+                type(exc).__name__,
+                exc,
+            )
         _SERVED[key] = served
         return served
 
@@ -339,4 +369,3 @@ def _max_seq_length(folder: Path) -> int | None:
 def _local_model_name(path: Path) -> str:
     """A readable model name for a local folder (its name), used in cache keys."""
     return path.resolve().name or str(path)
-

@@ -152,7 +152,9 @@ class OpenAIEmbedder(CachedEmbedder):
         response = self.retry.call(self.client.embeddings.create, **kwargs)
         data = sorted(response.data, key=lambda d: d.index)
         if len(data) != len(texts):
-            raise RuntimeError(f"{self.model} at {self.base_url or 'OpenAI'} returned {len(data)} vectors for {len(texts)} texts")
+            raise RuntimeError(
+                f"{self.model} at {self.base_url or 'OpenAI'} returned {len(data)} vectors for {len(texts)} texts"
+            )
         vecs = np.asarray([d.embedding for d in data], dtype=np.float32)
         if self._dim is not None and vecs.shape[1] != self._dim:
             raise RuntimeError(
@@ -162,7 +164,9 @@ class OpenAIEmbedder(CachedEmbedder):
         return vecs
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        batches = [[_nonempty(t) for t in texts[i : i + self.batch_size]] for i in range(0, len(texts), self.batch_size)]
+        batches = [
+            [_nonempty(t) for t in texts[i : i + self.batch_size]] for i in range(0, len(texts), self.batch_size)
+        ]
         done = 0
         results: list[np.ndarray] = []
         if len(batches) == 1 or self.max_concurrency == 1:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -75,7 +76,9 @@ class ModelHost:
             else:
                 folder = Path(name).expanduser().resolve()
                 if not folder.is_dir():
-                    raise SystemExit(f"embedding server: --model {name!r} is not a folder with a sentence-transformers model")
+                    raise SystemExit(
+                        f"embedding server: --model {name!r} is not a folder with a sentence-transformers model"
+                    )
                 emb = LocalEmbedder(model_path=folder, device=device)
                 name = str(folder)
             self.embedders[name] = emb
@@ -101,8 +104,15 @@ class ModelHost:
 
     def describe(self) -> list[dict[str, Any]]:
         return [
-            {"id": name, "object": "model", "owned_by": "ctxwin", "model": emb.model, "dim": emb.dim,
-             "max_tokens": emb.limits.max_tokens, "provider": emb.provider}
+            {
+                "id": name,
+                "object": "model",
+                "owned_by": "ctxwin",
+                "model": emb.model,
+                "dim": emb.dim,
+                "max_tokens": emb.limits.max_tokens,
+                "provider": emb.provider,
+            }
             for name, emb in self.embedders.items()
         ]
 
@@ -132,7 +142,9 @@ class ModelHost:
         if self.load_error:
             raise RuntimeError(f"the embedding model failed to load: {self.load_error}")
         with self._lock:
-            vecs = emb.sentence_transformer.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+            vecs = emb.sentence_transformer.encode(
+                texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
+            )
         return np.asarray(vecs, dtype=np.float32), int(sum(min(n, limit) for n in counts))
 
 
@@ -161,15 +173,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _error(self, status: int, message: str) -> None:
-        self._reply(status, {"error": {"message": message, "type": "invalid_request_error" if status < 500 else "server_error"}})
+        self._reply(
+            status, {"error": {"message": message, "type": "invalid_request_error" if status < 500 else "server_error"}}
+        )
 
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
         host = self.server.host
         if self.path.rstrip("/") in ("/v1/models", "/models"):
             self._reply(200, {"object": "list", "data": host.describe()})
         elif self.path.rstrip("/") == "/health":
-            self._reply(200, {"loaded": host._loaded.is_set(), "error": host.load_error, "load_seconds": round(host.load_seconds, 2),
-                              "pid": os.getpid(), "models": host.describe()})
+            self._reply(
+                200,
+                {
+                    "loaded": host._loaded.is_set(),
+                    "error": host.load_error,
+                    "load_seconds": round(host.load_seconds, 2),
+                    "pid": os.getpid(),
+                    "models": host.describe(),
+                },
+            )
         else:
             self._error(404, f"no such path {self.path}; use POST /v1/embeddings, GET /v1/models or GET /health")
 
@@ -188,7 +210,9 @@ class _Handler(BaseHTTPRequestHandler):
             if batch_size < 1:
                 raise ValueError("batch_size must be >= 1")
             model = str(body.get("model") or "")
-            vecs, tokens = self.server.host.encode(model, texts, batch_size=batch_size, truncate=bool(body.get("truncate")))
+            vecs, tokens = self.server.host.encode(
+                model, texts, batch_size=batch_size, truncate=bool(body.get("truncate"))
+            )
         except (ValueError, KeyError, json.JSONDecodeError) as exc:
             self._error(400, str(exc).strip("'\""))
             return
@@ -197,14 +221,27 @@ class _Handler(BaseHTTPRequestHandler):
             return
         as_base64 = body.get("encoding_format") == "base64"
         data = [
-            {"object": "embedding", "index": i,
-             "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode() if as_base64 else v.tolist()}
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode() if as_base64 else v.tolist(),
+            }
             for i, v in enumerate(vecs)
         ]
-        self._reply(200, {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
+        self._reply(
+            200,
+            {
+                "object": "list",
+                "data": data,
+                "model": model,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            },
+        )
 
 
-def serve(models: list[str], *, host: str = "127.0.0.1", port: int = 0, device: str = "cpu", watch_stdin: bool = False) -> None:
+def serve(
+    models: list[str], *, host: str = "127.0.0.1", port: int = 0, device: str = "cpu", watch_stdin: bool = False
+) -> None:
     """Serve until SIGTERM/SIGINT (or, with ``watch_stdin``, until stdin closes)."""
     models_host = ModelHost(models, device=device)
     server = _Server((host, port), models_host)
@@ -218,6 +255,7 @@ def serve(models: list[str], *, host: str = "127.0.0.1", port: int = 0, device: 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     if watch_stdin:
+
         def watch() -> None:
             while sys.stdin.buffer.read(1):
                 pass
@@ -284,16 +322,14 @@ class EmbeddingService(AbstractContextManager):
                 f"the embedding server did not start within {self.timeout_s:.0f} s (its log: {self.log}); "
                 f"set {ENV_VAR}=off to load the model in each run instead"
             )
-        self.url = text[len(READY_PREFIX):]
+        self.url = text[len(READY_PREFIX) :]
         return self.url
 
     def stop(self) -> None:
         if self.process is None:
             return
-        try:
+        with contextlib.suppress(OSError):
             self.process.stdin.close()  # type: ignore[union-attr]
-        except OSError:
-            pass
         try:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
@@ -307,7 +343,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0: any free port (printed on stdout)")
-    parser.add_argument("--model", action="append", default=[], help="all-MiniLM-L6-v2 (default) or a sentence-transformers folder; repeatable")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        help="all-MiniLM-L6-v2 (default) or a sentence-transformers folder; repeatable",
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--watch-stdin", action="store_true", help="stop when stdin closes (the parent ended)")
     args = parser.parse_args(argv)

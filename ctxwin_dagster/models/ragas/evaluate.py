@@ -159,8 +159,12 @@ async def aevaluate_records(
         ref_ids = reference_chunk_ids(rec, catalog)
         samples: dict[str, Any] = {}
         if ref_ids is not None:
-            samples["id_based_context_precision"] = r.SingleTurnSample(retrieved_context_ids=ret_ids, reference_context_ids=ref_ids)
-            samples["id_based_context_recall"] = r.SingleTurnSample(retrieved_context_ids=ret_ids, reference_context_ids=ref_ids)
+            samples["id_based_context_precision"] = r.SingleTurnSample(
+                retrieved_context_ids=ret_ids, reference_context_ids=ref_ids
+            )
+            samples["id_based_context_recall"] = r.SingleTurnSample(
+                retrieved_context_ids=ret_ids, reference_context_ids=ref_ids
+            )
             doc_chunks = {str(c["chunk_id"]): c for c in (catalog or {}).get(str(rec.get("doc_id")), [])}
             if not ref_ids:
                 for m in ("non_llm_context_precision_with_reference", "non_llm_context_recall"):
@@ -174,9 +178,17 @@ async def aevaluate_records(
                     put(i, m, "skipped", None, "no chunk catalog with chunk texts (pass chunks= with 'text')")
         else:
             # Precision only asks which retrieved chunks are relevant: the relevant retrieved ids suffice.
-            relevant = [str(h["chunk_id"]) for h in retrieved if any(int(h["start"]) < e and s < int(h["end"]) for s, e in spans)]
-            samples["id_based_context_precision"] = r.SingleTurnSample(retrieved_context_ids=ret_ids, reference_context_ids=relevant)
-            put(i, "id_based_context_recall", "skipped", None, "no chunk catalog (pass chunks=) nor reference_chunk_ids")
+            relevant = [
+                str(h["chunk_id"])
+                for h in retrieved
+                if any(int(h["start"]) < e and s < int(h["end"]) for s, e in spans)
+            ]
+            samples["id_based_context_precision"] = r.SingleTurnSample(
+                retrieved_context_ids=ret_ids, reference_context_ids=relevant
+            )
+            put(
+                i, "id_based_context_recall", "skipped", None, "no chunk catalog (pass chunks=) nor reference_chunk_ids"
+            )
             for m in ("non_llm_context_precision_with_reference", "non_llm_context_recall"):
                 put(i, m, "skipped", None, "no chunk catalog with chunk texts (pass chunks= with 'text')")
         metric_objs = {
@@ -190,8 +202,14 @@ async def aevaluate_records(
                 v = float(await metric_objs[m].single_turn_ascore(sample))
             except Exception as exc:  # noqa: BLE001 - counted and reported
                 put(i, m, "failed", math.nan, f"{type(exc).__name__}: {exc}")
-                failures.append({"question_id": row["question_id"], "variant": row["variant"], "metric": m,
-                                 "error": f"{type(exc).__name__}: {exc}"[:500]})
+                failures.append(
+                    {
+                        "question_id": row["question_id"],
+                        "variant": row["variant"],
+                        "metric": m,
+                        "error": f"{type(exc).__name__}: {exc}"[:500],
+                    }
+                )
                 continue
             put(i, m, "nan" if math.isnan(v) else "ok", v)
 
@@ -225,21 +243,33 @@ async def aevaluate_records(
             pop = populations[m]
             members = [i for i in idx if pop == "all" or base_rows[i]["answerable"]]
             states = [status.get((i, m), ("skipped", "not evaluated")) for i in members]
-            vals = [float(val) for i in members if status.get((i, m), ("",))[0] == "ok" and (val := values[(i, m)]) is not None]
+            vals = [
+                float(val)
+                for i in members
+                if status.get((i, m), ("",))[0] == "ok" and (val := values[(i, m)]) is not None
+            ]
             reasons = Counter(d for st, d in states if st == "skipped")
             lo = hi = None
             if vals:
                 lo, hi = bootstrap_mean_ci(vals, n_boot=n_boot, seed=seed)
-            summary.append({
-                "variant": variant, "metric": m, "population": pop, "n_population": len(members),
-                "n": len(vals), "n_missing": 0,
-                "n_nan": sum(1 for st, _ in states if st == "nan"),
-                "mean": float(np.mean(vals)) if vals else None, "ci_low": lo, "ci_high": hi,
-                "source": "ragas-judge" if m in PAPER_METRICS else "ragas",
-                "n_failed": sum(1 for st, _ in states if st == "failed"),
-                "n_skipped": sum(reasons.values()),
-                "skip_reasons": dict(reasons),
-            })
+            summary.append(
+                {
+                    "variant": variant,
+                    "metric": m,
+                    "population": pop,
+                    "n_population": len(members),
+                    "n": len(vals),
+                    "n_missing": 0,
+                    "n_nan": sum(1 for st, _ in states if st == "nan"),
+                    "mean": float(np.mean(vals)) if vals else None,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "source": "ragas-judge" if m in PAPER_METRICS else "ragas",
+                    "n_failed": sum(1 for st, _ in states if st == "failed"),
+                    "n_skipped": sum(reasons.values()),
+                    "skip_reasons": dict(reasons),
+                }
+            )
     return RagasEvaluation(
         rows=rows,
         summary=summary,
@@ -281,8 +311,17 @@ def evaluate_records(
 
     Synchronous: runs its own event loop (in a worker thread when one is already running).
     """
-    kwargs = dict(chunks=chunks, judge=judge, embedder=embedder, string_distance=string_distance, threshold=threshold,
-                  ks=ks, include_unanswerable=include_unanswerable, n_boot=n_boot, seed=seed)
+    kwargs = dict(
+        chunks=chunks,
+        judge=judge,
+        embedder=embedder,
+        string_distance=string_distance,
+        threshold=threshold,
+        ks=ks,
+        include_unanswerable=include_unanswerable,
+        n_boot=n_boot,
+        seed=seed,
+    )
     records = list(records)
     coro_factory = lambda: aevaluate_records(records, **kwargs)  # noqa: E731
     try:

@@ -32,7 +32,13 @@ from .compat import import_ragas, ragas_embeddings
 __all__ = ["JUDGE_METRICS", "PAPER_METRICS", "JudgeConfig", "JudgeUsage", "run_judge"]
 
 #: The paper's five RAGAS metrics (need a judge model).
-PAPER_METRICS: tuple[str, ...] = ("faithfulness", "answer_relevancy", "context_recall", "context_precision", "answer_correctness")
+PAPER_METRICS: tuple[str, ...] = (
+    "faithfulness",
+    "answer_relevancy",
+    "context_recall",
+    "context_precision",
+    "answer_correctness",
+)
 JUDGE_METRICS = PAPER_METRICS
 
 
@@ -109,7 +115,9 @@ class JudgeConfig:
         object.__setattr__(self, "answer_correctness_weights", w)
 
     def needs_embeddings(self) -> bool:
-        return "answer_relevancy" in self.metrics or ("answer_correctness" in self.metrics and self.answer_correctness_weights[1] > 0)
+        return "answer_relevancy" in self.metrics or (
+            "answer_correctness" in self.metrics and self.answer_correctness_weights[1] > 0
+        )
 
     def api_key(self) -> str:
         """The key from ``api_key_env`` (a placeholder for a local server; an error for OpenAI)."""
@@ -141,8 +149,12 @@ class JudgeUsage:
         self.output_tokens += int(usage.get("completion_tokens") or 0)
 
     def to_dict(self) -> dict[str, int]:
-        return {"requests": self.requests, "http_errors": self.errors,
-                "input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+        return {
+            "requests": self.requests,
+            "http_errors": self.errors,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+        }
 
 
 class _Skip(Exception):
@@ -176,9 +188,13 @@ async def run_judge(
             )
         from ..embeddings.openai import OpenAIEmbedder
 
-        own_embedder = OpenAIEmbedder(model=judge.embedding_model, base_url=judge.embedding_base_url or judge.base_url,
-                                      api_key=os.environ.get(judge.api_key_env) or None, max_retries=judge.max_retries,
-                                      timeout_s=judge.timeout_s)
+        own_embedder = OpenAIEmbedder(
+            model=judge.embedding_model,
+            base_url=judge.embedding_base_url or judge.base_url,
+            api_key=os.environ.get(judge.api_key_env) or None,
+            max_retries=judge.max_retries,
+            timeout_s=judge.timeout_s,
+        )
         embedder = own_embedder
     emb = ragas_embeddings(embedder) if judge.needs_embeddings() else None
 
@@ -193,8 +209,13 @@ async def run_judge(
         base_url = local.base_url
     http_client = DefaultAsyncHttpxClient(event_hooks={"response": [usage.hook]})
     # Retries follow the project's one policy (models/retry.py), not the SDK's own.
-    client = AsyncOpenAI(base_url=base_url, api_key=resolve_api_key(None, base_url, what=f"the judge {judge.model!r}", env=judge.api_key_env),
-                         max_retries=0, timeout=judge.timeout_s, http_client=http_client)
+    client = AsyncOpenAI(
+        base_url=base_url,
+        api_key=resolve_api_key(None, base_url, what=f"the judge {judge.model!r}", env=judge.api_key_env),
+        max_retries=0,
+        timeout=judge.timeout_s,
+        http_client=http_client,
+    )
     policy = RetryPolicy(max_retries=judge.max_retries)
     create = client.chat.completions.create
 
@@ -204,8 +225,13 @@ async def run_judge(
     client.chat.completions.create = create_with_retries  # type: ignore[method-assign]
     try:
         # Extra model args reach instructor's create(): max_retries there is its number of attempts.
-        llm = r.llm_factory(judge.model, client=client, max_tokens=judge.max_tokens, temperature=judge.temperature,
-                            max_retries=judge.attempts)
+        llm = r.llm_factory(
+            judge.model,
+            client=client,
+            max_tokens=judge.max_tokens,
+            temperature=judge.temperature,
+            max_retries=judge.attempts,
+        )
         objs: dict[str, Any] = {}
         for m in judge.metrics:
             if m == "faithfulness":
@@ -218,7 +244,9 @@ async def run_judge(
                 objs[m] = r.ContextPrecision(llm=llm)
             elif m == "answer_correctness":
                 objs[m] = r.AnswerCorrectness(llm=llm, embeddings=emb, weights=list(judge.answer_correctness_weights))
-        sem = asyncio.Semaphore(1 if local is not None else judge.max_concurrency)  # a local model generates one reply at a time
+        sem = asyncio.Semaphore(
+            1 if local is not None else judge.max_concurrency
+        )  # a local model generates one reply at a time
 
         def inputs(metric: str, rec: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
             question = str(rec.get("question") or "")
@@ -265,8 +293,14 @@ async def run_judge(
                 except Exception as exc:  # noqa: BLE001 - counted and reported
                     message = f"{type(exc).__name__}: {exc}"
                     put(i, metric, "failed", math.nan, message)
-                    failures.append({"question_id": row["question_id"], "variant": row["variant"], "metric": metric,
-                                     "error": message[:500]})
+                    failures.append(
+                        {
+                            "question_id": row["question_id"],
+                            "variant": row["variant"],
+                            "metric": metric,
+                            "error": message[:500],
+                        }
+                    )
                     return
             put(i, metric, "nan" if math.isnan(v) else "ok", v)
 

@@ -40,6 +40,7 @@ from ...core.sentences import split_sentences
 from ...core.swb import batch_shares, check_chunks, split_segments, swb_batch_prompts
 from ...core.tokens import PromptMeter, TokenCounter, get_token_counter
 from ..base import CallRecord, CallTags, Embedder, Ledger
+from .memo import TaskMemo, chunk_parts, record_from_dict, record_to_dict
 from .results import (
     STAGE_ANSWER,
     STAGE_CONTEXT,
@@ -48,7 +49,6 @@ from .results import (
     ContextResult,
     SummaryResult,
 )
-from .memo import TaskMemo, chunk_parts, record_from_dict, record_to_dict
 from .selection import MIN_USABLE_WORDS, SentenceIndex, central_rows, mmr, top_rows
 
 __all__ = ["DEFAULT_ANSWER_THRESHOLD", "ExtractiveTasks", "extractive_record"]
@@ -66,12 +66,19 @@ log = logging.getLogger(__name__)
 #: similarity cannot tell those apart; that needs a reader model (the LLM engine).
 DEFAULT_ANSWER_THRESHOLD = 0.40
 
+
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def extractive_record(
-    meter: PromptMeter, model: str, tags: CallTags, version: str, messages: Sequence[Mapping[str, Any]], output: str, latency: float
+    meter: PromptMeter,
+    model: str,
+    tags: CallTags,
+    version: str,
+    messages: Sequence[Mapping[str, Any]],
+    output: str,
+    latency: float,
 ) -> CallRecord:
     """The record of work done in place of a model call: the prompt an LLM would have been sent,
     metered with ``meter``, and the extractive ``output`` (``backend="extractive"``, cost 0)."""
@@ -184,10 +191,19 @@ class ExtractiveTasks:
         self._lock = threading.Lock()
         self.stats: Counter[str] = Counter()
         # Results by content, in the project's response cache (see memo.py); None: not kept.
-        self.memo = TaskMemo(cache, [
-            model_label, answer_threshold, context_sentences, context_tokens, answer_sentences, mmr_lambda,
-            self.counter.info.name, getattr(embedder, "model", type(embedder).__name__),
-        ])
+        self.memo = TaskMemo(
+            cache,
+            [
+                model_label,
+                answer_threshold,
+                context_sentences,
+                context_tokens,
+                answer_sentences,
+                mmr_lambda,
+                self.counter.info.name,
+                getattr(embedder, "model", type(embedder).__name__),
+            ],
+        )
 
     def __repr__(self) -> str:
         return f"ExtractiveTasks(model={self.model!r}, answer_threshold={self.answer_threshold})"
@@ -239,8 +255,19 @@ class ExtractiveTasks:
                 self._docs.popitem(last=False)
         return idx
 
-    def _record(self, stage: str, doc_id: str, variant: str, tpl_id: str, messages: Sequence[Mapping[str, Any]], output: str, latency: float) -> CallRecord:
-        rec = extractive_record(self.meter, self.model, CallTags(stage, doc_id, variant), tpl_id, messages, output, latency)
+    def _record(
+        self,
+        stage: str,
+        doc_id: str,
+        variant: str,
+        tpl_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        output: str,
+        latency: float,
+    ) -> CallRecord:
+        rec = extractive_record(
+            self.meter, self.model, CallTags(stage, doc_id, variant), tpl_id, messages, output, latency
+        )
         self.ledger.add(rec)
         return rec
 
@@ -272,12 +299,24 @@ class ExtractiveTasks:
         hit = self.memo.get(key)
         if hit is not None:
             records = self._replay(hit["records"], doc_id)
-            return SummaryResult(hit["text"], hit["segments"], records, lang, self.engine, self.model, hit["n_tokens"], [])
+            return SummaryResult(
+                hit["text"], hit["segments"], records, lang, self.engine, self.model, hit["n_tokens"], []
+            )
         result = self._summarize(text, doc_id=doc_id, max_tokens=max_tokens, segment_chars=segment_chars, language=lang)
-        self.memo.put(key, {"text": result.text, "segments": result.segments, "n_tokens": result.n_tokens, "records": [record_to_dict(r) for r in result.records]})
+        self.memo.put(
+            key,
+            {
+                "text": result.text,
+                "segments": result.segments,
+                "n_tokens": result.n_tokens,
+                "records": [record_to_dict(r) for r in result.records],
+            },
+        )
         return result
 
-    def _summarize(self, text: str, *, doc_id: str, max_tokens: int, segment_chars: int, language: str | None) -> SummaryResult:
+    def _summarize(
+        self, text: str, *, doc_id: str, max_tokens: int, segment_chars: int, language: str | None
+    ) -> SummaryResult:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1; got {max_tokens}")
         if not text.strip():
@@ -347,7 +386,13 @@ class ExtractiveTasks:
             return [ContextResult(**{**c, "cached": True}) for c in hit["contexts"]]
         mark = len(self.ledger)
         results = compute()
-        self.memo.put(key, {"contexts": [c.to_dict() for c in results], "records": [record_to_dict(r) for r in self.ledger.since(mark)]})
+        self.memo.put(
+            key,
+            {
+                "contexts": [c.to_dict() for c in results],
+                "records": [record_to_dict(r) for r in self.ledger.since(mark)],
+            },
+        )
         return results
 
     def contextualize_cc(
@@ -361,7 +406,9 @@ class ExtractiveTasks:
         lang = detect_language(document_text)
         tpl = get_template("cc_context", lang)
         key = self.memo.key("cc", _sha(document_text), chunk_parts(chunks), title, tpl.id)
-        return self._memo_contexts(key, doc_id, lambda: self._contextualize_cc(document_text, chunks, doc_id, title, lang, tpl))
+        return self._memo_contexts(
+            key, doc_id, lambda: self._contextualize_cc(document_text, chunks, doc_id, title, lang, tpl)
+        )
 
     def _contextualize_cc(self, document_text, chunks, doc_id, title, lang, tpl) -> list[ContextResult]:
         t0 = time.perf_counter()
@@ -378,11 +425,23 @@ class ExtractiveTasks:
             rows = sorted(self._pick_context(idx.vectors, relevance, idx.tokens, prefix))  # document order
             ctx = self._with_prefix(prefix, " ".join(idx.texts[r] for r in rows))
             msgs = tpl.render(document=document_text, chunk=c.text)
-            rec = self._record(STAGE_CONTEXT, doc_id, "cc", tpl.id, msgs, ctx, per_chunk_latency + time.perf_counter() - ts)
+            rec = self._record(
+                STAGE_CONTEXT, doc_id, "cc", tpl.id, msgs, ctx, per_chunk_latency + time.perf_counter() - ts
+            )
             if not ctx:
                 self.stats["empty_contexts"] += 1
             results.append(
-                ContextResult(c.chunk_id, ctx, self.engine, self.model, tpl.id, rec.input_tokens, rec.output_tokens, rec.input_chars, False)
+                ContextResult(
+                    c.chunk_id,
+                    ctx,
+                    self.engine,
+                    self.model,
+                    tpl.id,
+                    rec.input_tokens,
+                    rec.output_tokens,
+                    rec.input_chars,
+                    False,
+                )
             )
         return results
 
@@ -406,8 +465,19 @@ class ExtractiveTasks:
         swb = swb_batch_prompts(document_text, chunks, summary, batch_size=batch_size, window_chars=window_chars)
         if not swb.batches:
             return []
-        key = self.memo.key("swb", _sha(document_text), chunk_parts(chunks), _sha(summary), batch_size, window_chars, title, swb.template.id)
-        return self._memo_contexts(key, doc_id, lambda: self._contextualize_swb(document_text, chunks, summary, swb, doc_id, title))
+        key = self.memo.key(
+            "swb",
+            _sha(document_text),
+            chunk_parts(chunks),
+            _sha(summary),
+            batch_size,
+            window_chars,
+            title,
+            swb.template.id,
+        )
+        return self._memo_contexts(
+            key, doc_id, lambda: self._contextualize_swb(document_text, chunks, summary, swb, doc_id, title)
+        )
 
     def _contextualize_swb(self, document_text, chunks, summary, swb, doc_id, title) -> list[ContextResult]:
         lang, tpl = swb.language, swb.template
@@ -428,7 +498,12 @@ class ExtractiveTasks:
                 toks = np.concatenate([sum_idx.tokens[s_rows], idx.tokens[window_rows]])
                 n_sum = len(s_rows)
             else:
-                vecs, texts, toks, n_sum = idx.vectors[window_rows], [idx.texts[r] for r in window_rows], idx.tokens[window_rows], 0
+                vecs, texts, toks, n_sum = (
+                    idx.vectors[window_rows],
+                    [idx.texts[r] for r in window_rows],
+                    idx.tokens[window_rows],
+                    0,
+                )
             contexts: list[tuple[str, str]] = []
             for c in b.chunks:
                 relevance = vecs @ queries[c.chunk_id] if len(texts) else np.zeros(0, np.float32)
@@ -439,11 +514,15 @@ class ExtractiveTasks:
                 contexts.append((c.chunk_id, self._with_prefix(prefix, " ".join(texts[j] for j in picked))))
                 if not contexts[-1][1]:
                     self.stats["empty_contexts"] += 1
-            output = json.dumps({"contexts": [{"chunk_id": cid, "context": ctx} for cid, ctx in contexts]}, ensure_ascii=False)
+            output = json.dumps(
+                {"contexts": [{"chunk_id": cid, "context": ctx} for cid, ctx in contexts]}, ensure_ascii=False
+            )
             rec = self._record(STAGE_CONTEXT, doc_id, "swb", tpl.id, b.messages, output, time.perf_counter() - ts)
             usage = batch_shares(len(b.chunks), rec.input_tokens, rec.output_tokens, rec.input_chars)
             for (cid, ctx), (in_tok, out_tok, in_chars) in zip(contexts, usage, strict=True):
-                results.append(ContextResult(cid, ctx, self.engine, self.model, tpl.id, in_tok, out_tok, in_chars, False))
+                results.append(
+                    ContextResult(cid, ctx, self.engine, self.model, tpl.id, in_tok, out_tok, in_chars, False)
+                )
         order_of = {c.chunk_id: i for i, c in enumerate(chunks)}
         results.sort(key=lambda r: order_of[r.chunk_id])
         return results
@@ -460,10 +539,20 @@ class ExtractiveTasks:
             if hit["not_found"]:
                 self.stats["answers_not_found"] += 1
             recs = self._replay(hit["records"], doc_id)
-            return AnswerResult(hit["text"], hit["cited"], hit["not_found"], recs, self.engine, self.model, tpl.id, [], hit["score"])
+            return AnswerResult(
+                hit["text"], hit["cited"], hit["not_found"], recs, self.engine, self.model, tpl.id, [], hit["score"]
+            )
         result = self._answer(question, passages, doc_id, tpl)
-        self.memo.put(key, {"text": result.text, "cited": result.cited_chunk_ids, "not_found": result.not_found, "score": result.score,
-                            "records": [record_to_dict(r) for r in result.records]})
+        self.memo.put(
+            key,
+            {
+                "text": result.text,
+                "cited": result.cited_chunk_ids,
+                "not_found": result.not_found,
+                "score": result.score,
+                "records": [record_to_dict(r) for r in result.records],
+            },
+        )
         return result
 
     def _answer(self, question: str, passages: list[tuple[str, str]], doc_id: str, tpl) -> AnswerResult:
@@ -508,7 +597,9 @@ class ExtractiveTasks:
         if not_found:
             self.stats["answers_not_found"] += 1
         rec = self._record(STAGE_ANSWER, doc_id, "", tpl.id, msgs, answer_text, time.perf_counter() - ts)
-        return AnswerResult(answer_text, cited, not_found, [rec], self.engine, self.model, tpl.id, [], best if sents else None)
+        return AnswerResult(
+            answer_text, cited, not_found, [rec], self.engine, self.model, tpl.id, [], best if sents else None
+        )
 
     def answer_many(self, items: Sequence[tuple[str, Sequence[tuple[str, str]], str]]) -> list[AnswerResult]:
         """:meth:`answer` for many ``(question, passages, doc_id)``."""

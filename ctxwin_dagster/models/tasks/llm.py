@@ -136,7 +136,15 @@ class LLMTasks:
         return f"LLMTasks(model={self.model!r}, temperature={self.temperature}, top_p={self.top_p}, max_tokens={self.max_tokens})"
 
     # ----------------------------------------------------------------- plumbing
-    def _request(self, messages: Sequence[Mapping[str, Any]], tpl_id: str, tags: CallTags, *, max_tokens: int | None = None, json_mode: bool = False) -> ChatRequest:
+    def _request(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tpl_id: str,
+        tags: CallTags,
+        *,
+        max_tokens: int | None = None,
+        json_mode: bool = False,
+    ) -> ChatRequest:
         return ChatRequest(
             messages=tuple(dict(m) for m in messages),
             temperature=self.temperature,
@@ -162,7 +170,9 @@ class LLMTasks:
         n = self.meter.count_messages(messages)
         if n <= limit:
             return messages
-        report = ensure_fit(messages, max_prompt_tokens=limit, strategy="smart_truncate", counter=self.counter, truncate_side="middle")
+        report = ensure_fit(
+            messages, max_prompt_tokens=limit, strategy="smart_truncate", counter=self.counter, truncate_side="middle"
+        )
         note = f"{what}: cut to fit {self.model} ({report.summary()})"
         notes.append(note)
         log.warning(note)
@@ -220,7 +230,9 @@ class LLMTasks:
             records.append(result.record)
             overview = result.text.strip()
             if not overview:
-                raise RuntimeError(f"{self.model} returned an empty overview for {doc_id}; run again or check the model")
+                raise RuntimeError(
+                    f"{self.model} returned an empty overview for {doc_id}; run again or check the model"
+                )
         n_tokens = self.counter.count(overview)
         if n_tokens > max_tokens:
             cut = truncate_text(overview, max_tokens, side="tail", counter=self.counter, marker=" …")
@@ -266,8 +278,17 @@ class LLMTasks:
                 rec = r.record
                 results.append(
                     ContextResult(
-                        c.chunk_id, ctx, self.engine, self.model, tpl.id, rec.input_tokens, rec.output_tokens,
-                        rec.input_chars, rec.cache_hit, False, None if ctx else f"{self.model} returned an empty context",
+                        c.chunk_id,
+                        ctx,
+                        self.engine,
+                        self.model,
+                        tpl.id,
+                        rec.input_tokens,
+                        rec.output_tokens,
+                        rec.input_chars,
+                        rec.cache_hit,
+                        False,
+                        None if ctx else f"{self.model} returned an empty context",
                     )
                 )
         return results
@@ -324,7 +345,9 @@ class LLMTasks:
                 errors[k] = str(exc)
         if errors:
             self.stats["swb_invalid"] += len(errors)
-            log.warning("%s: %d of %d SWB batches gave unusable replies; retrying them once", doc_id, len(errors), len(batches))
+            log.warning(
+                "%s: %d of %d SWB batches gave unusable replies; retrying them once", doc_id, len(errors), len(batches)
+            )
             retry_ids = sorted(errors)
             note = SWB_RETRY_NOTE.get(tpl.language, SWB_RETRY_NOTE["en"])
             retry_requests = []
@@ -355,7 +378,9 @@ class LLMTasks:
         fallback_results: dict[str, ChatResult] = {}
         if fallback_jobs:
             self.stats["swb_fallback_chunks"] += len(fallback_jobs)
-            log.warning("%s: %d chunks fall back to single-chunk calls over their batch window", doc_id, len(fallback_jobs))
+            log.warning(
+                "%s: %d chunks fall back to single-chunk calls over their batch window", doc_id, len(fallback_jobs)
+            )
             requests = []
             for k, c in fallback_jobs:
                 ws, we = windows[k]
@@ -369,7 +394,10 @@ class LLMTasks:
         for k, batch in enumerate(batches):
             recs = calls[k]
             usage = batch_shares(
-                len(batch), sum(r.input_tokens for r in recs), sum(r.output_tokens for r in recs), sum(r.input_chars for r in recs)
+                len(batch),
+                sum(r.input_tokens for r in recs),
+                sum(r.output_tokens for r in recs),
+                sum(r.input_chars for r in recs),
             )
             batch_cached = all(r.cache_hit for r in recs)
             version = tpl.id if len(recs) == 1 else f"{tpl.id}+retry1"
@@ -378,7 +406,17 @@ class LLMTasks:
                 if ctx is not None:
                     results.append(
                         ContextResult(
-                            c.chunk_id, ctx, self.engine, self.model, version, in_tok, out_tok, in_chars, batch_cached, False, None
+                            c.chunk_id,
+                            ctx,
+                            self.engine,
+                            self.model,
+                            version,
+                            in_tok,
+                            out_tok,
+                            in_chars,
+                            batch_cached,
+                            False,
+                            None,
                         )
                     )
                     continue
@@ -391,9 +429,17 @@ class LLMTasks:
                 rec = fb.record
                 results.append(
                     ContextResult(
-                        c.chunk_id, text, self.engine, self.model, f"{cc_tpl.id}+swb_fallback",
-                        in_tok + rec.input_tokens, out_tok + rec.output_tokens, in_chars + rec.input_chars,
-                        batch_cached and rec.cache_hit, True, err,
+                        c.chunk_id,
+                        text,
+                        self.engine,
+                        self.model,
+                        f"{cc_tpl.id}+swb_fallback",
+                        in_tok + rec.input_tokens,
+                        out_tok + rec.output_tokens,
+                        in_chars + rec.input_chars,
+                        batch_cached and rec.cache_hit,
+                        True,
+                        err,
                     )
                 )
         order = {c.chunk_id: i for i, c in enumerate(chunks)}
@@ -423,11 +469,18 @@ class LLMTasks:
             msgs = swb.render(batch.chunks, before_cut, after_cut)
         self.stats["swb_windows_shrunk"] += 1
         log.warning(
-            "%s: SWB batch %d windows cut to %d/%d chars before/after to fit %s", doc_id, batch.index, len(before_cut), len(after_cut), self.model
+            "%s: SWB batch %d windows cut to %d/%d chars before/after to fit %s",
+            doc_id,
+            batch.index,
+            len(before_cut),
+            len(after_cut),
+            self.model,
         )
         return msgs
 
-    def _fit_fallback(self, msgs: list[dict[str, str]], tpl: PromptTemplate, window: str, chunk: Any) -> list[dict[str, str]]:
+    def _fit_fallback(
+        self, msgs: list[dict[str, str]], tpl: PromptTemplate, window: str, chunk: Any
+    ) -> list[dict[str, str]]:
         limit = self._prompt_limit(self.max_tokens)
         if self.meter.count_messages(msgs) <= limit:
             return msgs
@@ -465,8 +518,14 @@ class LLMTasks:
             parsed = parse_answer(res.text, ids)
             out.append(
                 AnswerResult(
-                    parsed.text, list(parsed.cited_chunk_ids), parsed.not_found, [res.record], self.engine, self.model,
-                    tpl.id, list(parsed.unknown_citations),
+                    parsed.text,
+                    list(parsed.cited_chunk_ids),
+                    parsed.not_found,
+                    [res.record],
+                    self.engine,
+                    self.model,
+                    tpl.id,
+                    list(parsed.unknown_citations),
                 )
             )
         return out

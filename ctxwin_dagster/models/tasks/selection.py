@@ -35,7 +35,9 @@ class SentenceIndex:
     usable: np.ndarray  # long enough to stand as a context/summary sentence
 
     @classmethod
-    def build(cls, spans: Sequence[tuple[int, int]], texts: list[str], vectors: np.ndarray, tokens: Sequence[int]) -> SentenceIndex:
+    def build(
+        cls, spans: Sequence[tuple[int, int]], texts: list[str], vectors: np.ndarray, tokens: Sequence[int]
+    ) -> SentenceIndex:
         """The index of sentences at ``spans`` with their ``texts``, embeddings and token counts."""
         usable = [len(t) >= MIN_USABLE_CHARS and len(t.split()) >= MIN_USABLE_WORDS for t in texts]
         return cls(
@@ -61,7 +63,9 @@ class SentenceIndex:
         return np.arange(lo, max(lo, hi))
 
 
-def mmr(vectors: np.ndarray, relevance: np.ndarray, tokens: np.ndarray, budget: int, max_items: int | None, lam: float) -> list[int]:
+def mmr(
+    vectors: np.ndarray, relevance: np.ndarray, tokens: np.ndarray, budget: int, max_items: int | None, lam: float
+) -> list[int]:
     """Greedy MMR over rows: relevance vs. redundancy, within a token budget (row order).
 
     ``lam`` weighs relevance against redundancy (1 = relevance only); at most ``max_items``
@@ -102,7 +106,9 @@ def central_rows(idx: SentenceIndex, rows: np.ndarray, budget: int, lam: float) 
     return sorted(int(rows[i]) for i in picked)
 
 
-def top_rows(vectors: np.ndarray, relevance: np.ndarray, tokens: np.ndarray, budget: int, max_items: int, lam: float) -> list[int]:
+def top_rows(
+    vectors: np.ndarray, relevance: np.ndarray, tokens: np.ndarray, budget: int, max_items: int, lam: float
+) -> list[int]:
     """Rows picked by MMR among the most relevant candidates (``-inf`` relevance = excluded)."""
     finite = np.isfinite(relevance)
     n_valid = int(finite.sum())
@@ -110,7 +116,11 @@ def top_rows(vectors: np.ndarray, relevance: np.ndarray, tokens: np.ndarray, bud
         return []
     # Only the most relevant candidates can win; MMR over a short list keeps it fast.
     k = min(n_valid, max(32, 8 * max_items))
-    top = np.argpartition(-np.where(finite, relevance, -np.inf), k - 1)[:k] if k < len(relevance) else np.arange(len(relevance))
+    top = (
+        np.argpartition(-np.where(finite, relevance, -np.inf), k - 1)[:k]
+        if k < len(relevance)
+        else np.arange(len(relevance))
+    )
     top = top[finite[top]]
     top = top[np.lexsort((top, -relevance[top]))]  # by relevance, ties by position
     picked = mmr(vectors[top], relevance[top], tokens[top], budget, max_items, lam)
