@@ -43,6 +43,23 @@ from ctxwin_dagster.defs.resources import (
 from ctxwin_dagster.defs.sensors import documents_sensor
 from ctxwin_dagster.defs.staleness import with_settings_versions
 
+#: The assets that build the three indexes of a document: text, chunks, summary, contexts, embeddings.
+INDEXING_ASSETS = [
+    raw_documents,
+    chunks,
+    global_summaries,
+    cc_rag_contexts,
+    swb_rag_contexts,
+    t_rag_index,
+    cc_rag_index,
+    swb_rag_index,
+]
+#: The assets that answer a document's questions with each index, score them, and compare the experiment.
+EVALUATION_ASSETS = [
+    *(qa_sets, t_rag_answers, cc_rag_answers, swb_rag_answers),
+    *(t_rag_ragas_scores, cc_rag_ragas_scores, swb_rag_ragas_scores, experiment_comparison),
+]
+
 #: The file in a Dagster home that remembers which doc_id each file name was given.
 DOC_IDS_FILE = "ctxwin_doc_ids.json"
 
@@ -79,24 +96,7 @@ def build_definitions(
     return dg.Definitions(
         assets=with_stale_reruns(
             with_settings_versions(
-                [
-                    raw_documents,
-                    chunks,
-                    global_summaries,
-                    cc_rag_contexts,
-                    swb_rag_contexts,
-                    t_rag_index,
-                    cc_rag_index,
-                    swb_rag_index,
-                    qa_sets,
-                    t_rag_answers,
-                    cc_rag_answers,
-                    swb_rag_answers,
-                    t_rag_ragas_scores,
-                    cc_rag_ragas_scores,
-                    swb_rag_ragas_scores,
-                    experiment_comparison,
-                ],
+                [*INDEXING_ASSETS, *EVALUATION_ASSETS],
                 resources,
             ),
             resources,

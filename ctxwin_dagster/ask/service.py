@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -264,39 +265,18 @@ class Asker:
         if not isinstance(question, str) or not question.strip():
             raise AskError("question is empty; pass the question to answer")
         settings = _settings(retrieval)
+        sliding = _Sliding(window_tokens, overlap_tokens, summary, early_stop, wave_size, progress)
         started = time.perf_counter()
         if mode == "sliding":
             if not doc_id:
                 raise AskError("mode='sliding' reads one whole document: pass doc_id= (--doc ID)")
-            result = self._ask_sliding_document(
-                question,
-                variant=variant,
-                doc_id=doc_id,
-                window_tokens=window_tokens,
-                overlap_tokens=overlap_tokens,
-                summary=summary,
-                early_stop=early_stop,
-                wave_size=wave_size,
-                progress=progress,
-            )
+            result = self._ask_sliding_document(question, sliding, variant=variant, doc_id=doc_id)
         else:
             v = normalize_variant(variant)
             ctx = self.retriever.context(question, settings, variant=v, doc_id=doc_id)
             fit = self._fit(question, ctx) if mode == "auto" and ctx.windows else None
             if fit is not None and not fit.fits:
-                result = self._ask_sliding_context(
-                    question,
-                    ctx,
-                    variant=v,
-                    doc_id=doc_id,
-                    fit=fit,
-                    window_tokens=window_tokens,
-                    overlap_tokens=overlap_tokens,
-                    summary=summary,
-                    early_stop=early_stop,
-                    wave_size=wave_size,
-                    progress=progress,
-                )
+                result = self._ask_sliding_context(question, ctx, sliding, variant=v, doc_id=doc_id, fit=fit)
             else:
                 result = self._answer_context(question, ctx, variant=v, doc_id=doc_id, mode=mode)
                 result.fit = fit
@@ -396,20 +376,10 @@ class Asker:
         return size
 
     def _run_sliding(
-        self,
-        question: str,
-        source: str | Sequence[Window],
-        *,
-        doc_id: str,
-        window_tokens: int | None,
-        overlap_tokens: int,
-        summary: str | None,
-        early_stop: float | None,
-        wave_size: int,
-        progress: Callable[[int, int], None] | None,
+        self, question: str, source: str | Sequence[Window], sliding: _Sliding, *, doc_id: str
     ) -> SlidingAnswer:
         enc = self.counter.encoding
-        size = self._window_tokens(window_tokens, summary, question)
+        size = self._window_tokens(sliding.window_tokens, sliding.summary, question)
         try:
             return sliding_window_qa(
                 question,
@@ -419,30 +389,18 @@ class Asker:
                 decode=enc.decode,
                 doc_id=doc_id,
                 window_tokens=size,
-                overlap_tokens=overlap_tokens,
-                summary=summary,
-                early_stop=early_stop,
-                wave_size=wave_size,
-                progress=progress,
+                overlap_tokens=sliding.overlap_tokens,
+                summary=sliding.summary,
+                early_stop=sliding.early_stop,
+                wave_size=sliding.wave_size,
+                progress=sliding.progress,
             )
         except ValueError as exc:
             if isinstance(exc, AskError):
                 raise
             raise AskError(str(exc)) from exc
 
-    def _ask_sliding_document(
-        self,
-        question: str,
-        *,
-        variant: str,
-        doc_id: str,
-        window_tokens: int | None,
-        overlap_tokens: int,
-        summary: str | None,
-        early_stop: float | None,
-        wave_size: int,
-        progress: Callable[[int, int], None] | None,
-    ) -> AskResult:
+    def _ask_sliding_document(self, question: str, sliding: _Sliding, *, variant: str, doc_id: str) -> AskResult:
         notes: list[str] = []
         chunks: list[Chunk] = []
         v: str | None = None
@@ -471,17 +429,7 @@ class Asker:
             notes.append(
                 "document text rebuilt from the index rows (no document file); white space between chunks may differ"
             )
-        run = self._run_sliding(
-            question,
-            text,
-            doc_id=doc_id,
-            window_tokens=window_tokens,
-            overlap_tokens=overlap_tokens,
-            summary=summary,
-            early_stop=early_stop,
-            wave_size=wave_size,
-            progress=progress,
-        )
+        run = self._run_sliding(question, text, sliding, doc_id=doc_id)
         return sliding_result(
             question, run, mode="sliding", variant=v, doc_id=doc_id, texts=texts, chunks=chunks, notes=notes
         )
@@ -490,32 +438,17 @@ class Asker:
         self,
         question: str,
         ctx: EnhancedContext,
+        sliding: _Sliding,
         *,
         variant: str,
         doc_id: str | None,
         fit: FitReport,
-        window_tokens: int | None,
-        overlap_tokens: int,
-        summary: str | None,
-        early_stop: float | None,
-        wave_size: int,
-        progress: Callable[[int, int], None] | None,
     ) -> AskResult:
         notes = [
             f"the assembled context ({fit.prompt_tokens:,} prompt tokens) does not fit {self.limits.model} "
             f"(limit {fit.limit:,}, over by {fit.overflow:,}): sliding-window QA over it"
         ]
-        run = self._run_sliding(
-            question,
-            ctx.windows,
-            doc_id=doc_id or "",
-            window_tokens=window_tokens,
-            overlap_tokens=overlap_tokens,
-            summary=summary,
-            early_stop=early_stop,
-            wave_size=wave_size,
-            progress=progress,
-        )
+        run = self._run_sliding(question, ctx.windows, sliding, doc_id=doc_id or "")
         texts: dict[str, None] = {}
         for w in ctx.windows:
             texts.setdefault(w.doc_id, None)
@@ -531,6 +464,18 @@ class Asker:
         result.fit = fit
         result.context = ctx
         return result
+
+
+@dataclass(frozen=True)
+class _Sliding:
+    """The sliding-window options of one :meth:`Asker.ask` call."""
+
+    window_tokens: int | None
+    overlap_tokens: int
+    summary: str | None
+    early_stop: float | None
+    wave_size: int
+    progress: Callable[[int, int], None] | None
 
 
 def _settings(retrieval: RetrievalSettings | str | None) -> RetrievalSettings:

@@ -13,10 +13,7 @@ import pytest
 
 from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.core.limits import ModelLimits, default_registry
-from ctxwin_dagster.definitions import defs
-from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts, global_summaries, swb_rag_contexts
-from ctxwin_dagster.defs.indexes.assets import cc_rag_index, swb_rag_index, t_rag_index
-from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
+from ctxwin_dagster.definitions import INDEXING_ASSETS, defs
 from ctxwin_dagster.defs.resources import (
     ChatModelResource,
     EmbeddingsResource,
@@ -33,16 +30,7 @@ pytestmark = pytest.mark.slow
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "documents"
 DOCS = ("squad_Normans", "cuad_todos_medical_reseller")
 MODEL = "ctxwin-test-contextualizer"
-ASSETS = [
-    raw_documents,
-    chunks,
-    global_summaries,
-    cc_rag_contexts,
-    swb_rag_contexts,
-    t_rag_index,
-    cc_rag_index,
-    swb_rag_index,
-]
+ASSETS = INDEXING_ASSETS
 
 
 def responder(body: dict) -> str:

@@ -23,9 +23,7 @@ from ctxwin_dagster.core.fit import check_fit, ensure_fit
 from ctxwin_dagster.core.limits import get_model_limits
 from ctxwin_dagster.core.prompts import get_template
 from ctxwin_dagster.core.tokens import PromptMeter, get_token_counter
-from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts, global_summaries, swb_rag_contexts
-from ctxwin_dagster.defs.indexes.assets import cc_rag_index, swb_rag_index, t_rag_index
-from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
+from ctxwin_dagster.definitions import INDEXING_ASSETS
 from ctxwin_dagster.defs.resources import (
     ChatModelResource,
     EmbeddingsResource,
@@ -43,16 +41,7 @@ pytestmark = pytest.mark.slow
 MODEL = "local:smollm2"
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "documents"
 DOC = "normans_excerpt"
-ASSETS = [
-    raw_documents,
-    chunks,
-    global_summaries,
-    cc_rag_contexts,
-    swb_rag_contexts,
-    t_rag_index,
-    cc_rag_index,
-    swb_rag_index,
-]
+ASSETS = INDEXING_ASSETS
 MAX_NEW = 40  # tokens per reply: enough to show what the model does, short enough for CI
 
 
