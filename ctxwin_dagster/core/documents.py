@@ -120,9 +120,9 @@ class Document:
         """What a reader should be told about how the file was decoded, with the fix ("" when
         nothing: UTF-8 or extracted text).
 
-        >>> Document("a", "00", "x\ufffd", "x", "a.txt", 2, replaced_bytes=1).encoding_warning()
-        'a.txt: read as UTF-8, but 1 byte(s) are not UTF-8 and were replaced by U+FFFD; re-save the file as '
-        'UTF-8 (fix or remove those bytes) to keep every character'
+        >>> print(Document("a", "00", "x\ufffd", "x", "a.txt", 2, replaced_bytes=1).encoding_warning())  # doctest: +NORMALIZE_WHITESPACE
+        a.txt: read as UTF-8, but 1 byte(s) are not UTF-8 and were replaced by U+FFFD;
+        re-save the file as UTF-8 (fix or remove those bytes) to keep every character
         """
         name = Path(self.source_path).name
         if self.replaced_bytes:
