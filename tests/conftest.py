@@ -17,12 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")
-def repo_root() -> Path:
-    """The repository (its ``data/``, ``workspace.yaml``, ``tests/fixtures/``)."""
-    return ROOT
-
-
-@pytest.fixture(scope="session")
 def sample_documents() -> Path:
     """The sample's documents folder, ``data/documents`` (read only: copy it to change it)."""
     return ROOT / "data" / "documents"
@@ -44,9 +38,20 @@ def embedder(tmp_path_factory):
 
 
 @pytest.fixture
-def default_resources():
-    """A fresh copy of the definitions' default resources (the sample's embedded defaults), for
-    a test to point at its own folders."""
+def folder_resources(tmp_path):
+    """``make(documents, evaluation)``: the definitions' default resources (the sample's embedded
+    defaults) pointed at a documents folder, the sample's questions, and this test's own cache and
+    index folders."""
     from ctxwin_dagster import definitions
+    from ctxwin_dagster.defs.resources import EmbeddingsResource, LanceDBResource, ProjectSettings
 
-    return definitions.default_resources()
+    def make(documents: Path, evaluation) -> dict:
+        return {
+            **definitions.default_resources(),
+            "settings": ProjectSettings(documents_dir=str(documents), qa_dir=str(ROOT / "data" / "qa")),
+            "evaluation": evaluation,
+            "embeddings": EmbeddingsResource(cache_dir=str(tmp_path / "cache")),
+            "lancedb": LanceDBResource(uri=str(tmp_path / "lancedb")),
+        }
+
+    return make

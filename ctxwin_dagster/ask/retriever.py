@@ -36,7 +36,7 @@ class Retriever:
 
     Args:
         index: the :class:`~ctxwin_dagster.models.vectorstore.ChunkIndex` (None: nothing to
-            search; every method but :meth:`chunks` of files raises :class:`AskError`).
+            search; every method then raises :class:`AskError` saying so).
         embedder: the embedder the index was built with (it embeds the questions).
         documents: where chunk rows and document text come from.
     """

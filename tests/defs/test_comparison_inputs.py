@@ -26,7 +26,6 @@ from ctxwin_dagster.defs.resources import (
     ChatModelResource,
     EmbeddingsResource,
     EvaluationSettings,
-    LanceDBResource,
     PipelineSettings,
     ProjectSettings,
 )
@@ -92,7 +91,7 @@ def _read_json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def test_a_removed_document_leaves_the_next_comparison(tmp_path):
+def test_a_removed_document_leaves_the_next_comparison(tmp_path, folder_resources):
     docs = tmp_path / "documents"
     docs.mkdir()
     keep, drop = "squad_1973_oil_crisis", "squad_Normans"
@@ -104,13 +103,7 @@ def test_a_removed_document_leaves_the_next_comparison(tmp_path):
         reports_dir=str(tmp_path / "reports"),
         max_questions_per_document=6,
     )
-    resources = {  # the embedded offline defaults, pointed at this test's folders
-        **definitions.default_resources(),
-        "settings": ProjectSettings(documents_dir=str(docs), qa_dir=str(ROOT / "data" / "qa")),
-        "evaluation": evaluation,
-        "embeddings": EmbeddingsResource(cache_dir=str(tmp_path / "cache")),
-        "lancedb": LanceDBResource(uri=str(tmp_path / "lancedb")),
-    }
+    resources = folder_resources(docs, evaluation)  # the embedded offline defaults, pointed at this test's folders
     assets = [a for a in vars(definitions).values() if isinstance(a, dg.AssetsDefinition)]
     # The project's own jobs, as `ctxwin run` and the Dagster UI run them: one run per document,
     # then the comparison in a run of its own that loads the documents' outputs.

@@ -11,10 +11,7 @@ import pytest
 
 import ctxwin_dagster.definitions as definitions
 from ctxwin_dagster.defs.resources import (
-    EmbeddingsResource,
     EvaluationSettings,
-    LanceDBResource,
-    ProjectSettings,
 )
 
 # Runs Dagster (in process or as a webserver) and the embedding model: the slow tier.
@@ -23,7 +20,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_evaluation_graph_writes_a_comparison_report(tmp_path):
+def test_evaluation_graph_writes_a_comparison_report(tmp_path, folder_resources):
     docs = tmp_path / "documents"
     docs.mkdir()
     shutil.copy(ROOT / "data" / "documents" / "squad_Normans.txt", docs)
@@ -33,13 +30,7 @@ def test_evaluation_graph_writes_a_comparison_report(tmp_path):
         reports_dir=str(tmp_path / "reports"),
         max_questions_per_document=25,
     )
-    resources = {  # the embedded offline defaults, pointed at this test's folders
-        **definitions.default_resources(),
-        "settings": ProjectSettings(documents_dir=str(docs), qa_dir=str(ROOT / "data" / "qa")),
-        "evaluation": evaluation,
-        "embeddings": EmbeddingsResource(cache_dir=str(tmp_path / "cache")),
-        "lancedb": LanceDBResource(uri=str(tmp_path / "lancedb")),
-    }
+    resources = folder_resources(docs, evaluation)  # the embedded offline defaults, pointed at this test's folders
     all_assets = [a for a in vars(definitions).values() if isinstance(a, dg.AssetsDefinition)]
     comparison_asset = definitions.experiment_comparison
     partitioned = [a for a in all_assets if a is not comparison_asset]
