@@ -36,9 +36,9 @@ Example::
     ...     result.answer, result.citations[0].as_tuple()
 """
 
-from .results import AskError, AskResult, Citation, StaleIndexError, normalize_variant
-from .retriever import Retriever
-from .service import ASK_MODES, Asker
+from ctxwin_dagster.ask.results import AskError, AskResult, Citation, StaleIndexError, normalize_variant
+from ctxwin_dagster.ask.retriever import Retriever
+from ctxwin_dagster.ask.service import ASK_MODES, Asker
 
 __all__ = [
     "ASK_MODES",

@@ -6,12 +6,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ctxwin_dagster.ask.results import AskError, StaleIndexError
 from ctxwin_dagster.core.document_folder import load_id_registry, scan_documents
 from ctxwin_dagster.core.documents import DocumentError, read_document
 from ctxwin_dagster.core.enhance import chunks_from_rows
 from ctxwin_dagster.core.splitting import Chunk
-
-from .results import AskError, StaleIndexError
 
 __all__ = ["IndexedDocuments"]
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from .results import AskError
+from ctxwin_dagster.ask.results import AskError
 
 
 def open_asker(

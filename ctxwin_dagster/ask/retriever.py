@@ -20,13 +20,12 @@ from typing import Any, cast
 
 import numpy as np
 
+from ctxwin_dagster.ask.documents import IndexedDocuments
+from ctxwin_dagster.ask.results import AskError, normalize_variant
 from ctxwin_dagster.core.enhance import EnhancedContext, EnhanceMode, enhance, hits_from_rows
 from ctxwin_dagster.core.focus_select import LexicalIndexes, dense_scorer, focus_context, query_texts
 from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
 from ctxwin_dagster.core.splitting import Chunk
-
-from .documents import IndexedDocuments
-from .results import AskError, normalize_variant
 
 __all__ = ["Retriever"]
 

@@ -8,6 +8,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ctxwin_dagster.ask.documents import IndexedDocuments
+from ctxwin_dagster.ask.results import (
+    AskError,
+    AskResult,
+    Citation,
+    _cited_excerpt,
+    _window_dict,
+    normalize_variant,
+    sliding_result,
+)
+from ctxwin_dagster.ask.retriever import Retriever
 from ctxwin_dagster.core.defaults import PAPER
 from ctxwin_dagster.core.enhance import EnhancedContext
 from ctxwin_dagster.core.experiment_spec import DEFAULT_CACHE_DIR, DEFAULT_DOCUMENTS_DIR, DEFAULT_LANCEDB_URI
@@ -27,10 +38,6 @@ from ctxwin_dagster.core.splitting import Chunk
 from ctxwin_dagster.core.tokens import TokenCounter, get_token_counter
 from ctxwin_dagster.core.windows.around_hits import span_text
 from ctxwin_dagster.core.windows.window import Window
-
-from .documents import IndexedDocuments
-from .results import AskError, AskResult, Citation, _cited_excerpt, _window_dict, normalize_variant, sliding_result
-from .retriever import Retriever
 
 if TYPE_CHECKING:
     from ctxwin_dagster.models.tasks.results import TaskEngine
@@ -130,7 +137,7 @@ class Asker:
         Raises:
             AskError: there is no index at ``lancedb``, or ``embeddings`` is not valid.
         """
-        from .opening import open_asker
+        from ctxwin_dagster.ask.opening import open_asker
 
         return open_asker(
             cls,

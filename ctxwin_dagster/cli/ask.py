@@ -91,7 +91,7 @@ def add_ask_arguments(parser: Any) -> None:
 
 
 def experiment_home(args: argparse.Namespace) -> Path:
-    from .homes import default_home
+    from ctxwin_dagster.cli.homes import default_home
 
     return (
         Path(args.dagster_home)

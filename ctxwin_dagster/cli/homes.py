@@ -153,9 +153,8 @@ def cmd_dev(args: Any) -> int:
     import subprocess
     import sys
 
+    from ctxwin_dagster.cli.launch import prepare_home, workspace_file
     from ctxwin_dagster.models.embeddings.server import ENV_VAR, EmbeddingService, served_models
-
-    from .launch import prepare_home, workspace_file
 
     home = Path(args.dagster_home) if args.dagster_home else default_home(args.experiment)
     if args.experiment != SAMPLE and not (home / EXPERIMENT_FILE).is_file():

@@ -54,9 +54,8 @@ def question_listing(qa_dir: str, folder: Any) -> None:
 def _experiment_for_run(args: argparse.Namespace) -> tuple[Any, Path]:
     """(experiment, Dagster home) of ``ctxwin run``: the home's own experiment, or with
     ``--documents`` the experiment of that folder (its own home and index, named after it)."""
+    from ctxwin_dagster.cli.homes import default_home
     from ctxwin_dagster.core.experiment_spec import DEFAULT_QA_DIR, Experiment, experiment_name_for, home_experiment
-
-    from .homes import default_home
 
     if getattr(args, "experiment", None):
         exp = _load_named_experiment(args.experiment)
@@ -147,13 +146,12 @@ def run_pipeline(
     the Dagster instance; follow them and print a summary. One command per home at a time."""
     from dagster import DagsterInstance
 
+    from ctxwin_dagster.cli.homes import HomeLock, bind_experiment, fail_orphaned_runs
+    from ctxwin_dagster.cli.launch import prepare_home
+    from ctxwin_dagster.cli.runs import RunPlanner
     from ctxwin_dagster.core.experiment_spec import ExperimentConflict
     from ctxwin_dagster.definitions import home_definitions
     from ctxwin_dagster.defs.sensors import sync_partitions
-
-    from .homes import HomeLock, bind_experiment, fail_orphaned_runs
-    from .launch import prepare_home
-    from .runs import RunPlanner
 
     home = prepare_home(str(home))
     with HomeLock(home, out=sys.stdout):
@@ -200,9 +198,8 @@ def run_pipeline(
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    from ctxwin_dagster.cli.homes import default_home
     from ctxwin_dagster.core.experiment_spec import Experiment
-
-    from .homes import default_home
 
     if args.experiment_file:
         exp = _load_named_experiment(args.experiment_file)

@@ -33,7 +33,7 @@ LOG = "ctxwin_prune.log"
 
 
 def _home(args: argparse.Namespace) -> Path:
-    from .homes import default_home
+    from ctxwin_dagster.cli.homes import default_home
 
     home = Path(args.dagster_home) if args.dagster_home else default_home(args.experiment)
     if args.experiment != "sample" and not (home / "ctxwin_experiment.json").is_file():
@@ -193,8 +193,8 @@ def undo(home: Path, *, out: Any = sys.stdout) -> dict[str, Any]:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from .homes import HomeLock
-    from .launch import prepare_home
+    from ctxwin_dagster.cli.homes import HomeLock
+    from ctxwin_dagster.cli.launch import prepare_home
 
     home = prepare_home(str(_home(args)))
     with HomeLock(home, out=sys.stdout):

@@ -8,9 +8,8 @@ from pathlib import Path
 
 def _results_dir(name: str) -> str:
     """Where the experiment ``name`` keeps its answers: as its home records it, else the default."""
+    from ctxwin_dagster.cli.homes import default_home
     from ctxwin_dagster.core.experiment_spec import DEFAULT_RESULTS_DIR, EXPERIMENT_FILE, home_experiment
-
-    from .homes import default_home
 
     home = default_home(name)
     if not (home / EXPERIMENT_FILE).is_file():

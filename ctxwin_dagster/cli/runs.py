@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctxwin_dagster.cli.launch import TERMINAL, Launcher, stop_runs, workspace_file
 from ctxwin_dagster.defs.command_runs import COMMAND_TAG, command_id
-
-from .launch import TERMINAL, Launcher, stop_runs, workspace_file
 
 #: Materialization metadata summed per asset for the summary.
 SUMMARY_FIELDS = (
@@ -235,9 +234,8 @@ class RunPlanner:
             if launcher is not None:
                 launcher.__exit__(None, None, None)
         ok = [p for p in planned if p.status == "SUCCESS"]
+        from ctxwin_dagster.cli.homes import default_home
         from ctxwin_dagster.core.experiment_spec import home_experiment
-
-        from .homes import default_home
 
         name = home_experiment(self.home).name
         ui = "ctxwin dev" if name == "sample" else f"ctxwin dev {name}"

@@ -56,11 +56,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .sentences import split_sentences as _split_sentences
-from .splitting import Chunk
-from .windows.around_hits import neighbor_windows, stitch_windows
-from .windows.focus import SentenceScorer, SentenceSplitter, focus_windows
-from .windows.window import Window, join_windows, merge_windows
+from ctxwin_dagster.core.sentences import split_sentences as _split_sentences
+from ctxwin_dagster.core.splitting import Chunk
+from ctxwin_dagster.core.windows.around_hits import neighbor_windows, stitch_windows
+from ctxwin_dagster.core.windows.focus import SentenceScorer, SentenceSplitter, focus_windows
+from ctxwin_dagster.core.windows.window import Window, join_windows, merge_windows
 
 __all__ = [
     "DEFAULT_CONTEXT_WINDOW_SIZE",

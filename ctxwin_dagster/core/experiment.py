@@ -15,11 +15,11 @@ from typing import Any
 
 import pandas as pd
 
-from .defaults import VARIANTS
-from .metrics.aggregation import aggregate, aggregate_efficiency, scores_by_variant
-from .report import render_report
-from .stats import compare_variants
-from .verdict import ExperimentSetup, verdict_markdown
+from ctxwin_dagster.core.defaults import VARIANTS
+from ctxwin_dagster.core.metrics.aggregation import aggregate, aggregate_efficiency, scores_by_variant
+from ctxwin_dagster.core.report import render_report
+from ctxwin_dagster.core.stats import compare_variants
+from ctxwin_dagster.core.verdict import ExperimentSetup, verdict_markdown
 
 __all__ = ["DEFAULT_METRICS", "compare_experiment", "INDEXING_FIELDS"]
 

@@ -275,7 +275,7 @@ def experiment_name_for(documents_dir: str | Path) -> str:
     path = Path(documents_dir).expanduser().resolve()
     if path == Path(DEFAULT_DOCUMENTS_DIR).resolve():
         return SAMPLE
-    from .documents import derive_doc_id
+    from ctxwin_dagster.core.documents import derive_doc_id
 
     parts = [path.name or "documents"]
     if parts[0].lower() in _GENERIC_FOLDERS and path.parent.name:

@@ -38,8 +38,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .limits import ModelLimits, ModelRegistry, get_model_limits
-from .tokens import TokenCounter, get_token_counter
+from ctxwin_dagster.core.limits import ModelLimits, ModelRegistry, get_model_limits
+from ctxwin_dagster.core.tokens import TokenCounter, get_token_counter
 
 __all__ = [
     "STRATEGIES",

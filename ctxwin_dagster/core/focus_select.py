@@ -29,11 +29,11 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .enhance import DEFAULT_FOCUS_BUDGET_CHARS, EnhancedContext, enhance
-from .lexical import TextBM25, hybrid_hits, question_parts
-from .retrieval_settings import RetrievalSettings
-from .sentences import split_sentences
-from .splitting import Chunk
+from ctxwin_dagster.core.enhance import DEFAULT_FOCUS_BUDGET_CHARS, EnhancedContext, enhance
+from ctxwin_dagster.core.lexical import TextBM25, hybrid_hits, question_parts
+from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
+from ctxwin_dagster.core.sentences import split_sentences
+from ctxwin_dagster.core.splitting import Chunk
 
 __all__ = ["LexicalIndexes", "dense_scorer", "focus_context", "query_texts"]
 
@@ -109,7 +109,7 @@ class LexicalIndexes:
 def _doc_text(doc_id: str, chunks: Sequence[Chunk], doc_texts: Mapping[str, str] | None) -> str:
     if doc_texts is not None and doc_id in doc_texts:
         return doc_texts[doc_id]
-    from .windows.around_hits import span_text
+    from ctxwin_dagster.core.windows.around_hits import span_text
 
     ordered = sorted(chunks, key=lambda c: c.chunk_index)
     return span_text(ordered, 0, max(c.end for c in ordered))

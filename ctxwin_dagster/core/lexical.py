@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .splitting import Chunk
+from ctxwin_dagster.core.splitting import Chunk
 
 __all__ = ["TextBM25", "hybrid_hits", "parts_query", "question_parts", "reciprocal_rank_fusion"]
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .enhance import (
+from ctxwin_dagster.core.enhance import (
     DEFAULT_CONTEXT_WINDOW_SIZE,
     DEFAULT_FOCUS_BUDGET_CHARS,
     DEFAULT_FOCUS_CANDIDATES,

@@ -48,9 +48,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from .prompts import NO_ANSWER, NOT_IN_DOCUMENTS
-from .windows.sliding import sliding_windows
-from .windows.window import Window
+from ctxwin_dagster.core.prompts import NO_ANSWER, NOT_IN_DOCUMENTS
+from ctxwin_dagster.core.windows.sliding import sliding_windows
+from ctxwin_dagster.core.windows.window import Window
 
 __all__ = [
     "DEFAULT_OVERLAP_TOKENS",

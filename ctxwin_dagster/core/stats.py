@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from .metrics.aggregation import bootstrap_mean_ci, scores_by_variant
+from ctxwin_dagster.core.metrics.aggregation import bootstrap_mean_ci, scores_by_variant
 
 __all__ = ["COLUMNS", "compare_variants", "paired_test", "rank_biserial", "bonferroni"]
 

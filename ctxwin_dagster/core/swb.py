@@ -39,8 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .defaults import PAPER
-from .prompts import PromptTemplate, detect_language, format_chunk_batch, get_template
+from ctxwin_dagster.core.defaults import PAPER
+from ctxwin_dagster.core.prompts import PromptTemplate, detect_language, format_chunk_batch, get_template
 
 __all__ = [
     "SWBBatch",

@@ -33,7 +33,7 @@ from typing import Any
 
 import pandas as pd
 
-from .defaults import VARIANT_LABELS
+from ctxwin_dagster.core.defaults import VARIANT_LABELS
 
 __all__ = ["ExperimentSetup", "verdict_markdown"]
 

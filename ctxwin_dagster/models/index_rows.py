@@ -11,8 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.feather as feather
 
-from .index_upkeep import ensure_primary_key
-from .vectorstore import ChunkIndex, _quote
+from ctxwin_dagster.models.index_upkeep import ensure_primary_key
+from ctxwin_dagster.models.vectorstore import ChunkIndex, _quote
 
 __all__ = ["export_rows", "read_rows", "restore_rows", "table_version", "write_rows"]
 

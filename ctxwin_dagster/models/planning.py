@@ -25,11 +25,10 @@ from ctxwin_dagster.core.fit import ContextOverflowError
 from ctxwin_dagster.core.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.splitting import RecursiveSplitter
 from ctxwin_dagster.core.tokens import PromptMeter, get_token_counter
-
-from .base import CallRecord, ChatRequest, ChatResult, Ledger
-from .chat.local_model import is_local_model
-from .pricing import estimate_cost
-from .tasks.llm import LLMTasks
+from ctxwin_dagster.models.base import CallRecord, ChatRequest, ChatResult, Ledger
+from ctxwin_dagster.models.chat.local_model import is_local_model
+from ctxwin_dagster.models.pricing import estimate_cost
+from ctxwin_dagster.models.tasks.llm import LLMTasks
 
 __all__ = ["DryRunChatBackend", "plan_document"]
 

@@ -19,7 +19,7 @@ Example::
 
 from __future__ import annotations
 
-from .endpoint import normalize_base_url, redact_key, resolve_api_key
+from ctxwin_dagster.models.endpoint import normalize_base_url, redact_key, resolve_api_key
 
 __all__ = ["EndpointError", "check_endpoint"]
 

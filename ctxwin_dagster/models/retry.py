@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 import openai
 import tenacity
 
-from .endpoint import redact_key
+from ctxwin_dagster.models.endpoint import redact_key
 
 __all__ = ["MalformedResponseError", "RetryPolicy", "error_code", "is_transient", "retry_after_s"]
 

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from ..core.limits import ModelLimits, get_model_limits
-from ..core.prompts import (
+from ctxwin_dagster.core.limits import ModelLimits, get_model_limits
+from ctxwin_dagster.core.prompts import (
     NO_ANSWER,
     SYNTHESIZE_TEMPLATES,
     WINDOW_RETRY_NOTE,
@@ -43,8 +43,8 @@ from ..core.prompts import (
     parse_window_answer,
     summary_block,
 )
-from ..core.sentences import split_sentences
-from ..core.sliding_qa import (
+from ctxwin_dagster.core.sentences import split_sentences
+from ctxwin_dagster.core.sliding_qa import (
     Synthesis,
     WindowFinding,
     best_supported,
@@ -53,11 +53,11 @@ from ..core.sliding_qa import (
     no_answer_finding,
     parse_synthesis,
 )
-from ..core.tokens import PromptMeter, TokenCounter, get_token_counter
-from ..core.windows.window import Window
-from .base import CallRecord, CallTags, ChatBackend, ChatRequest, Embedder, Ledger
-from .tasks.extractive import DEFAULT_ANSWER_THRESHOLD, extractive_record
-from .tasks.llm import check_sampling
+from ctxwin_dagster.core.tokens import PromptMeter, TokenCounter, get_token_counter
+from ctxwin_dagster.core.windows.window import Window
+from ctxwin_dagster.models.base import CallRecord, CallTags, ChatBackend, ChatRequest, Embedder, Ledger
+from ctxwin_dagster.models.tasks.extractive import DEFAULT_ANSWER_THRESHOLD, extractive_record
+from ctxwin_dagster.models.tasks.llm import check_sampling
 
 __all__ = ["ExtractiveWindowReader", "LLMWindowReader"]
 

@@ -12,7 +12,7 @@ the CLI) never imports this package.
   a free loopback port (and stopped), and :func:`~.webserver.graphql` to ask it.
 """
 
-from .lexical_judge import lexical_judge_responder
-from .server import FAULTS, FakeOpenAIServer, default_responder, fake_embedding
+from ctxwin_dagster.testing.lexical_judge import lexical_judge_responder
+from ctxwin_dagster.testing.server import FAULTS, FakeOpenAIServer, default_responder, fake_embedding
 
 __all__ = ["FAULTS", "FakeOpenAIServer", "default_responder", "fake_embedding", "lexical_judge_responder"]

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .scoring import EFFICIENCY_FIELDS, METRIC_POPULATION, RecordError, number_or_none
+from ctxwin_dagster.core.metrics.scoring import EFFICIENCY_FIELDS, METRIC_POPULATION, RecordError, number_or_none
 
 __all__ = [
     "aggregate",

@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from .answers import answer_f1, exact_match, reference_answers
+from ctxwin_dagster.core.metrics.answers import answer_f1, exact_match, reference_answers
 
 __all__ = [
     "ANSWERABLE_METRICS",

@@ -54,8 +54,8 @@ Example::
     ('c1',)
 """
 
-from .language import detect_language
-from .parsing import (
+from ctxwin_dagster.core.prompts.language import detect_language
+from ctxwin_dagster.core.prompts.parsing import (
     ParsedAnswer,
     PromptOutputError,
     WindowAnswer,
@@ -64,14 +64,14 @@ from .parsing import (
     parse_swb_contexts,
     parse_window_answer,
 )
-from .render import (
+from ctxwin_dagster.core.prompts.render import (
     format_chunk_batch,
     format_passages,
     format_summaries,
     get_template,
     summary_block,
 )
-from .tables import (
+from ctxwin_dagster.core.prompts.tables import (
     LANGUAGES,
     NO_ANSWER,
     NOT_IN_DOCUMENTS,
@@ -80,7 +80,7 @@ from .tables import (
     TEMPLATES,
     WINDOW_RETRY_NOTE,
 )
-from .template import PromptTemplate
+from ctxwin_dagster.core.prompts.template import PromptTemplate
 
 __all__ = [
     "LANGUAGES",

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .tables import NO_ANSWER, NOT_IN_DOCUMENTS
+from ctxwin_dagster.core.prompts.tables import NO_ANSWER, NOT_IN_DOCUMENTS
 
 __all__ = [
     "ParsedAnswer",

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from .tables import SUMMARY_BLOCKS, TEMPLATES
-from .template import PromptTemplate
+from ctxwin_dagster.core.prompts.tables import SUMMARY_BLOCKS, TEMPLATES
+from ctxwin_dagster.core.prompts.template import PromptTemplate
 
 __all__ = ["format_chunk_batch", "format_passages", "format_summaries", "get_template", "summary_block"]
 

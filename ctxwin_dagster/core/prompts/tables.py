@@ -14,7 +14,7 @@ Plain Python only: no Dagster, RAGAS or LanceDB.
 
 from __future__ import annotations
 
-from .template import PromptTemplate
+from ctxwin_dagster.core.prompts.template import PromptTemplate
 
 __all__ = [
     "LANGUAGES",

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxwin_dagster.core.documents import safe_doc_id
-
-from .items import QAFormatError, QAItem, Span
+from ctxwin_dagster.core.qa.items import QAFormatError, QAItem, Span
 
 __all__ = ["cuad_to_qa", "squad_to_qa"]
 

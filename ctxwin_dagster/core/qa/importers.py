@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .items import QAFormatError, QAItem, Span
+from ctxwin_dagster.core.qa.items import QAFormatError, QAItem, Span
 
 __all__ = [
     "DOCUMENT_COLUMNS",

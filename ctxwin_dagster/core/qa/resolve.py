@@ -17,8 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from ctxwin_dagster.core.document_folder import DocumentFolder
 from ctxwin_dagster.core.documents import DocumentError
-
-from .items import QAFormatError, QAItem
+from ctxwin_dagster.core.qa.items import QAFormatError, QAItem
 
 __all__ = ["ResolvedQuestions", "check_reference_spans", "resolve_questions"]
 

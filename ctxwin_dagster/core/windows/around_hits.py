@@ -12,8 +12,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..splitting import Chunk
-from .window import Window
+from ctxwin_dagster.core.splitting import Chunk
+from ctxwin_dagster.core.windows.window import Window
 
 __all__ = ["Hit", "neighbor_windows", "span_text", "stitch_windows"]
 

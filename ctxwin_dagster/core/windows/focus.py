@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from ..metrics.scoring import union_length
-from ..splitting import Chunk
-from .around_hits import neighbor_windows, span_text
-from .window import Window
+from ctxwin_dagster.core.metrics.scoring import union_length
+from ctxwin_dagster.core.splitting import Chunk
+from ctxwin_dagster.core.windows.around_hits import neighbor_windows, span_text
+from ctxwin_dagster.core.windows.window import Window
 
 __all__ = ["SentenceScorer", "SentenceSplitter", "focus_windows", "structure_starts"]
 

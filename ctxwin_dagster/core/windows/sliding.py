@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-from .window import Window
+from ctxwin_dagster.core.windows.window import Window
 
 __all__ = ["sliding_windows"]
 

@@ -53,15 +53,15 @@ import httpx
 import openai
 from openai.types.chat import ChatCompletion
 
-from ...core.limits import ModelLimits, get_model_limits
-from ...core.tokens import TokenCounter, get_token_counter
-from ..base import CallRecord, ChatRequest, ChatResult, Ledger
-from ..cache import NullCache, ResponseCache
-from ..endpoint import OPENAI_BASE_URL, normalize_base_url, resolve_api_key
-from ..pricing import PriceOverrides, estimate_cost
-from ..retry import RetryPolicy
-from .errors import ChatBackendError, chat_error
-from .messages import Prepared, check_fit, parse_completion, prepare, request_body
+from ctxwin_dagster.core.limits import ModelLimits, get_model_limits
+from ctxwin_dagster.core.tokens import TokenCounter, get_token_counter
+from ctxwin_dagster.models.base import CallRecord, ChatRequest, ChatResult, Ledger
+from ctxwin_dagster.models.cache import NullCache, ResponseCache
+from ctxwin_dagster.models.chat.errors import ChatBackendError, chat_error
+from ctxwin_dagster.models.chat.messages import Prepared, check_fit, parse_completion, prepare, request_body
+from ctxwin_dagster.models.endpoint import OPENAI_BASE_URL, normalize_base_url, resolve_api_key
+from ctxwin_dagster.models.pricing import PriceOverrides, estimate_cost
+from ctxwin_dagster.models.retry import RetryPolicy
 
 __all__ = ["OpenAIChatBackend"]
 

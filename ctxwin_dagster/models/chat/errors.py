@@ -25,10 +25,10 @@ from typing import Any, Literal
 
 import openai
 
-from ...core.fit import ContextOverflowError
-from ...core.limits import ModelLimits
-from ..endpoint import redact_key
-from ..retry import error_code, is_transient
+from ctxwin_dagster.core.fit import ContextOverflowError
+from ctxwin_dagster.core.limits import ModelLimits
+from ctxwin_dagster.models.endpoint import redact_key
+from ctxwin_dagster.models.retry import error_code, is_transient
 
 __all__ = ["ChatBackendError", "ErrorKind", "chat_error"]
 

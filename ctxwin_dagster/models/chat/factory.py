@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .local_model import is_local_model
+from ctxwin_dagster.models.chat.local_model import is_local_model
 
 __all__ = ["describe_chat_model", "is_local_model", "make_chat_backend"]
 
@@ -37,12 +37,12 @@ def make_chat_backend(
     if is_local_model(model):
         if base_url:
             raise ValueError(f"{model!r} runs in this process; drop the base URL {base_url!r} (or name a served model)")
-        from .local import DEFAULT_MAX_NEW_TOKENS, LocalChatBackend
+        from ctxwin_dagster.models.chat.local import DEFAULT_MAX_NEW_TOKENS, LocalChatBackend
 
         return LocalChatBackend(
             model=model.strip(), cache=cache, max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS
         )
-    from .backend import OpenAIChatBackend
+    from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
 
     return OpenAIChatBackend(
         model=model,

@@ -34,10 +34,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..base import CallRecord, ChatRequest, ChatResult, Ledger
-from ..cache import NullCache, ResponseCache
-from .local_model import LocalModelSpec, load_model, register_local_model
-from .messages import Prepared, check_fit, prepare
+from ctxwin_dagster.models.base import CallRecord, ChatRequest, ChatResult, Ledger
+from ctxwin_dagster.models.cache import NullCache, ResponseCache
+from ctxwin_dagster.models.chat.local_model import LocalModelSpec, load_model, register_local_model
+from ctxwin_dagster.models.chat.messages import Prepared, check_fit, prepare
 
 __all__ = ["DEFAULT_MAX_NEW_TOKENS", "LocalChatBackend"]
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...core.limits import ModelLimits, default_registry
-from ...core.tokens import EncodingInfo, MessageOverhead, TokenCounter, register_token_counter
+from ctxwin_dagster.core.limits import ModelLimits, default_registry
+from ctxwin_dagster.core.tokens import EncodingInfo, MessageOverhead, TokenCounter, register_token_counter
 
 __all__ = [
     "LOCAL_MODELS",

@@ -17,9 +17,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ...core.fit import ContextOverflowError
-from ..base import ChatRequest
-from .local import LocalChatBackend
+from ctxwin_dagster.core.fit import ContextOverflowError
+from ctxwin_dagster.models.base import ChatRequest
+from ctxwin_dagster.models.chat.local import LocalChatBackend
 
 __all__ = ["LocalChatServer"]
 

@@ -25,13 +25,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...core.fit import ContextOverflowError
-from ...core.fit import check_fit as fit_report
-from ...core.limits import ModelLimits
-from ...core.tokens import TokenCounter
-from ..base import ChatRequest
-from ..cache import ResponseCache
-from ..retry import MalformedResponseError
+from ctxwin_dagster.core.fit import ContextOverflowError
+from ctxwin_dagster.core.fit import check_fit as fit_report
+from ctxwin_dagster.core.limits import ModelLimits
+from ctxwin_dagster.core.tokens import TokenCounter
+from ctxwin_dagster.models.base import ChatRequest
+from ctxwin_dagster.models.cache import ResponseCache
+from ctxwin_dagster.models.retry import MalformedResponseError
 
 __all__ = ["Prepared", "check_fit", "parse_completion", "prepare", "request_body", "token_upper_bound"]
 

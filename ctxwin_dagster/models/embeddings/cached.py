@@ -28,9 +28,8 @@ from ctxwin_dagster.core.embedding_window import (
     RowPlan,
     fit_text,
 )
-
-from ..cache import NullCache, ResponseCache
-from .identity import EmbedderIdentity
+from ctxwin_dagster.models.cache import NullCache, ResponseCache
+from ctxwin_dagster.models.embeddings.identity import EmbedderIdentity
 
 __all__ = [
     "CachedEmbedder",

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .local import LOCAL_MODEL_NAME
+from ctxwin_dagster.models.embeddings.local import LOCAL_MODEL_NAME
 
 __all__ = ["EMBEDDING_SETTINGS", "PROVIDERS", "embedder_from_settings", "make_embedder"]
 
@@ -75,7 +75,7 @@ def make_embedder(
     cache = _cache(cache_dir)
     model = (model or "").strip()
     if provider == "local":
-        from .local import LocalEmbedder
+        from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 
         if not model or model == LOCAL_MODEL_NAME:
             return LocalEmbedder(batch_size=batch_size, cache=cache, oversize=oversize)
@@ -87,7 +87,7 @@ def make_embedder(
             )
         return LocalEmbedder(model_path=folder, batch_size=batch_size, cache=cache, oversize=oversize)
     if provider == "openai":
-        from .openai import OpenAIEmbedder
+        from ctxwin_dagster.models.embeddings.openai import OpenAIEmbedder
 
         if not model:
             raise ValueError("provider 'openai' needs the embedding model name the server knows; set model")
@@ -122,7 +122,7 @@ def embedder_from_settings(settings: Mapping[str, Any], *, cache_dir: str | Path
 def _cache(cache_dir: str | Path | None):
     if cache_dir is None or str(cache_dir) == "":
         return None
-    from ..cache import ResponseCache
+    from ctxwin_dagster.models.cache import ResponseCache
 
     folder = Path(cache_dir).expanduser()
     folder.mkdir(parents=True, exist_ok=True)

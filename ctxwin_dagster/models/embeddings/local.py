@@ -32,9 +32,8 @@ from typing import Any
 import numpy as np
 
 from ctxwin_dagster.core.embedding_window import EmbeddingLimits, EmbeddingTokenizer
-
-from ..cache import NullCache, ResponseCache
-from .cached import CachedEmbedder, ProgressFn
+from ctxwin_dagster.models.cache import NullCache, ResponseCache
+from ctxwin_dagster.models.embeddings.cached import CachedEmbedder, ProgressFn
 
 __all__ = ["LOCAL_MODEL_DIM", "LOCAL_MODEL_NAME", "LocalEmbedder"]
 
@@ -280,7 +279,7 @@ class LocalEmbedder(CachedEmbedder):
         return self._limits
 
     def _make_tokenizer(self) -> EmbeddingTokenizer:
-        from .tokenizers import HFTokenizer
+        from ctxwin_dagster.models.embeddings.tokenizers import HFTokenizer
 
         return HFTokenizer(self._folder())
 

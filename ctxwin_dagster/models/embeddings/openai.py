@@ -14,11 +14,10 @@ from typing import Any
 import numpy as np
 
 from ctxwin_dagster.core.embedding_window import EmbeddingLimits, EmbeddingTokenizer, get_embedding_limits
-
-from ..cache import NullCache, ResponseCache
-from ..endpoint import resolve_api_key
-from ..retry import RetryPolicy
-from .cached import CachedEmbedder, ProgressFn
+from ctxwin_dagster.models.cache import NullCache, ResponseCache
+from ctxwin_dagster.models.embeddings.cached import CachedEmbedder, ProgressFn
+from ctxwin_dagster.models.endpoint import resolve_api_key
+from ctxwin_dagster.models.retry import RetryPolicy
 
 __all__ = ["OpenAIEmbedder"]
 
@@ -125,7 +124,7 @@ class OpenAIEmbedder(CachedEmbedder):
         return self._limits
 
     def _make_tokenizer(self) -> EmbeddingTokenizer:
-        from .tokenizers import TiktokenTokenizer
+        from ctxwin_dagster.models.embeddings.tokenizers import TiktokenTokenizer
 
         return TiktokenTokenizer(self.model)
 

@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from .local import ENV_VAR
+from ctxwin_dagster.models.embeddings.local import ENV_VAR
 
 __all__ = ["ENV_VAR", "READY_PREFIX", "EmbeddingService", "ModelHost", "serve", "served_models"]
 
@@ -67,7 +67,7 @@ class ModelHost:
     """The served models: loaded once (in the background), encoded one request at a time."""
 
     def __init__(self, models: list[str], *, device: str = "cpu") -> None:
-        from .local import LOCAL_MODEL_NAME, LocalEmbedder
+        from ctxwin_dagster.models.embeddings.local import LOCAL_MODEL_NAME, LocalEmbedder
 
         self.embedders: dict[str, Any] = {}
         for name in models or [LOCAL_MODEL_NAME]:
@@ -271,7 +271,7 @@ def serve(
 def served_models(embeddings: Mapping[str, Any] | None) -> list[str]:
     """The models a server should hold for these embeddings settings (the keys of
     ``EmbeddingsResource``): ``[model]`` for the local provider (the default), ``[]`` otherwise."""
-    from .local import LOCAL_MODEL_NAME
+    from ctxwin_dagster.models.embeddings.local import LOCAL_MODEL_NAME
 
     settings = dict(embeddings or {})
     if (settings.get("provider") or "local") != "local":

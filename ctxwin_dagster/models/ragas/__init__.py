@@ -10,9 +10,9 @@
 Importing this package does not import ragas; the first evaluation does.
 """
 
-from .compat import import_ragas, ragas_embeddings
-from .evaluate import NON_LLM_METRICS, RagasEvaluation, aevaluate_records, evaluate_records
-from .judge import JUDGE_METRICS, PAPER_METRICS, JudgeConfig
+from ctxwin_dagster.models.ragas.compat import import_ragas, ragas_embeddings
+from ctxwin_dagster.models.ragas.evaluate import NON_LLM_METRICS, RagasEvaluation, aevaluate_records, evaluate_records
+from ctxwin_dagster.models.ragas.judge import JUDGE_METRICS, PAPER_METRICS, JudgeConfig
 
 __all__ = [
     "JUDGE_METRICS",

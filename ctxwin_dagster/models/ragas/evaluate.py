@@ -44,10 +44,16 @@ from typing import Any
 
 import numpy as np
 
-from ...core.metrics.aggregation import aggregate, bootstrap_mean_ci, metric_names
-from ...core.metrics.scoring import DEFAULT_KS, chunk_catalog, reference_chunk_ids, reference_spans, score_answers
-from .compat import import_ragas, string_measure
-from .judge import PAPER_METRICS, JudgeConfig, JudgeUsage, run_judge
+from ctxwin_dagster.core.metrics.aggregation import aggregate, bootstrap_mean_ci, metric_names
+from ctxwin_dagster.core.metrics.scoring import (
+    DEFAULT_KS,
+    chunk_catalog,
+    reference_chunk_ids,
+    reference_spans,
+    score_answers,
+)
+from ctxwin_dagster.models.ragas.compat import import_ragas, string_measure
+from ctxwin_dagster.models.ragas.judge import PAPER_METRICS, JudgeConfig, JudgeUsage, run_judge
 
 __all__ = ["NON_LLM_METRICS", "RagasEvaluation", "aevaluate_records", "evaluate_records"]
 

@@ -23,11 +23,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...core.metrics.answers import reference_answers
-from ..chat.local_model import is_local_model
-from ..endpoint import resolve_api_key
-from ..retry import RetryPolicy
-from .compat import import_ragas, ragas_embeddings
+from ctxwin_dagster.core.metrics.answers import reference_answers
+from ctxwin_dagster.models.chat.local_model import is_local_model
+from ctxwin_dagster.models.endpoint import resolve_api_key
+from ctxwin_dagster.models.ragas.compat import import_ragas, ragas_embeddings
+from ctxwin_dagster.models.retry import RetryPolicy
 
 __all__ = ["JUDGE_METRICS", "PAPER_METRICS", "JudgeConfig", "JudgeUsage", "run_judge"]
 
@@ -186,7 +186,7 @@ async def run_judge(
                 "LocalEmbedder()) or set JudgeConfig.embedding_model, or leave those metrics out of "
                 "JudgeConfig.metrics"
             )
-        from ..embeddings.openai import OpenAIEmbedder
+        from ctxwin_dagster.models.embeddings.openai import OpenAIEmbedder
 
         own_embedder = OpenAIEmbedder(
             model=judge.embedding_model,
@@ -202,8 +202,8 @@ async def run_judge(
     base_url = judge.base_url
     if is_local_model(judge.model):
         # A local model judges through a loopback OpenAI-compatible endpoint (ragas speaks only that API).
-        from ..chat.local import LocalChatBackend
-        from ..chat.local_server import LocalChatServer
+        from ctxwin_dagster.models.chat.local import LocalChatBackend
+        from ctxwin_dagster.models.chat.local_server import LocalChatServer
 
         local = LocalChatServer(LocalChatBackend(model=judge.model.strip(), max_new_tokens=judge.max_tokens)).start()
         base_url = local.base_url

@@ -28,20 +28,20 @@ from typing import Any
 
 import numpy as np
 
-from ...core.defaults import PAPER
-from ...core.prompts import (
+from ctxwin_dagster.core.defaults import PAPER
+from ctxwin_dagster.core.prompts import (
     NOT_IN_DOCUMENTS,
     detect_language,
     format_passages,
     format_summaries,
     get_template,
 )
-from ...core.sentences import split_sentences
-from ...core.swb import batch_shares, check_chunks, split_segments, swb_batch_prompts
-from ...core.tokens import PromptMeter, TokenCounter, get_token_counter
-from ..base import CallRecord, CallTags, Embedder, Ledger
-from .memo import TaskMemo, chunk_parts, record_from_dict, record_to_dict
-from .results import (
+from ctxwin_dagster.core.sentences import split_sentences
+from ctxwin_dagster.core.swb import batch_shares, check_chunks, split_segments, swb_batch_prompts
+from ctxwin_dagster.core.tokens import PromptMeter, TokenCounter, get_token_counter
+from ctxwin_dagster.models.base import CallRecord, CallTags, Embedder, Ledger
+from ctxwin_dagster.models.tasks.memo import TaskMemo, chunk_parts, record_from_dict, record_to_dict
+from ctxwin_dagster.models.tasks.results import (
     STAGE_ANSWER,
     STAGE_CONTEXT,
     STAGE_SUMMARY,
@@ -49,7 +49,7 @@ from .results import (
     ContextResult,
     SummaryResult,
 )
-from .selection import MIN_USABLE_WORDS, SentenceIndex, central_rows, mmr, top_rows
+from ctxwin_dagster.models.tasks.selection import MIN_USABLE_WORDS, SentenceIndex, central_rows, mmr, top_rows
 
 __all__ = ["DEFAULT_ANSWER_THRESHOLD", "ExtractiveTasks", "extractive_record"]
 

@@ -25,10 +25,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...core.defaults import PAPER
-from ...core.fit import ContextOverflowError, ensure_fit, truncate_text
-from ...core.limits import ModelLimits, get_model_limits
-from ...core.prompts import (
+from ctxwin_dagster.core.defaults import PAPER
+from ctxwin_dagster.core.fit import ContextOverflowError, ensure_fit, truncate_text
+from ctxwin_dagster.core.limits import ModelLimits, get_model_limits
+from ctxwin_dagster.core.prompts import (
     SWB_RETRY_NOTE,
     PromptOutputError,
     PromptTemplate,
@@ -39,17 +39,10 @@ from ...core.prompts import (
     parse_answer,
     parse_swb_contexts,
 )
-from ...core.swb import (
-    SWBBatch,
-    SWBPrompts,
-    batch_shares,
-    check_chunks,
-    split_segments,
-    swb_batch_prompts,
-)
-from ...core.tokens import PromptMeter, TokenCounter, get_token_counter
-from ..base import CallRecord, CallTags, ChatBackend, ChatRequest, ChatResult, Ledger
-from .results import (
+from ctxwin_dagster.core.swb import SWBBatch, SWBPrompts, batch_shares, check_chunks, split_segments, swb_batch_prompts
+from ctxwin_dagster.core.tokens import PromptMeter, TokenCounter, get_token_counter
+from ctxwin_dagster.models.base import CallRecord, CallTags, ChatBackend, ChatRequest, ChatResult, Ledger
+from ctxwin_dagster.models.tasks.results import (
     STAGE_ANSWER,
     STAGE_CONTEXT,
     STAGE_SUMMARY,

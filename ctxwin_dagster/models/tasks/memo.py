@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ..base import CallRecord, CallTags
+from ctxwin_dagster.models.base import CallRecord, CallTags
 
 #: Bump when the extractive selection changes, so cached results are not reused.
 ALGORITHM_VERSION = "1"

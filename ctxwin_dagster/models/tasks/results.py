@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from ...core.defaults import PAPER
-from ...core.limits import ModelLimits
-from ...core.tokens import TokenCounter
-from ..base import CallRecord, ChatBackend, Embedder, Ledger
+from ctxwin_dagster.core.defaults import PAPER
+from ctxwin_dagster.core.limits import ModelLimits
+from ctxwin_dagster.core.tokens import TokenCounter
+from ctxwin_dagster.models.base import CallRecord, ChatBackend, Embedder, Ledger
 
 __all__ = [
     "STAGE_ANSWER",
