@@ -25,9 +25,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ctxwin_dagster.models.base import CallTags, ChatRequest, Ledger
-from ctxwin_dagster.models.cache import ResponseCache
-from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
+from ctxwin_dagster.backends.base import CallTags, ChatRequest, Ledger
+from ctxwin_dagster.backends.calls.cache import ResponseCache
+from ctxwin_dagster.backends.chat.backend import OpenAIChatBackend
 from ctxwin_dagster.testing import FakeOpenAIServer
 
 MODEL = "llama3.1:8b"

@@ -33,9 +33,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ctxwin_dagster.core.splitting import RecursiveSplitter  # noqa: E402
-from ctxwin_dagster.models.cache import ResponseCache  # noqa: E402
-from ctxwin_dagster.models.embeddings.local import LocalEmbedder  # noqa: E402
+from ctxwin_dagster.backends.calls.cache import ResponseCache  # noqa: E402
+from ctxwin_dagster.backends.embeddings.local import LocalEmbedder  # noqa: E402
+from ctxwin_dagster.core.text.splitting import RecursiveSplitter  # noqa: E402
 
 CORPUS = Path(os.environ.get("CTXWIN_CORPUS", ROOT.parent / "shared" / "corpus"))
 if not CORPUS.exists():

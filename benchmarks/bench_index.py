@@ -46,8 +46,8 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ctxwin_dagster.models.index_upkeep import IndexPolicy  # noqa: E402
-from ctxwin_dagster.models.vectorstore import ChunkIndex, _schema  # noqa: E402
+from ctxwin_dagster.backends.index.upkeep import IndexPolicy  # noqa: E402
+from ctxwin_dagster.backends.index.vectorstore import ChunkIndex, _schema  # noqa: E402
 
 DIM = 384
 PER_DOC = 250
@@ -221,9 +221,9 @@ def run_real(args, policy: IndexPolicy) -> dict:
     """Real all-MiniLM-L6-v2 vectors: the 1,000/100 chunks of the CUAD dev contracts, the SQuAD
     articles and the EU AI Act (EN, DE), written document by document as the index assets do;
     real questions (SQuAD and CUAD, answerable), half to tune on, half to report."""
-    from ctxwin_dagster.core.splitting import RecursiveSplitter
-    from ctxwin_dagster.models.cache import ResponseCache
-    from ctxwin_dagster.models.embeddings.local import LocalEmbedder
+    from ctxwin_dagster.backends.calls.cache import ResponseCache
+    from ctxwin_dagster.backends.embeddings.local import LocalEmbedder
+    from ctxwin_dagster.core.text.splitting import RecursiveSplitter
 
     cache_dir = ROOT / "data" / "cache"
     cache_dir.mkdir(parents=True, exist_ok=True)

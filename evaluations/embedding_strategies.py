@@ -3,7 +3,7 @@
 all-MiniLM-L6-v2 reads 256 word pieces. A contextualized row (CC-RAG or SWB-RAG context + the
 chunk) is often longer, and a model given it as it is cuts the end — the chunk's end when the
 context comes first, which is what ctxwin did before (``legacy``). This script measures, per
-variant (T-RAG, CC-RAG, SWB-RAG) and strategy (:data:`ctxwin_dagster.core.embedding_window.ROW_STRATEGIES`
+variant (T-RAG, CC-RAG, SWB-RAG) and strategy (:data:`ctxwin_dagster.core.budget.embedding_window.ROW_STRATEGIES`
 plus ``legacy`` = context first, cut by the model):
 
 * **span hit@4** — a reference span lies wholly inside one of the top-4 chunks of the
@@ -51,16 +51,16 @@ sys.path.insert(0, str(ROOT / "evaluations"))
 import numpy as np  # noqa: E402
 from retrieval_quality import CORPUS, load  # noqa: E402
 
-from ctxwin_dagster.core.embedding_window import (  # noqa: E402
+from ctxwin_dagster.backends.calls.cache import ResponseCache  # noqa: E402
+from ctxwin_dagster.backends.embeddings.local import LocalEmbedder  # noqa: E402
+from ctxwin_dagster.backends.tasks.extractive import ExtractiveTasks  # noqa: E402
+from ctxwin_dagster.core.budget.embedding_window import (  # noqa: E402
     DEFAULT_ROW_STRATEGY,
     ROW_STRATEGIES,
     plan_rows,
     window_report,
 )
-from ctxwin_dagster.core.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
-from ctxwin_dagster.models.cache import ResponseCache  # noqa: E402
-from ctxwin_dagster.models.embeddings.local import LocalEmbedder  # noqa: E402
-from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks  # noqa: E402
+from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
 
 WORK = ROOT / "data" / "experiments" / "embedding_strategies"
 STRATEGIES = ("legacy", *ROW_STRATEGIES)

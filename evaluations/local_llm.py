@@ -209,8 +209,8 @@ def answers() -> dict[str, Any]:
 
 
 def tokens() -> dict[str, Any]:
-    from ctxwin_dagster.core.tokens import get_token_counter
-    from ctxwin_dagster.models.chat.local_model import register_local_model
+    from ctxwin_dagster.backends.chat.local_model import register_local_model
+    from ctxwin_dagster.core.budget.tokens import get_token_counter
 
     text = (ROOT / "data" / "documents" / "eu_ai_act_2024_1689_EN.txt").read_text(encoding="utf-8")
     own = register_local_model(MODEL)[2]
@@ -234,8 +234,8 @@ def tokens() -> dict[str, Any]:
 
 
 def judge(n: int, metrics: tuple[str, ...], max_tokens: int) -> dict[str, Any]:
-    from ctxwin_dagster.models.ragas.evaluate import evaluate_records
-    from ctxwin_dagster.models.ragas.judge import JudgeConfig
+    from ctxwin_dagster.backends.ragas.evaluate import evaluate_records
+    from ctxwin_dagster.backends.ragas.judge import JudgeConfig
 
     rows = []
     for path in sorted((RESULTS / "answers" / "swb_rag").glob("*.jsonl")):

@@ -29,9 +29,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a script from a fresh clone
     sys.path.insert(0, str(REPO_ROOT))
 
-from ctxwin_dagster.core.documents import read_text_document  # noqa: E402
-from ctxwin_dagster.core.qa.corpora import cuad_to_qa, squad_to_qa  # noqa: E402
-from ctxwin_dagster.core.qa.items import QAItem, validate_spans, write_qa_jsonl  # noqa: E402
+from ctxwin_dagster.core.evaluation.qa.corpora import cuad_to_qa, squad_to_qa  # noqa: E402
+from ctxwin_dagster.core.evaluation.qa.items import QAItem, validate_spans, write_qa_jsonl  # noqa: E402
+from ctxwin_dagster.core.text.documents import read_text_document  # noqa: E402
 
 AI_ACT_FILE = "eu_ai_act_2024_1689_EN.txt"
 AI_ACT_DOC_ID = "eu_ai_act_2024_1689_EN"

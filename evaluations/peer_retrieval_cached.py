@@ -45,8 +45,8 @@ if os.path.exists(cache_path):
 # Texts the project's evaluation already embedded with the same model (sentence-transformers,
 # all-MiniLM-L6-v2, L2-normalized) are read from its cache when they fit the model's 256-token
 # window (longer ones are embedded here, truncated as the peers' code does).
-from ctxwin_dagster.models.cache import ResponseCache  # noqa: E402
-from ctxwin_dagster.models.embeddings.cached import embedding_cache_key  # noqa: E402
+from ctxwin_dagster.backends.calls.cache import ResponseCache  # noqa: E402
+from ctxwin_dagster.backends.embeddings.cached import embedding_cache_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 project = ResponseCache(

@@ -15,9 +15,9 @@ import json
 import sys
 from pathlib import Path
 
-from ctxwin_dagster.core.documents import safe_doc_id
-from ctxwin_dagster.core.qa.corpora import cuad_to_qa, squad_to_qa
-from ctxwin_dagster.core.qa.items import validate_spans, write_qa_jsonl
+from ctxwin_dagster.core.evaluation.qa.corpora import cuad_to_qa, squad_to_qa
+from ctxwin_dagster.core.evaluation.qa.items import validate_spans, write_qa_jsonl
+from ctxwin_dagster.core.text.documents import safe_doc_id
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,15 +6,15 @@ question (all-MiniLM-L6-v2, chunks 1,000/100 from the project's recursive splitt
 said otherwise), the hits are turned into context blocks by a technique, and we measure:
 
 * **span hit** — a reference span lies wholly inside one block of the context (as in
-  :func:`ctxwin_dagster.core.metrics.scoring.score_record`);
+  :func:`ctxwin_dagster.core.evaluation.metrics.scoring.score_record`);
 * **span-character recall** — the share of the reference spans' characters inside the context;
 * **characters per question** — the document characters given to the model (blocks merged
   per document, so no character counts twice; the unmerged baselines count each chunk, as the
   peers' table does).
 
-Techniques are the project's own code: :func:`ctxwin_dagster.core.enhance.enhance` for the
+Techniques are the project's own code: :func:`ctxwin_dagster.core.retrieval.enhance.enhance` for the
 chunk modes (none, ±1/±2 neighbours, ``context_window_size`` budgets, top-8) and
-:func:`ctxwin_dagster.core.focus_select.focus_context` — the selection ``ctxwin ask`` runs — for
+:func:`ctxwin_dagster.core.retrieval.focus.focus_context` — the selection ``ctxwin ask`` runs — for
 sentence focus under the named retrieval settings (``ask``, the default; ``focus-dense``, the
 earlier default; and the ``ask`` setting with one signal changed at a time). A sentence-level
 index (every sentence of the document searched) is reported for reference.
@@ -28,12 +28,12 @@ split in the project's QA format) and read back with ``--peers``.
 
 Search is an in-memory numpy dot product over L2-normalized vectors (cosine, the same ranking as
 a flat LanceDB ``metric("cosine")`` search). Vectors are cached in a
-:class:`~ctxwin_dagster.models.cache.ResponseCache`, so a rerun embeds nothing (the first run
+:class:`~ctxwin_dagster.backends.calls.cache.ResponseCache`, so a rerun embeds nothing (the first run
 embeds about 13 K chunks, 3.5 K questions and 60 K sentences: over an hour on two shared cores).
 
 Data (``../shared/corpus``): SQuAD 2.0 dev half — 16 articles, 2,910 answerable questions;
 CUAD v1 dev — 151 contracts and their answerable questions (reference spans are the annotation
-pieces, as :func:`ctxwin_dagster.core.qa.corpora.cuad_to_qa` gives them).
+pieces, as :func:`ctxwin_dagster.core.evaluation.qa.corpora.cuad_to_qa` gives them).
 
 Run::
 
@@ -68,17 +68,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # retrieval_report.py 
 import numpy as np  # noqa: E402
 from retrieval_report import frontier_claims, load_peers, write_report  # noqa: E402
 
-from ctxwin_dagster.core.documents import safe_doc_id  # noqa: E402
-from ctxwin_dagster.core.enhance import enhance  # noqa: E402
-from ctxwin_dagster.core.focus_select import LexicalIndexes, dense_scorer, focus_context, query_texts  # noqa: E402
-from ctxwin_dagster.core.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
-from ctxwin_dagster.core.qa.corpora import cuad_to_qa, squad_to_qa  # noqa: E402
-from ctxwin_dagster.core.qa.items import QAItem  # noqa: E402
-from ctxwin_dagster.core.retrieval_settings import RetrievalSettings  # noqa: E402
-from ctxwin_dagster.core.sentences import split_sentences  # noqa: E402
-from ctxwin_dagster.core.splitting import Chunk, RecursiveSplitter  # noqa: E402
-from ctxwin_dagster.models.cache import ResponseCache  # noqa: E402
-from ctxwin_dagster.models.embeddings.local import LocalEmbedder  # noqa: E402
+from ctxwin_dagster.backends.calls.cache import ResponseCache  # noqa: E402
+from ctxwin_dagster.backends.embeddings.local import LocalEmbedder  # noqa: E402
+from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
+from ctxwin_dagster.core.evaluation.qa.corpora import cuad_to_qa, squad_to_qa  # noqa: E402
+from ctxwin_dagster.core.evaluation.qa.items import QAItem  # noqa: E402
+from ctxwin_dagster.core.retrieval.enhance import enhance  # noqa: E402
+from ctxwin_dagster.core.retrieval.focus import LexicalIndexes, dense_scorer, focus_context, query_texts  # noqa: E402
+from ctxwin_dagster.core.retrieval.settings import RetrievalSettings  # noqa: E402
+from ctxwin_dagster.core.text.documents import safe_doc_id  # noqa: E402
+from ctxwin_dagster.core.text.sentences import split_sentences  # noqa: E402
+from ctxwin_dagster.core.text.splitting import Chunk, RecursiveSplitter  # noqa: E402
 
 CORPUS = Path(os.environ.get("CTXWIN_CORPUS", ROOT.parent / "shared" / "corpus"))
 
@@ -289,7 +289,7 @@ def techniques(scorer: SentenceScorer, parts: dict[str, np.ndarray], lexical: Le
         return run
 
     def sentence_index(n: int, window: int) -> Callable[[Doc, QAItem, np.ndarray], Spans]:
-        from ctxwin_dagster.core.windows.focus import _grow  # the same sentence-aligned growth as focus
+        from ctxwin_dagster.core.retrieval.sentence_focus import _grow  # the same sentence-aligned growth as focus
 
         def run(d: Doc, q: QAItem, v: np.ndarray) -> Spans:
             sims = d.sent_vectors @ v

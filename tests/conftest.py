@@ -31,8 +31,8 @@ def ai_act_text(sample_documents) -> str:
 @pytest.fixture(scope="session")
 def embedder(tmp_path_factory):
     """The local ``all-MiniLM-L6-v2``, loaded once, with an embedding cache for the session."""
-    from ctxwin_dagster.models.cache import ResponseCache
-    from ctxwin_dagster.models.embeddings.local import LocalEmbedder
+    from ctxwin_dagster.backends.calls.cache import ResponseCache
+    from ctxwin_dagster.backends.embeddings.local import LocalEmbedder
 
     return LocalEmbedder(cache=ResponseCache(tmp_path_factory.mktemp("embeddings") / "embeddings.sqlite")).load()
 

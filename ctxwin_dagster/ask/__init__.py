@@ -5,22 +5,22 @@ of three modes:
 
 ``mode="retrieve"``
     search the variant's table (T-RAG, CC-RAG or SWB-RAG) and assemble context windows from the
-    hits as one :class:`~ctxwin_dagster.core.retrieval_settings.RetrievalSettings` says (by
+    hits as one :class:`~ctxwin_dagster.core.retrieval.settings.RetrievalSettings` says (by
     default ``ask``'s: hybrid search, sentence focus over the top-24 chunks, at most 8,000
     characters; or the hits grown by ±``num_neighbors`` chunks, to a ``context_window_size``
     budget, or as they are), done by the asker's :class:`~ctxwin_dagster.ask.retriever.Retriever`;
     then answer from the windows with the answer model, citing them;
 ``mode="sliding"``
     read the whole document window by window
-    (:func:`ctxwin_dagster.core.sliding_qa.sliding_window_qa`) and merge the windows' answers;
+    (:func:`ctxwin_dagster.core.methods.sliding_qa.sliding_window_qa`) and merge the windows' answers;
 ``mode="auto"``
     assemble the context as in ``retrieve``; if the answer prompt fits the answer model's
-    available prompt tokens (:func:`ctxwin_dagster.core.fit.check_fit`), answer directly, else
+    available prompt tokens (:func:`ctxwin_dagster.core.budget.fit.check_fit`), answer directly, else
     run sliding-window QA over the assembled context.
 
-The answer model is a chat model (:class:`~ctxwin_dagster.models.tasks.llm.LLMTasks`, any
+The answer model is a chat model (:class:`~ctxwin_dagster.backends.tasks.llm.LLMTasks`, any
 OpenAI-compatible server, every call through the backend's response cache) or, offline, the
-extractive engine (:class:`~ctxwin_dagster.models.tasks.extractive.ExtractiveTasks`: sentence selection
+extractive engine (:class:`~ctxwin_dagster.backends.tasks.extractive.ExtractiveTasks`: sentence selection
 with the embedding model, labelled ``extractive``). Chunk rows for neighbour expansion come from
 the variant's table; window text is cut from the document file in the documents folder when
 it is there (its SHA-256 must match the indexed one), else rebuilt from the chunk rows.

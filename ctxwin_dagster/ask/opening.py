@@ -26,11 +26,11 @@ def open_asker(
     doc_ids_file: str | Path | None,
 ) -> Any:
     """What :meth:`Asker.open <ctxwin_dagster.ask.service.Asker.open>` does (see there)."""
-    from ctxwin_dagster.models.cache import ResponseCache
-    from ctxwin_dagster.models.embeddings.factory import embedder_from_settings
-    from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
-    from ctxwin_dagster.models.tasks.llm import LLMTasks
-    from ctxwin_dagster.models.vectorstore import ChunkIndex
+    from ctxwin_dagster.backends.calls.cache import ResponseCache
+    from ctxwin_dagster.backends.embeddings.factory import embedder_from_settings
+    from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
+    from ctxwin_dagster.backends.tasks.extractive import ExtractiveTasks
+    from ctxwin_dagster.backends.tasks.llm import LLMTasks
 
     uri = str(lancedb)
     if "://" not in uri and not Path(uri).expanduser().is_dir():
@@ -48,7 +48,7 @@ def open_asker(
             raise AskError(str(exc)) from exc
     closers: list[Callable[[], None]] = []
     if model:
-        from ctxwin_dagster.models.chat.factory import make_chat_backend
+        from ctxwin_dagster.backends.chat.factory import make_chat_backend
 
         chat = make_chat_backend(
             model,
@@ -62,7 +62,7 @@ def open_asker(
     else:
         tasks = ExtractiveTasks(embedder)
     asker = cls(index=ChunkIndex(uri), embedder=embedder, tasks=tasks, documents_dir=documents)
-    if doc_ids_file:  # the ids the experiment's runs gave the files (see core/document_folder.py)
+    if doc_ids_file:  # the ids the experiment's runs gave the files (see core/text/folder.py)
         asker.documents.doc_ids_file = Path(doc_ids_file)
     asker._closers.extend(closers)
     return asker

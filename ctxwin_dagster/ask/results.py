@@ -7,13 +7,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxwin_dagster.backends.base import Ledger
+from ctxwin_dagster.core.budget.fit import FitReport
 from ctxwin_dagster.core.defaults import normalize_variant as _normalize_variant
-from ctxwin_dagster.core.enhance import EnhancedContext
-from ctxwin_dagster.core.fit import FitReport
-from ctxwin_dagster.core.sliding_qa import SlidingAnswer
-from ctxwin_dagster.core.splitting import Chunk
-from ctxwin_dagster.core.windows.window import Window
-from ctxwin_dagster.models.base import Ledger
+from ctxwin_dagster.core.methods.sliding_qa import SlidingAnswer
+from ctxwin_dagster.core.retrieval.enhance import EnhancedContext
+from ctxwin_dagster.core.retrieval.window import Window
+from ctxwin_dagster.core.text.splitting import Chunk
 
 __all__ = ["AskError", "AskResult", "Citation", "StaleIndexError", "normalize_variant", "sliding_result"]
 
@@ -179,7 +179,7 @@ class AskResult:
         reference_spans: Sequence[Sequence[int]] = (),
         is_impossible: bool | None = None,
     ) -> dict[str, Any]:
-        """An answer record in the format of :mod:`ctxwin_dagster.core.metrics.scoring`."""
+        """An answer record in the format of :mod:`ctxwin_dagster.core.evaluation.metrics.scoring`."""
         totals = self.totals
         rec: dict[str, Any] = {
             "question_id": question_id,

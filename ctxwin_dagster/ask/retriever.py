@@ -3,14 +3,14 @@
 A retriever owns what retrieval needs and nothing else: the index, the embedder that built it,
 the documents the context windows are cut from, and the BM25 indexes of the documents it has
 searched (built on first use and kept, so a stream of questions builds each once). What it does
-is said by one :class:`~ctxwin_dagster.core.retrieval_settings.RetrievalSettings`:
+is said by one :class:`~ctxwin_dagster.core.retrieval.settings.RetrievalSettings`:
 
 * ``enhance_mode="focus"`` — the vector ranking (``4 * k`` deep when hybrid, the fusion's
   depth) and every chunk of the hit documents become a sentence-focus context
-  (:func:`~ctxwin_dagster.core.focus_select.focus_context`, the selection the retrieval evaluation
+  (:func:`~ctxwin_dagster.core.retrieval.focus.focus_context`, the selection the retrieval evaluation
   measures: evaluations/reports/retrieval_quality.md);
 * ``"neighbors"``, ``"budget"``, ``"none"`` — the top-``k`` rows (fused with the index's
-  full-text search when hybrid) grown by :func:`~ctxwin_dagster.core.enhance.enhance`.
+  full-text search when hybrid) grown by :func:`~ctxwin_dagster.core.retrieval.enhance.enhance`.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from typing import Any, cast
 
 import numpy as np
 
-from ctxwin_dagster.ask.documents import IndexedDocuments
+from ctxwin_dagster.ask.indexed_documents import IndexedDocuments
 from ctxwin_dagster.ask.results import AskError, normalize_variant
-from ctxwin_dagster.core.enhance import EnhancedContext, EnhanceMode, enhance, hits_from_rows
-from ctxwin_dagster.core.focus_select import LexicalIndexes, dense_scorer, focus_context, query_texts
-from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
-from ctxwin_dagster.core.splitting import Chunk
+from ctxwin_dagster.core.retrieval.enhance import EnhancedContext, EnhanceMode, enhance, hits_from_rows
+from ctxwin_dagster.core.retrieval.focus import LexicalIndexes, dense_scorer, focus_context, query_texts
+from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
+from ctxwin_dagster.core.text.splitting import Chunk
 
 __all__ = ["Retriever"]
 
@@ -34,7 +34,7 @@ class Retriever:
     """Searches the index and assembles a question's context windows.
 
     Args:
-        index: the :class:`~ctxwin_dagster.models.vectorstore.ChunkIndex` (None: nothing to
+        index: the :class:`~ctxwin_dagster.backends.index.vectorstore.ChunkIndex` (None: nothing to
             search; every method then raises :class:`AskError` saying so).
         embedder: the embedder the index was built with (it embeds the questions).
         documents: where chunk rows and document text come from.
@@ -100,7 +100,7 @@ class Retriever:
             self.check_doc(variant, doc_id)
         elif index.count(variant) == 0:
             raise AskError(f"the {variant} table in {index.uri} is empty or missing; materialize it with `ctxwin run`")
-        from ctxwin_dagster.models.vectorstore import EmbedderMismatchError
+        from ctxwin_dagster.backends.index.vectorstore import EmbedderMismatchError
 
         try:
             # Over every document: only those whose file is in the folder (a document whose file

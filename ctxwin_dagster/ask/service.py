@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ctxwin_dagster.ask.documents import IndexedDocuments
+from ctxwin_dagster.ask.indexed_documents import IndexedDocuments
 from ctxwin_dagster.ask.results import (
     AskError,
     AskResult,
@@ -19,14 +19,13 @@ from ctxwin_dagster.ask.results import (
     sliding_result,
 )
 from ctxwin_dagster.ask.retriever import Retriever
+from ctxwin_dagster.core.budget.fit import FitReport, check_fit
+from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
+from ctxwin_dagster.core.budget.tokens import TokenCounter, get_token_counter
 from ctxwin_dagster.core.defaults import PAPER
-from ctxwin_dagster.core.enhance import EnhancedContext
-from ctxwin_dagster.core.experiment_spec import DEFAULT_CACHE_DIR, DEFAULT_DOCUMENTS_DIR, DEFAULT_LANCEDB_URI
-from ctxwin_dagster.core.fit import FitReport, check_fit
-from ctxwin_dagster.core.limits import ModelLimits, get_model_limits
-from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS, detect_language, format_passages, get_template
-from ctxwin_dagster.core.retrieval_settings import RETRIEVAL_PRESETS, RetrievalSettings
-from ctxwin_dagster.core.sliding_qa import (
+from ctxwin_dagster.core.experiment import DEFAULT_CACHE_DIR, DEFAULT_DOCUMENTS_DIR, DEFAULT_LANCEDB_URI
+from ctxwin_dagster.core.methods.prompts import NOT_IN_DOCUMENTS, detect_language, format_passages, get_template
+from ctxwin_dagster.core.methods.sliding_qa import (
     DEFAULT_OVERLAP_TOKENS,
     DEFAULT_WAVE_SIZE,
     DEFAULT_WINDOW_TOKENS,
@@ -34,13 +33,14 @@ from ctxwin_dagster.core.sliding_qa import (
     WindowReader,
     sliding_window_qa,
 )
-from ctxwin_dagster.core.splitting import Chunk
-from ctxwin_dagster.core.tokens import TokenCounter, get_token_counter
-from ctxwin_dagster.core.windows.around_hits import span_text
-from ctxwin_dagster.core.windows.window import Window
+from ctxwin_dagster.core.retrieval.around_hits import span_text
+from ctxwin_dagster.core.retrieval.enhance import EnhancedContext
+from ctxwin_dagster.core.retrieval.settings import RETRIEVAL_PRESETS, RetrievalSettings
+from ctxwin_dagster.core.retrieval.window import Window
+from ctxwin_dagster.core.text.splitting import Chunk
 
 if TYPE_CHECKING:
-    from ctxwin_dagster.models.tasks.results import TaskEngine
+    from ctxwin_dagster.backends.tasks.results import TaskEngine
 
 __all__ = ["ASK_MODES", "Asker"]
 
@@ -56,7 +56,7 @@ class Asker:
     """Answers questions over the per-variant indexes (see the module docstring).
 
     Args:
-        index: the :class:`~ctxwin_dagster.models.vectorstore.ChunkIndex` (None: only
+        index: the :class:`~ctxwin_dagster.backends.index.vectorstore.ChunkIndex` (None: only
             ``mode="sliding"`` over document files is possible).
         embedder: embeds questions for search (the embedder the index was built with).
         tasks: the answer engine: an ``LLMTasks`` or ``ExtractiveTasks`` (anything with
@@ -81,7 +81,7 @@ class Asker:
         limits: ModelLimits | None = None,
         counter: TokenCounter | None = None,
     ) -> None:
-        from ctxwin_dagster.models.tasks.results import TaskEngine
+        from ctxwin_dagster.backends.tasks.results import TaskEngine
 
         if not isinstance(tasks, TaskEngine):
             missing = [n for n in dir(TaskEngine) if not n.startswith("_") and not hasattr(tasks, n)]
@@ -130,7 +130,7 @@ class Asker:
         keys of the ``EmbeddingsResource``'s fields: ``provider``, ``model``, ``base_url``,
         ``api_key``, ``batch_size``, ``cache_dir``, ``oversize``, ``max_input_tokens``;
         ``row_strategy`` and ``context_weight`` are accepted and change nothing here), built by
-        :func:`~ctxwin_dagster.models.embeddings.factory.make_embedder` as the index assets
+        :func:`~ctxwin_dagster.backends.embeddings.factory.make_embedder` as the index assets
         build theirs; with neither, the local ``all-MiniLM-L6-v2``. A search with another model
         than the one that built the index is refused (:class:`AskError` naming both).
 
@@ -169,8 +169,8 @@ class Asker:
     def reader(self) -> WindowReader:
         """The sliding-window reader (built on first use)."""
         if self._reader is None:
-            from ctxwin_dagster.models.sliding_qa import ExtractiveWindowReader, LLMWindowReader
-            from ctxwin_dagster.models.tasks.extractive import DEFAULT_ANSWER_THRESHOLD
+            from ctxwin_dagster.backends.tasks.extractive import DEFAULT_ANSWER_THRESHOLD
+            from ctxwin_dagster.backends.tasks.window_readers import ExtractiveWindowReader, LLMWindowReader
 
             tasks = self.tasks
             if tasks.chat is not None:
@@ -254,7 +254,7 @@ class Asker:
             doc_id: search (and, in sliding mode, read) only this document; None searches all.
             mode: ``"retrieve"``, ``"sliding"`` or ``"auto"``.
             retrieval: how the context is retrieved and enhanced: a
-                :class:`~ctxwin_dagster.core.retrieval_settings.RetrievalSettings` (e.g.
+                :class:`~ctxwin_dagster.core.retrieval.settings.RetrievalSettings` (e.g.
                 ``RetrievalSettings.named("ask", num_neighbors=2)``) or the name of one; default
                 ``ask``, hybrid sentence focus over the top-24 chunks, at most 8,000 characters.
             window_tokens, overlap_tokens: sliding windows (default: 4,000 tokens, capped by

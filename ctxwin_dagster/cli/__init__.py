@@ -12,13 +12,13 @@ import argparse
 
 # One module per group of subcommands.
 from ctxwin_dagster.cli.ask import add_ask_arguments, run_cli
-from ctxwin_dagster.cli.homes import cmd_dev
 from ctxwin_dagster.cli.pipeline import cmd_compare, cmd_evaluate, cmd_run
 from ctxwin_dagster.cli.plan import cmd_plan
 from ctxwin_dagster.cli.prune import cmd_prune
 from ctxwin_dagster.cli.qa import add_qa_arguments
 from ctxwin_dagster.cli.review import cmd_review
 from ctxwin_dagster.core.defaults import PAPER
+from ctxwin_dagster.runner.homes import cmd_dev
 
 __all__ = ["build_parser", "main"]
 

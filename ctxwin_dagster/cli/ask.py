@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ctxwin_dagster.ask import ASK_MODES, Asker, AskError, AskResult, normalize_variant
-from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS
-from ctxwin_dagster.core.retrieval_settings import RETRIEVAL_PRESETS, RetrievalSettings
-from ctxwin_dagster.core.sliding_qa import DEFAULT_OVERLAP_TOKENS
+from ctxwin_dagster.core.methods.prompts import NOT_IN_DOCUMENTS
+from ctxwin_dagster.core.methods.sliding_qa import DEFAULT_OVERLAP_TOKENS
+from ctxwin_dagster.core.retrieval.settings import RETRIEVAL_PRESETS, RetrievalSettings
 
 
 def add_ask_arguments(parser: Any) -> None:
@@ -91,7 +91,7 @@ def add_ask_arguments(parser: Any) -> None:
 
 
 def experiment_home(args: argparse.Namespace) -> Path:
-    from ctxwin_dagster.cli.homes import default_home
+    from ctxwin_dagster.runner.homes import default_home
 
     return (
         Path(args.dagster_home)
@@ -103,7 +103,7 @@ def experiment_home(args: argparse.Namespace) -> Path:
 def experiment_of(args: argparse.Namespace):
     """The experiment ``ctxwin ask`` asks: the one kept in the Dagster home of ``--experiment``
     (or ``--dagster-home``), the sample by default: the same settings its runs used."""
-    from ctxwin_dagster.core.experiment_spec import EXPERIMENT_FILE, home_experiment
+    from ctxwin_dagster.core.experiment import EXPERIMENT_FILE, home_experiment
 
     name = getattr(args, "experiment", None) or "sample"
     home = experiment_home(args)

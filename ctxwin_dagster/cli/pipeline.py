@@ -13,7 +13,7 @@ from typing import Any
 def document_listing(settings: Any, *, quiet: bool = False):
     """Scan the documents folder; print the ids that differ from the file names and the files
     not taken; stop with the reason when the folder holds no usable document."""
-    from ctxwin_dagster.core.documents import DocumentError
+    from ctxwin_dagster.core.text.documents import DocumentError
 
     try:
         folder = settings.document_folder()
@@ -30,9 +30,9 @@ def question_listing(qa_dir: str, folder: Any) -> None:
     every reference span against its document's text (one outside it stops here too, naming
     the file and line), and print the questions whose document name matches no document, or
     several."""
-    from ctxwin_dagster.core.documents import read_document
-    from ctxwin_dagster.core.qa.items import QAFormatError, load_qa_folder
-    from ctxwin_dagster.core.qa.resolve import check_reference_spans, resolve_questions
+    from ctxwin_dagster.core.evaluation.qa.items import QAFormatError, load_qa_folder
+    from ctxwin_dagster.core.evaluation.qa.resolve import check_reference_spans, resolve_questions
+    from ctxwin_dagster.core.text.documents import read_document
 
     def read_text(doc_id: str) -> str:
         path = folder.path_of(doc_id)
@@ -54,8 +54,8 @@ def question_listing(qa_dir: str, folder: Any) -> None:
 def _experiment_for_run(args: argparse.Namespace) -> tuple[Any, Path]:
     """(experiment, Dagster home) of ``ctxwin run``: the home's own experiment, or with
     ``--documents`` the experiment of that folder (its own home and index, named after it)."""
-    from ctxwin_dagster.cli.homes import default_home
-    from ctxwin_dagster.core.experiment_spec import DEFAULT_QA_DIR, Experiment, experiment_name_for, home_experiment
+    from ctxwin_dagster.core.experiment import DEFAULT_QA_DIR, Experiment, experiment_name_for, home_experiment
+    from ctxwin_dagster.runner.homes import default_home
 
     if getattr(args, "experiment", None):
         exp = _load_named_experiment(args.experiment)
@@ -92,7 +92,7 @@ def _replace_folder(exp: Any, **folders: str) -> Any:
 
 
 def _load_named_experiment(ref: str) -> Any:
-    from ctxwin_dagster.core.experiment_spec import load_experiment_file
+    from ctxwin_dagster.core.experiment import load_experiment_file
 
     path = Path(ref)
     if not path.suffix:
@@ -146,12 +146,12 @@ def run_pipeline(
     the Dagster instance; follow them and print a summary. One command per home at a time."""
     from dagster import DagsterInstance
 
-    from ctxwin_dagster.cli.homes import HomeLock, bind_experiment, fail_orphaned_runs
-    from ctxwin_dagster.cli.launch import prepare_home
-    from ctxwin_dagster.cli.runs import RunPlanner
-    from ctxwin_dagster.core.experiment_spec import ExperimentConflict
+    from ctxwin_dagster.core.experiment import ExperimentConflict
     from ctxwin_dagster.definitions import home_definitions
     from ctxwin_dagster.defs.sensors import sync_partitions
+    from ctxwin_dagster.runner.homes import HomeLock, bind_experiment, fail_orphaned_runs
+    from ctxwin_dagster.runner.launch import prepare_home
+    from ctxwin_dagster.runner.runs import RunPlanner
 
     home = prepare_home(str(home))
     with HomeLock(home, out=sys.stdout):
@@ -198,8 +198,8 @@ def run_pipeline(
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ctxwin_dagster.cli.homes import default_home
-    from ctxwin_dagster.core.experiment_spec import Experiment
+    from ctxwin_dagster.core.experiment import Experiment
+    from ctxwin_dagster.runner.homes import default_home
 
     if args.experiment_file:
         exp = _load_named_experiment(args.experiment_file)

@@ -7,16 +7,16 @@ import sys
 from pathlib import Path
 
 from ctxwin_dagster.core.defaults import VARIANTS
-from ctxwin_dagster.core.experiment_spec import home_experiment
+from ctxwin_dagster.core.experiment import home_experiment
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from ctxwin_dagster.core.document_folder import scan_documents
-    from ctxwin_dagster.core.documents import DocumentError, doc_id_from_path, read_document
-    from ctxwin_dagster.models.chat.local_model import is_local_model, register_local_model
-    from ctxwin_dagster.models.planning import plan_document
+    from ctxwin_dagster.backends.chat.local_model import is_local_model, register_local_model
+    from ctxwin_dagster.backends.planning.plan import plan_document
+    from ctxwin_dagster.core.text.documents import DocumentError, doc_id_from_path, read_document
+    from ctxwin_dagster.core.text.folder import scan_documents
 
     if is_local_model(args.model):
         register_local_model(args.model)  # its own tokenizer and window, without loading the weights

@@ -33,7 +33,7 @@ LOG = "ctxwin_prune.log"
 
 
 def _home(args: argparse.Namespace) -> Path:
-    from ctxwin_dagster.cli.homes import default_home
+    from ctxwin_dagster.runner.homes import default_home
 
     home = Path(args.dagster_home) if args.dagster_home else default_home(args.experiment)
     if args.experiment != "sample" and not (home / "ctxwin_experiment.json").is_file():
@@ -63,10 +63,10 @@ def prune(home: Path, *, delete: bool, out: Any = sys.stdout) -> dict[str, Any]:
     """List (and with ``delete`` remove) the data of the documents of ``home`` whose file is gone."""
     from dagster import DagsterInstance
 
-    from ctxwin_dagster.core.documents import DocumentError
+    from ctxwin_dagster.backends.index.rows import export_rows, table_version, write_rows
+    from ctxwin_dagster.core.text.documents import DocumentError
     from ctxwin_dagster.definitions import home_resources
     from ctxwin_dagster.defs.partitions import DOCUMENTS_PARTITION
-    from ctxwin_dagster.models.index_rows import export_rows, table_version, write_rows
 
     instance = DagsterInstance.get()
     resources = home_resources(home)
@@ -150,9 +150,9 @@ def undo(home: Path, *, out: Any = sys.stdout) -> dict[str, Any]:
     """Put back what the last prune of ``home`` deleted."""
     from dagster import DagsterInstance
 
+    from ctxwin_dagster.backends.index.rows import read_rows, restore_rows
     from ctxwin_dagster.definitions import home_resources
     from ctxwin_dagster.defs.partitions import DOCUMENTS_PARTITION
-    from ctxwin_dagster.models.index_rows import read_rows, restore_rows
 
     manifests = sorted((home / TRASH).glob("*/manifest.json"))
     if not manifests:
@@ -193,8 +193,8 @@ def undo(home: Path, *, out: Any = sys.stdout) -> dict[str, Any]:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    from ctxwin_dagster.cli.homes import HomeLock
-    from ctxwin_dagster.cli.launch import prepare_home
+    from ctxwin_dagster.runner.homes import HomeLock
+    from ctxwin_dagster.runner.launch import prepare_home
 
     home = prepare_home(str(_home(args)))
     with HomeLock(home, out=sys.stdout):

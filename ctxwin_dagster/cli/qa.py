@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ctxwin_dagster.core.experiment_spec import DEFAULT_DOCUMENTS_DIR, DEFAULT_QA_DIR
+from ctxwin_dagster.core.experiment import DEFAULT_DOCUMENTS_DIR, DEFAULT_QA_DIR
 
 
 def add_qa_arguments(qa: argparse.ArgumentParser) -> None:
@@ -37,10 +37,10 @@ def add_qa_arguments(qa: argparse.ArgumentParser) -> None:
 
 
 def cmd_qa_import(args: argparse.Namespace) -> int:
-    from ctxwin_dagster.core.document_folder import scan_documents
-    from ctxwin_dagster.core.documents import DocumentError, read_document
-    from ctxwin_dagster.core.qa.importers import detect_format, import_squad_json, import_table
-    from ctxwin_dagster.core.qa.items import QAFormatError, write_qa_jsonl
+    from ctxwin_dagster.core.evaluation.qa.importers import detect_format, import_squad_json, import_table
+    from ctxwin_dagster.core.evaluation.qa.items import QAFormatError, write_qa_jsonl
+    from ctxwin_dagster.core.text.documents import DocumentError, read_document
+    from ctxwin_dagster.core.text.folder import scan_documents
 
     source = Path(args.source)
     if not source.is_file():

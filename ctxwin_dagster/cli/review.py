@@ -8,8 +8,8 @@ from pathlib import Path
 
 def _results_dir(name: str) -> str:
     """Where the experiment ``name`` keeps its answers: as its home records it, else the default."""
-    from ctxwin_dagster.cli.homes import default_home
-    from ctxwin_dagster.core.experiment_spec import DEFAULT_RESULTS_DIR, EXPERIMENT_FILE, home_experiment
+    from ctxwin_dagster.core.experiment import DEFAULT_RESULTS_DIR, EXPERIMENT_FILE, home_experiment
+    from ctxwin_dagster.runner.homes import default_home
 
     home = default_home(name)
     if not (home / EXPERIMENT_FILE).is_file():
@@ -18,7 +18,7 @@ def _results_dir(name: str) -> str:
 
 
 def cmd_review(args: argparse.Namespace) -> int:
-    from ctxwin_dagster.core.review import export_review, import_review, table4
+    from ctxwin_dagster.core.evaluation.review import export_review, import_review, table4
 
     if args.review_command == "export":
         root = Path(args.results_dir or _results_dir(args.experiment)) / args.experiment / "answers"

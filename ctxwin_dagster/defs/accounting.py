@@ -3,7 +3,7 @@
 from collections.abc import Iterable
 from typing import Any
 
-from ctxwin_dagster.models.base import CallRecord, Ledger
+from ctxwin_dagster.backends.base import CallRecord, Ledger
 
 
 def call_metadata(records: Iterable[CallRecord], runtime_s: float) -> dict[str, Any]:

@@ -14,16 +14,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from ctxwin_dagster.core.defaults import PAPER
-from ctxwin_dagster.core.document_folder import DocumentFolder, load_id_registry, save_id_registry, scan_documents
-from ctxwin_dagster.core.documents import DocumentError
-from ctxwin_dagster.core.embedding_window import (
+from ctxwin_dagster.core.budget.embedding_window import (
     DEFAULT_CONTEXT_WEIGHT,
     DEFAULT_ROW_STRATEGY,
     OVERSIZE_MODES,
     ROW_STRATEGIES,
 )
-from ctxwin_dagster.core.experiment_spec import (
+from ctxwin_dagster.core.budget.tokens import TokenCounter, get_token_counter
+from ctxwin_dagster.core.defaults import PAPER
+from ctxwin_dagster.core.experiment import (
     DEFAULT_CACHE_DIR,
     DEFAULT_DOCUMENTS_DIR,
     DEFAULT_LANCEDB_URI,
@@ -32,12 +31,13 @@ from ctxwin_dagster.core.experiment_spec import (
     DEFAULT_RESULTS_DIR,
     SAMPLE,
 )
-from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
-from ctxwin_dagster.core.splitting import RecursiveSplitter
-from ctxwin_dagster.core.tokens import TokenCounter, get_token_counter
+from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
+from ctxwin_dagster.core.text.documents import DocumentError
+from ctxwin_dagster.core.text.folder import DocumentFolder, load_id_registry, save_id_registry, scan_documents
+from ctxwin_dagster.core.text.splitting import RecursiveSplitter
 
 if TYPE_CHECKING:
-    from ctxwin_dagster.models.tasks.results import TaskEngine
+    from ctxwin_dagster.backends.tasks.results import TaskEngine
 
 
 class ProjectSettings(dg.ConfigurableResource):
@@ -103,7 +103,7 @@ class ProjectSettings(dg.ConfigurableResource):
 
 
 def _cache(cache_dir: str, name: str):
-    from ctxwin_dagster.models.cache import ResponseCache
+    from ctxwin_dagster.backends.calls.cache import ResponseCache
 
     folder = Path(cache_dir).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
@@ -153,7 +153,7 @@ class ChatModelResource(dg.ConfigurableResource):
             self._backend = None
 
     def _new_backend(self):
-        from ctxwin_dagster.models.chat.factory import make_chat_backend
+        from ctxwin_dagster.backends.chat.factory import make_chat_backend
 
         return make_chat_backend(
             self.model.strip(),
@@ -176,7 +176,7 @@ class ChatModelResource(dg.ConfigurableResource):
         return self._backend
 
     def describe(self) -> str:
-        from ctxwin_dagster.models.chat.factory import describe_chat_model
+        from ctxwin_dagster.backends.chat.factory import describe_chat_model
 
         return (
             describe_chat_model(self.model, self.base_url or None)
@@ -187,7 +187,7 @@ class ChatModelResource(dg.ConfigurableResource):
 
 class EmbeddingsResource(dg.ConfigurableResource):
     """The embedder: local ``all-MiniLM-L6-v2`` (default, offline) or an OpenAI-compatible model,
-    and how index rows fit its window (nothing is cut silently; see ``core/embedding_window.py``)."""
+    and how index rows fit its window (nothing is cut silently; see ``core/budget/embedding_window.py``)."""
 
     provider: Literal["local", "openai"] = Field(
         default="local",
@@ -240,7 +240,7 @@ class EmbeddingsResource(dg.ConfigurableResource):
         return self._embedder
 
     def _new_embedder(self):
-        from ctxwin_dagster.models.embeddings.factory import make_embedder
+        from ctxwin_dagster.backends.embeddings.factory import make_embedder
 
         return make_embedder(
             provider=self.provider,
@@ -283,7 +283,7 @@ class LanceDBResource(dg.ConfigurableResource):
     def index(self):
         """The run's connection to the tables (one per run; made on first use)."""
         if self._index is None:
-            from ctxwin_dagster.models.vectorstore import ChunkIndex, IndexPolicy
+            from ctxwin_dagster.backends.index.vectorstore import ChunkIndex, IndexPolicy
 
             if "://" not in self.uri:
                 Path(self.uri).expanduser().mkdir(parents=True, exist_ok=True)
@@ -337,11 +337,11 @@ def build_tasks(
     resource's, closed when the run ends), else the extractive engine."""
     backend = chat.backend()
     if backend is None:
-        from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
+        from ctxwin_dagster.backends.tasks.extractive import ExtractiveTasks
 
         yield ExtractiveTasks(embeddings.embedder(), cache=_cache(chat.cache_dir, "responses.sqlite"))
         return
-    from ctxwin_dagster.models.tasks.llm import LLMTasks
+    from ctxwin_dagster.backends.tasks.llm import LLMTasks
 
     yield LLMTasks(
         backend, temperature=pipeline.temperature, top_p=pipeline.top_p, max_tokens=pipeline.max_output_tokens
@@ -380,10 +380,10 @@ class JudgeResource(dg.ConfigurableResource):
         return bool(self.model.strip())
 
     def config(self):
-        """The :class:`~ctxwin_dagster.models.ragas.JudgeConfig` (None without a judge)."""
+        """The :class:`~ctxwin_dagster.backends.ragas.JudgeConfig` (None without a judge)."""
         if not self.configured:
             return None
-        from ctxwin_dagster.models.ragas.judge import JudgeConfig
+        from ctxwin_dagster.backends.ragas.judge import JudgeConfig
 
         return JudgeConfig(
             model=self.model.strip(),
@@ -401,7 +401,7 @@ class JudgeResource(dg.ConfigurableResource):
         """The judge for the report ("" without one)."""
         if not self.configured:
             return ""
-        from ctxwin_dagster.models.chat.factory import describe_chat_model
+        from ctxwin_dagster.backends.chat.factory import describe_chat_model
 
         return describe_chat_model(self.model.strip(), self.base_url or None)
 

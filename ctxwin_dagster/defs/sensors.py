@@ -10,8 +10,8 @@ import hashlib
 
 import dagster as dg
 
-from ctxwin_dagster.core.document_folder import DocumentFolder
-from ctxwin_dagster.core.documents import DocumentError
+from ctxwin_dagster.core.text.documents import DocumentError
+from ctxwin_dagster.core.text.folder import DocumentFolder
 from ctxwin_dagster.defs.partitions import DOCUMENTS_PARTITION, documents_partitions
 from ctxwin_dagster.defs.resources import ProjectSettings
 

@@ -90,13 +90,13 @@ def qa_version(items: Iterable[Mapping[str, Any]]) -> str:
 def qa_versions(folder: Path, doc_ids: Iterable[str], documents: Any = None) -> tuple[dict[str, str], dict[str, bool]]:
     """Per document: the :func:`qa_version` of its questions in ``folder``, and whether it has any.
 
-    ``documents`` (a :class:`~ctxwin_dagster.core.document_folder.DocumentFolder`) resolves the
+    ``documents`` (a :class:`~ctxwin_dagster.core.text.folder.DocumentFolder`) resolves the
     names questions give their documents (a file name, a stem) to doc_ids, as ``qa_sets`` does.
 
     A folder that does not load gives every document the same marker version (its ``qa_sets``
     fails with the loader's message when it runs).
     """
-    from ctxwin_dagster.core.qa.items import load_qa_folder
+    from ctxwin_dagster.core.evaluation.qa.items import load_qa_folder
 
     doc_ids = list(doc_ids)
     try:
@@ -105,7 +105,7 @@ def qa_versions(folder: Path, doc_ids: Iterable[str], documents: Any = None) -> 
         return {k: f"unreadable: {exc}"[:60] for k in doc_ids}, dict.fromkeys(doc_ids, True)
     by_doc: dict[str, list[dict]] = {}
     if documents is not None:
-        from ctxwin_dagster.core.qa.resolve import resolve_questions
+        from ctxwin_dagster.core.evaluation.qa.resolve import resolve_questions
 
         for doc_id, qs in resolve_questions(items, documents).by_doc.items():
             by_doc[doc_id] = [q.to_dict() for q in qs]

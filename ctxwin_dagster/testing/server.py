@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxwin_dagster.core.tokens import get_token_counter
+from ctxwin_dagster.core.budget.tokens import get_token_counter
 
 __all__ = ["FAULTS", "FakeOpenAIServer", "default_responder", "fake_embedding"]
 

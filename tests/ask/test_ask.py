@@ -15,17 +15,17 @@ from pathlib import Path
 import pytest
 
 from ctxwin_dagster.ask import Asker, AskError, StaleIndexError, normalize_variant
+from ctxwin_dagster.backends.calls.cache import ResponseCache
+from ctxwin_dagster.backends.chat.backend import OpenAIChatBackend
+from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
+from ctxwin_dagster.backends.tasks.extractive import ExtractiveTasks
+from ctxwin_dagster.backends.tasks.llm import LLMTasks
 from ctxwin_dagster.cli.ask import format_result, run_cli
-from ctxwin_dagster.core.limits import ModelLimits
-from ctxwin_dagster.core.prompts import NOT_IN_DOCUMENTS
-from ctxwin_dagster.core.qa.items import load_qa_jsonl
-from ctxwin_dagster.core.retrieval_settings import RetrievalSettings
-from ctxwin_dagster.core.splitting import RecursiveSplitter
-from ctxwin_dagster.models.cache import ResponseCache
-from ctxwin_dagster.models.chat.backend import OpenAIChatBackend
-from ctxwin_dagster.models.tasks.extractive import ExtractiveTasks
-from ctxwin_dagster.models.tasks.llm import LLMTasks
-from ctxwin_dagster.models.vectorstore import ChunkIndex
+from ctxwin_dagster.core.budget.limits import ModelLimits
+from ctxwin_dagster.core.evaluation.qa.items import load_qa_jsonl
+from ctxwin_dagster.core.methods.prompts import NOT_IN_DOCUMENTS
+from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
+from ctxwin_dagster.core.text.splitting import RecursiveSplitter
 from ctxwin_dagster.testing import FakeOpenAIServer
 
 pytestmark = pytest.mark.slow
@@ -117,7 +117,7 @@ def test_squad_answer_span_lies_within_the_cited_spans(asker, squad, question, d
     rec = result.to_record(
         question_id=item.question_id, reference_answer=item.reference_answer, reference_spans=item.reference_spans
     )
-    from ctxwin_dagster.core.metrics.scoring import score_record
+    from ctxwin_dagster.core.evaluation.metrics.scoring import score_record
 
     assert score_record(rec)["span_hit"] == 1.0
 

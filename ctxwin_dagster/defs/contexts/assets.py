@@ -4,9 +4,9 @@ import time
 
 import dagster as dg
 
-from ctxwin_dagster.core.documents import Document
-from ctxwin_dagster.core.limits import get_model_limits
-from ctxwin_dagster.core.splitting import Chunk
+from ctxwin_dagster.core.budget.limits import get_model_limits
+from ctxwin_dagster.core.text.documents import Document
+from ctxwin_dagster.core.text.splitting import Chunk
 from ctxwin_dagster.defs.accounting import call_metadata
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import (

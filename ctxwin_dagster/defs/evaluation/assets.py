@@ -8,10 +8,10 @@ from typing import cast
 import dagster as dg
 
 from ctxwin_dagster.core.defaults import VARIANTS
-from ctxwin_dagster.core.documents import Document
-from ctxwin_dagster.core.qa.items import load_qa_folder
-from ctxwin_dagster.core.qa.resolve import resolve_questions
-from ctxwin_dagster.core.splitting import Chunk
+from ctxwin_dagster.core.evaluation.qa.items import load_qa_folder
+from ctxwin_dagster.core.evaluation.qa.resolve import resolve_questions
+from ctxwin_dagster.core.text.documents import Document
+from ctxwin_dagster.core.text.splitting import Chunk
 from ctxwin_dagster.defs.materializations import latest_metadata
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import (
@@ -198,7 +198,7 @@ def _answers_asset(variant: str):
 def _question_window(embedder, questions: list[str], oversize: str) -> dict[str, int]:
     """Questions over the embedding model's window, pooled from pieces or (``oversize="truncate"``)
     cut by the model, counted with the model's own tokenizer."""
-    from ctxwin_dagster.core.embedding_window import Oversize, fit_text
+    from ctxwin_dagster.core.budget.embedding_window import Oversize, fit_text
 
     fits = [
         fit_text(q, embedder.tokenizer, embedder.limits, oversize=cast(Oversize, oversize), offsets=o)
@@ -242,7 +242,7 @@ def _scores_asset(variant: str):
         answers: list,
         chunks: list[Chunk],
     ):
-        from ctxwin_dagster.models.ragas import evaluate_records
+        from ctxwin_dagster.backends.ragas import evaluate_records
 
         started = time.perf_counter()
         config = judge.config()
@@ -306,7 +306,7 @@ COST_ASSETS = {
 def indexing_costs(instance: dg.DagsterInstance, doc_ids) -> dict[str, dict[str, float]]:
     """Per variant, the contextualization totals recorded by the latest materializations of the
     assets for ``doc_ids`` (the documents whose results came into the comparison)."""
-    from ctxwin_dagster.core.experiment import INDEXING_FIELDS
+    from ctxwin_dagster.core.evaluation.comparison import INDEXING_FIELDS
 
     out: dict[str, dict[str, float]] = {}
     for variant, assets in COST_ASSETS.items():
@@ -336,7 +336,7 @@ MAX_REPORT_CHARS = 600_000
 def experiment_setup(instance, doc_ids, evaluation, contextualizer, answerer, judge, embeddings, answers):
     """What made the comparison's numbers: engines and models per role, the embedding model and
     its window counts from the latest index materializations, the retrieval setting."""
-    from ctxwin_dagster.core.verdict import ExperimentSetup
+    from ctxwin_dagster.core.evaluation.verdict import ExperimentSetup
 
     window: dict[str, dict[str, float]] = {}
     emb_window = strategy = ""
@@ -432,7 +432,7 @@ def experiment_comparison(
     cc_rag_ragas_scores,
     swb_rag_ragas_scores,
 ):
-    from ctxwin_dagster.core.experiment import compare_experiment
+    from ctxwin_dagster.core.evaluation.comparison import compare_experiment
 
     started = time.perf_counter()
     # Only the documents whose file is in the folder now: a document whose file is gone keeps

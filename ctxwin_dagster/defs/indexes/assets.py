@@ -4,15 +4,15 @@ import time
 
 import dagster as dg
 
-from ctxwin_dagster.core.embedding_window import plan_rows, window_report
-from ctxwin_dagster.core.splitting import Chunk
+from ctxwin_dagster.core.budget.embedding_window import plan_rows, window_report
+from ctxwin_dagster.core.text.splitting import Chunk
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import EmbeddingsResource, LanceDBResource
 
 
 def index_rows(chunks: list[Chunk], contexts, embedder, embeddings: EmbeddingsResource) -> tuple[list[dict], list]:
     """The table rows of ``chunks`` and the plans of what each row embeds (exact counts with
-    the embedder's own tokenizer; see :mod:`ctxwin_dagster.core.embedding_window`)."""
+    the embedder's own tokenizer; see :mod:`ctxwin_dagster.core.budget.embedding_window`)."""
     by_id = {c.chunk_id: c for c in contexts or []}
     texts = [by_id[c.chunk_id].context if c.chunk_id in by_id else "" for c in chunks]
     plans = plan_rows(

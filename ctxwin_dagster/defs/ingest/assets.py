@@ -4,8 +4,8 @@ import time
 
 import dagster as dg
 
-from ctxwin_dagster.core.documents import Document, read_document
-from ctxwin_dagster.core.splitting import Chunk, with_pages
+from ctxwin_dagster.core.text.documents import Document, read_document
+from ctxwin_dagster.core.text.splitting import Chunk, with_pages
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import ProjectSettings
 

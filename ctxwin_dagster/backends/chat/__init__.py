@@ -1,0 +1,12 @@
+"""The chat backend for OpenAI and OpenAI-compatible servers, one job per module.
+
+* :mod:`~ctxwin_dagster.backends.chat.backend` — :class:`~.backend.OpenAIChatBackend`: bounded concurrency,
+  retries, the response cache and accounting.
+* :mod:`~ctxwin_dagster.backends.chat.messages` — checking a request, its cache key, the fit
+  check, the request body and parsing the reply.
+* :mod:`~ctxwin_dagster.backends.chat.errors` — :class:`~.errors.ChatBackendError` and the classifier that
+  explains a failed call.
+
+Retries (:mod:`ctxwin_dagster.backends.calls.retry`) and the API key and base URL
+(:mod:`ctxwin_dagster.backends.calls.endpoint`) are shared with the embeddings and the judge.
+"""

@@ -1,0 +1,467 @@
+"""A chat backend over the ``openai`` SDK, for OpenAI or any OpenAI-compatible server.
+
+:class:`OpenAIChatBackend` implements :class:`~ctxwin_dagster.backends.base.ChatBackend`. The
+server is chosen by ``base_url``: OpenAI when None, else vLLM (``http://host:8000/v1``), Ollama
+(``http://localhost:11434/v1``), llama.cpp's ``llama-server`` (``http://localhost:8080/v1``),
+LM Studio (``http://localhost:1234/v1``) or anything speaking the same API.
+
+What it adds to the SDK:
+
+* **Bounded concurrency** — :meth:`~OpenAIChatBackend.complete_many` runs requests at once, at
+  most ``max_concurrency`` in flight, and returns results in request order. Calls are blocking
+  HTTP requests on the SDK's sync client, run by the backend's worker threads (or the caller's
+  thread for :meth:`~OpenAIChatBackend.complete`), so the methods work from plain code, from
+  other threads and from inside a running event loop alike.
+* **Retries** — the shared :class:`~ctxwin_dagster.backends.calls.retry.RetryPolicy`: on 429
+  (``Retry-After`` honoured), 408/409, 5xx, timeouts, dropped connections and malformed bodies,
+  with exponential backoff and jitter; the SDK's own retries are off, and every record says how
+  many attempts a call took.
+* **Clear errors** — :class:`~ctxwin_dagster.backends.chat.errors.ChatBackendError` says what went
+  wrong and what to check (unreachable server, unknown model, missing API key …); it never
+  contains the key.
+* **Fit before send** — a prompt that does not fit the model's context (with ``max_tokens``
+  reserved for the reply) raises :class:`~ctxwin_dagster.core.budget.fit.ContextOverflowError` and is
+  never sent.
+* **Response cache** — a :class:`~ctxwin_dagster.backends.calls.cache.ResponseCache` keyed by everything
+  that determines the answer; a finished call is stored at once, so a rerun after a crash only
+  repeats unfinished calls.
+* **Accounting** — every call (or cache hit) adds a :class:`~ctxwin_dagster.backends.base.CallRecord`
+  to ``ledger``: tokens from the server's usage (or counted), characters, latency, cost, attempts.
+
+Example::
+
+    >>> from ctxwin_dagster.testing import FakeOpenAIServer
+    >>> with FakeOpenAIServer() as server, OpenAIChatBackend(model="gpt-4o", base_url=server.base_url) as chat:
+    ...     result = chat.complete(ChatRequest(messages=({"role": "user", "content": "Hello"},)))
+    ...     result.text, result.record.input_tokens, result.record.attempts
+    ('Reply 185f8db32271: Hello', 8, 1)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any, Literal
+
+import httpx
+import openai
+from openai.types.chat import ChatCompletion
+
+from ctxwin_dagster.backends.base import CallRecord, ChatRequest, ChatResult, Ledger
+from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
+from ctxwin_dagster.backends.calls.endpoint import OPENAI_BASE_URL, normalize_base_url, resolve_api_key
+from ctxwin_dagster.backends.calls.retry import RetryPolicy
+from ctxwin_dagster.backends.chat.errors import ChatBackendError, chat_error
+from ctxwin_dagster.backends.chat.messages import Prepared, check_fit, parse_completion, prepare, request_body
+from ctxwin_dagster.backends.planning.pricing import PriceOverrides, estimate_cost
+from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
+from ctxwin_dagster.core.budget.tokens import TokenCounter, get_token_counter
+
+__all__ = ["OpenAIChatBackend"]
+
+log = logging.getLogger(__name__)
+
+_CACHE_FORMAT = 1
+# Models that take ``max_completion_tokens`` instead of ``max_tokens`` on OpenAI's API.
+_REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
+_SKIPPED = object()
+
+
+class OpenAIChatBackend:
+    """Chat completions from OpenAI or an OpenAI-compatible server (see the module docstring).
+
+    Args:
+        model: the model name the server serves (``"gpt-4o"``, ``"llama3.1:8b"``, a vLLM model path).
+        base_url: the server's API root including ``/v1``; None means OpenAI (or the
+            ``OPENAI_BASE_URL`` environment variable when set).
+        api_key: the key; None reads ``OPENAI_API_KEY``. A local server without a key gets a
+            placeholder (:func:`~ctxwin_dagster.backends.calls.endpoint.resolve_api_key`). The key is never
+            logged nor put in an error message.
+        cache: a :class:`ResponseCache` to reuse answers across runs; None caches nothing.
+        max_concurrency: most requests in flight at once (per backend instance).
+        max_retries: retries after the first attempt for retryable failures.
+        timeout_s: seconds one attempt may take.
+        ledger: where call records go; a new :class:`Ledger` when None.
+        limits: the model's token limits; default ``get_model_limits(model)``.
+        price_overrides: ``{model: (USD per 1M input, USD per 1M output)}`` for models
+            genai-prices does not know (local models: ``(0.0, 0.0)``).
+        backoff_base_s / backoff_max_s: exponential backoff ``base * 2**n`` capped at max,
+            with jitter. A server's ``Retry-After`` is honoured up to ``max(backoff_max_s, 60)``.
+            With ``max_retries`` they make :attr:`retry`, a :class:`~ctxwin_dagster.backends.calls.retry.RetryPolicy`.
+        cache_namespace: the backend part of cache keys; default the normalized base URL (or
+            ``"openai"``). Set it to keep cache hits when the same server moves to a new URL.
+        max_tokens_param: send the completion limit as ``"max_tokens"`` or
+            ``"max_completion_tokens"``; None picks ``max_completion_tokens`` for OpenAI's
+            reasoning models (o1/o3/o4/gpt-5) and ``max_tokens`` otherwise.
+
+    Records: every call adds one :class:`CallRecord` to ``ledger``. A cache hit (also a
+    duplicate of another request in the same batch) has ``cache_hit=True``, ``attempts=0``, and
+    the token counts and ``cost_usd`` (the cost of the work) of the original call; its
+    ``paid_usd`` is 0. A failed call has ``ok=False``,
+    its ``error``, ``attempts`` and zero volumes. ``latency_s`` runs from the first attempt to the
+    answer (retries and backoff included, waiting for a concurrency slot not). A reply cut at
+    ``max_tokens`` is returned and cached with ``finish_reason="length"`` on its ChatResult.
+
+    Example::
+
+        >>> from ctxwin_dagster.testing import FakeOpenAIServer
+        >>> with FakeOpenAIServer(latency_s=0.01) as server:
+        ...     chat = OpenAIChatBackend(model="llama3.1:8b", base_url=server.base_url,
+        ...                              max_concurrency=4, price_overrides={"llama3.1:8b": (0.0, 0.0)})
+        ...     reqs = [ChatRequest(messages=({"role": "user", "content": f"q{i}"},)) for i in range(8)]
+        ...     results = chat.complete_many(reqs)
+        ...     chat.close()
+        >>> [r.text.split(": ")[1] for r in results][:3], chat.ledger.totals()["calls"]
+        (['q0', 'q1', 'q2'], 8)
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        cache: ResponseCache | NullCache | None = None,
+        max_concurrency: int = 8,
+        max_retries: int = 5,
+        timeout_s: float = 120.0,
+        ledger: Ledger | None = None,
+        limits: ModelLimits | None = None,
+        price_overrides: PriceOverrides | None = None,
+        backoff_base_s: float = 0.5,
+        backoff_max_s: float = 30.0,
+        cache_namespace: str | None = None,
+        max_tokens_param: Literal["max_tokens", "max_completion_tokens"] | None = None,
+    ) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError("model is empty; pass the name the server serves, e.g. model='gpt-4o' or 'llama3.1:8b'")
+        if not isinstance(max_concurrency, int) or max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be an int >= 1; got {max_concurrency!r}")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0 seconds; got {timeout_s!r}")
+        if limits is not None and not isinstance(limits, ModelLimits):
+            raise TypeError(f"limits must be a ModelLimits; got {type(limits).__name__}")
+        if ledger is not None and not isinstance(ledger, Ledger):
+            raise TypeError(f"ledger must be a Ledger; got {type(ledger).__name__}")
+        if cache is not None and not all(hasattr(cache, m) for m in ("get", "put", "get_many")):
+            raise TypeError(f"cache must be a ResponseCache or NullCache; got {type(cache).__name__}")
+        if max_tokens_param not in (None, "max_tokens", "max_completion_tokens"):
+            raise ValueError(
+                f"max_tokens_param must be 'max_tokens', 'max_completion_tokens' or None; got {max_tokens_param!r}"
+            )
+        if price_overrides is not None and not isinstance(price_overrides, Mapping):
+            raise TypeError("price_overrides must map model -> (USD per 1M input, USD per 1M output)")
+        self.retry = RetryPolicy(
+            max_retries=max_retries, backoff_base_s=float(backoff_base_s), backoff_max_s=float(backoff_max_s)
+        )
+
+        resolved = base_url if base_url is not None else (os.environ.get("OPENAI_BASE_URL") or None)
+        self.base_url = normalize_base_url(resolved) if resolved else OPENAI_BASE_URL
+        self.is_openai = self.base_url == OPENAI_BASE_URL
+        self.backend_id = cache_namespace or ("openai" if self.is_openai else self.base_url)
+        self.model = model
+        self.cache = cache if cache is not None else NullCache()
+        self.max_concurrency = max_concurrency
+        self.timeout_s = float(timeout_s)
+        self.ledger = ledger if ledger is not None else Ledger()
+        self.limits = limits if limits is not None else get_model_limits(model)
+        self.price_overrides = dict(price_overrides) if price_overrides else None
+        if max_tokens_param is None:
+            bare = model.split("/")[-1].lower()
+            max_tokens_param = (
+                "max_completion_tokens" if self.is_openai and bare.startswith(_REASONING_PREFIXES) else "max_tokens"
+            )
+        self.max_tokens_param = max_tokens_param
+        self._counter: TokenCounter = get_token_counter(model)
+
+        # The SDK client holds the key; this object keeps no other copy of it.
+        self._client = openai.OpenAI(
+            api_key=resolve_api_key(api_key, self.base_url, what=f"the chat model {model!r}"),
+            base_url=self.base_url,
+            max_retries=0,  # retries are self.retry's
+            timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0)),
+        )
+        self._slots = threading.BoundedSemaphore(max_concurrency)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._workers: ThreadPoolExecutor | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenAIChatBackend(model={self.model!r}, base_url={self.base_url!r}, "
+            f"max_concurrency={self.max_concurrency}, cache={self.cache!r})"
+        )
+
+    # ----------------------------------------------------------------- client and threads
+    def _api(self) -> openai.OpenAI:
+        """The SDK client: made anew after :meth:`close` and in a forked process."""
+        if self._client.is_closed() or self._pid != os.getpid():
+            with self._lock:
+                if self._client.is_closed() or self._pid != os.getpid():
+                    self._client = self._client.copy(http_client=openai.DefaultHttpxClient())
+                    self._workers = None  # a forked process has none of its parent's threads
+                    self._pid = os.getpid()
+        return self._client
+
+    def _pool(self) -> ThreadPoolExecutor:
+        """The backend's ``max_concurrency`` worker threads (started on first use)."""
+        self._api()
+        with self._lock:
+            if self._workers is None:
+                self._workers = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix=f"ctxwin-chat-{self.model}")
+            return self._workers
+
+    def close(self) -> None:
+        """Stop the worker threads and close the HTTP client (idempotent; a later call reopens them)."""
+        with self._lock:
+            workers, self._workers = self._workers, None
+        if self._pid != os.getpid():
+            return  # a forked process: the client and threads are its parent's
+        if workers is not None:
+            workers.shutdown(wait=True, cancel_futures=True)
+        self._client.close()
+
+    def __enter__(self) -> OpenAIChatBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- public API
+    def complete(self, request: ChatRequest) -> ChatResult:
+        """Run one request and block until it is answered (or fails).
+
+        Raises:
+            ContextOverflowError: the prompt does not fit the model; nothing was sent.
+            ChatBackendError: the server failed for good (after retries when retryable).
+        """
+        p = self._prepare(request)
+        t0 = time.perf_counter()
+        value = self.cache.get(p.key)
+        if value is not None:
+            return self._result(p, value, latency_s=time.perf_counter() - t0, attempts=0)
+        self._check_fit(p)
+        return self._send(p)
+
+    async def acomplete(self, request: ChatRequest) -> ChatResult:
+        """``await``-able :meth:`complete`, usable from any event loop (runs on a worker thread)."""
+        return await asyncio.wrap_future(self._pool().submit(self.complete, request))
+
+    def complete_many(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """Run ``requests`` concurrently (at most ``max_concurrency`` in flight); results in order.
+
+        Cached answers are looked up in one query, and every prompt is checked to fit before
+        anything is sent. With a cache, identical requests in the batch are sent once (the
+        copies are recorded as cache hits). When a request fails for good, no new requests are
+        started, the ones in flight finish (and are cached), and the first error is raised with
+        a note of how much was done — running the same batch again resumes it.
+
+        Example::
+
+            >>> from ctxwin_dagster.testing import FakeOpenAIServer
+            >>> with FakeOpenAIServer() as s, OpenAIChatBackend(model="m", base_url=s.base_url) as chat:
+            ...     out = chat.complete_many([ChatRequest(messages=({"role": "user", "content": q},)) for q in "ab"])
+            >>> [r.text[-1] for r in out]
+            ['a', 'b']
+        """
+        if isinstance(requests, ChatRequest):
+            raise TypeError("complete_many takes a sequence of ChatRequest; use complete() for one")
+        prepared = [self._prepare(r) for r in requests]
+        if not prepared:
+            return []
+        results: list[ChatResult | None] = [None] * len(prepared)
+        t0 = time.perf_counter()
+        found = self.cache.get_many([p.key for p in prepared])
+        dedupe = not isinstance(self.cache, NullCache)
+        groups: dict[str, list[int]] = {}
+        for i, p in enumerate(prepared):
+            if p.key in found:
+                results[i] = self._result(p, found[p.key], latency_s=time.perf_counter() - t0, attempts=0)
+            elif dedupe and p.key in groups:
+                groups[p.key].append(i)
+            else:
+                groups[p.key if dedupe else f"{p.key}#{i}"] = [i]
+        firsts = [prepared[idx[0]] for idx in groups.values()]
+        for p in firsts:  # nothing is sent unless every prompt fits
+            self._check_fit(p)
+        if firsts:
+            sent = self._send_many(firsts)
+            for idx, result in zip(groups.values(), sent, strict=True):
+                results[idx[0]] = result
+                for j in idx[1:]:
+                    results[j] = self._duplicate(prepared[j], result)
+        return [r for r in results if r is not None]
+
+    def stats(self) -> dict[str, Any]:
+        """Ledger totals of this backend plus the cache's hit/miss counters."""
+        return {"ledger": self.ledger.totals(), "cache": self.cache.stats()}
+
+    # ----------------------------------------------------------------- preparation
+    def _prepare(self, request: ChatRequest) -> Prepared:
+        return prepare(request, backend_id=self.backend_id, model=self.model)
+
+    def _check_fit(self, p: Prepared) -> None:
+        check_fit(p, model=self.model, limits=self.limits, counter=self._counter)
+
+    # ----------------------------------------------------------------- accounting
+    def _result(self, p: Prepared, entry: Mapping[str, Any], *, latency_s: float, attempts: int) -> ChatResult:
+        """The result and its record for a cache entry: an answer just received (``attempts`` >= 1)
+        or a cache hit (``attempts=0``)."""
+        text = str(entry.get("text", ""))
+        input_tokens = int(entry.get("input_tokens", 0))
+        output_tokens = int(entry.get("output_tokens", 0))
+        cached_tokens = int(entry.get("cached_tokens", 0))
+        # A hit's cost of the work is the cost of the call it reuses (paid_usd is 0); an entry
+        # without a recorded price is priced from its stored token counts.
+        cost = entry.get("cost_usd")
+        if attempts == 0 and not isinstance(cost, int | float):
+            cost = self._cost(input_tokens, output_tokens, cached_tokens)
+        record = self._record(
+            p,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_tokens=cached_tokens,
+            input_chars=p.input_chars,
+            output_chars=len(text),
+            latency_s=latency_s,
+            cost_usd=None if cost is None else float(cost),
+            cache_hit=attempts == 0,
+            usage_counted=bool(entry.get("usage_counted", False)),
+            attempts=attempts,
+        )
+        self.ledger.add(record)
+        return ChatResult(text=text, record=record, finish_reason=entry.get("finish_reason"))
+
+    def _record(self, p: Prepared, **fields: Any) -> CallRecord:
+        """A record of a call for ``p`` by this backend, with ``fields`` (volumes, latency, outcome)."""
+        return CallRecord(
+            backend=self.backend_id,
+            model=self.model,
+            tags=p.request.tags,
+            prompt_version=p.request.prompt_version,
+            **fields,
+        )
+
+    def _cost(self, input_tokens: int, output_tokens: int, cached_tokens: int) -> float | None:
+        """USD for a call of this model with these token counts, None when its price is unknown."""
+        return estimate_cost(
+            self.model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cached_tokens=cached_tokens,
+            overrides=self.price_overrides,
+        )
+
+    def _duplicate(self, p: Prepared, result: ChatResult) -> ChatResult:
+        # Keeps its twin's token counts and cost of the work; as a cache hit it paid nothing.
+        record = replace(result.record, tags=p.request.tags, latency_s=0.0, cache_hit=True, attempts=0)
+        self.ledger.add(record)
+        return ChatResult(text=result.text, record=record, finish_reason=result.finish_reason)
+
+    # ----------------------------------------------------------------- sending
+    def _send_many(self, prepared: list[Prepared]) -> list[ChatResult]:
+        stop = threading.Event()
+        errors: list[Exception] = []  # in the order they happened
+
+        def one(p: Prepared) -> Any:
+            try:
+                return self._send(p, stop=stop)
+            except Exception as exc:  # noqa: BLE001 - kept as its outcome; the batch raises the first
+                errors.append(exc)
+                stop.set()
+                return exc
+
+        futures = [self._pool().submit(one, p) for p in prepared]
+        try:
+            outcomes = [f.result() for f in futures]
+        except BaseException:  # e.g. KeyboardInterrupt: start nothing more, let calls in flight finish
+            stop.set()
+            raise
+        if errors:
+            exc = errors[0]
+            done = sum(isinstance(o, ChatResult) for o in outcomes)
+            skipped = sum(o is _SKIPPED for o in outcomes)
+            exc.add_note(
+                f"complete_many: {done} of {len(outcomes)} requests finished"
+                f"{' and were cached' if not isinstance(self.cache, NullCache) else ''}, {len(errors)} failed, "
+                f"{skipped} were not sent; fix the cause and run the batch again to resume"
+            )
+            raise exc
+        return outcomes
+
+    def _send(self, p: Prepared, *, stop: threading.Event | None = None) -> Any:
+        """Send ``p`` with retries, record it, cache the answer; ``_SKIPPED`` when ``stop`` was set first."""
+        body = request_body(p, model=self.model, max_tokens_param=self.max_tokens_param)
+        client = self._api()
+        t0 = 0.0  # set when the first attempt starts: latency excludes waiting for a slot
+        attempts = 0
+        try:
+            for attempt in self.retry.retrying():
+                with attempt, self._slots:
+                    if attempts == 0:
+                        if stop is not None and stop.is_set():
+                            return _SKIPPED
+                        t0 = time.perf_counter()
+                    attempts += 1
+                    # ``post`` with a plain body is the SDK's documented way to call an endpoint; it
+                    # skips ``create``'s per-call TypedDict transform of a body this backend built itself.
+                    response = client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+                    text, finish, usage, served_model = parse_completion(response)
+        except Exception as exc:
+            error = chat_error(
+                exc,
+                attempts=attempts,
+                base_url=self.base_url,
+                model=self.model,
+                timeout_s=self.timeout_s,
+                limits=self.limits,
+                api_key=client.api_key,
+            )
+            self.ledger.add(
+                self._record(
+                    p,
+                    latency_s=time.perf_counter() - t0,
+                    attempts=attempts,
+                    ok=False,
+                    error=f"{type(error).__name__}: {error}"[:500],
+                )
+            )
+            if isinstance(error, ChatBackendError) and error.kind == "auth":
+                raise error from None  # the SDK's exception carries the request headers
+            if error is exc:
+                raise
+            raise error from exc
+
+        latency = time.perf_counter() - t0
+        if usage is not None:
+            input_tokens, output_tokens, cached_tokens, counted = *usage, False
+        else:
+            input_tokens = self._counter.count_messages(p.messages)
+            output_tokens, cached_tokens, counted = self._counter.count(text), 0, True
+        entry = {
+            "format": _CACHE_FORMAT,
+            "text": text,
+            "finish_reason": finish,
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cached_tokens": cached_tokens,
+            "usage_counted": counted,
+            "served_model": served_model,
+            "cost_usd": self._cost(input_tokens, output_tokens, cached_tokens),
+        }
+        if finish == "length":
+            log.info("%s: reply cut at max_tokens=%d (finish_reason='length')", self.model, p.request.max_tokens)
+        if not isinstance(self.cache, NullCache):
+            try:
+                self.cache.put(p.key, entry)  # stored before the call counts as done
+            except Exception as exc:  # noqa: BLE001 - the answer is good; only reuse is lost
+                log.warning(
+                    "could not write the response cache %r (%s); the answer is returned but not cached", self.cache, exc
+                )
+        return self._result(p, entry, latency_s=latency, attempts=attempts)

@@ -1,0 +1,210 @@
+"""What a failed chat call raises: :class:`ChatBackendError`, and :func:`chat_error`, which turns
+the SDK's exception into an error that says what went wrong and what to check.
+
+Whether a failure is retried is decided by :func:`~ctxwin_dagster.backends.calls.retry.is_transient`;
+:func:`chat_error` explains a transient failure that outlasted the retries ("kept failing",
+"did not answer within", "cannot reach") and a final one at once (unknown model, rejected key,
+no quota, a prompt the server finds too long …). Error messages never contain the API key.
+
+Example::
+
+    >>> import httpx, openai
+    >>> from ctxwin_dagster.core.budget.limits import get_model_limits
+    >>> response = httpx.Response(404, request=httpx.Request("POST", "http://localhost:11434/v1/chat/completions"))
+    >>> exc = openai.NotFoundError("not found", response=response, body={"message": "model 'llama3' not found"})
+    >>> err = chat_error(exc, attempts=1, base_url="http://localhost:11434/v1", model="llama3",
+    ...                  timeout_s=120, limits=get_model_limits("llama3"))
+    >>> err.kind, err.status, err.attempts
+    ('model_not_found', 404, 1)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import openai
+
+from ctxwin_dagster.backends.calls.endpoint import redact_key
+from ctxwin_dagster.backends.calls.retry import error_code, is_transient
+from ctxwin_dagster.core.budget.fit import ContextOverflowError
+from ctxwin_dagster.core.budget.limits import ModelLimits
+
+__all__ = ["ChatBackendError", "ErrorKind", "chat_error"]
+
+ErrorKind = Literal[
+    "unreachable",
+    "timeout",
+    "rate_limited",
+    "server_error",
+    "malformed",
+    "model_not_found",
+    "auth",
+    "permission",
+    "quota",
+    "bad_request",
+]
+
+
+class ChatBackendError(RuntimeError):
+    """A chat call failed for good; the message says what to check.
+
+    Attributes:
+        kind: ``"unreachable"``, ``"timeout"``, ``"rate_limited"``, ``"server_error"``,
+            ``"malformed"``, ``"model_not_found"``, ``"auth"``, ``"permission"``, ``"quota"`` or
+            ``"bad_request"``.
+        base_url: the server's base URL.
+        model: the model asked for.
+        status: the HTTP status, when there was one.
+        attempts: how many times the request was sent.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: ErrorKind,
+        base_url: str,
+        model: str,
+        status: int | None = None,
+        attempts: int = 0,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.base_url = base_url
+        self.model = model
+        self.status = status
+        self.attempts = attempts
+
+    def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes (keyword-only init)
+        return (_rebuild_error, (str(self), self.kind, self.base_url, self.model, self.status, self.attempts))
+
+
+def _rebuild_error(
+    message: str, kind: ErrorKind, base_url: str, model: str, status: int | None, attempts: int
+) -> ChatBackendError:
+    return ChatBackendError(message, kind=kind, base_url=base_url, model=model, status=status, attempts=attempts)
+
+
+def server_message(exc: openai.APIStatusError) -> str:
+    """The server's own explanation in an error response."""
+    body = exc.body
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping) and inner.get("message"):
+            return str(inner["message"])
+        if body.get("message"):
+            return str(body["message"])
+    return str(exc.message or "")
+
+
+def chat_error(
+    exc: BaseException,
+    *,
+    attempts: int,
+    base_url: str,
+    model: str,
+    timeout_s: float,
+    limits: ModelLimits,
+    api_key: str | None = None,
+) -> BaseException:
+    """The error to raise for a call to ``model`` at ``base_url`` that failed for good with ``exc``
+    after ``attempts`` attempts: a :class:`ChatBackendError` (with ``attempts`` set), a
+    :class:`~ctxwin_dagster.core.budget.fit.ContextOverflowError` when the server finds the prompt too
+    long, or ``exc`` itself when it is not an API error (a bug: nothing to explain).
+    ``api_key`` is masked wherever the server's message quotes it."""
+
+    def err(message: str, kind: ErrorKind, status: int | None = None) -> ChatBackendError:
+        return ChatBackendError(message, kind=kind, base_url=base_url, model=model, status=status, attempts=attempts)
+
+    where = f"{base_url} (model {model!r})"
+    tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    if is_transient(exc):  # retries exhausted
+        if isinstance(exc, openai.APITimeoutError):
+            return err(
+                f"the chat server at {base_url} did not answer within {timeout_s:g} s ({tries}, model "
+                f"{model!r}): raise timeout_s, lower max_concurrency, or check the server's load",
+                "timeout",
+            )
+        if isinstance(exc, openai.APIConnectionError):
+            cause = exc.__cause__ or exc
+            return err(
+                f"cannot reach the chat server at {base_url} ({tries}; {type(cause).__name__}: {cause}). "
+                "Check that the server is running and listening there (`vllm serve …`, `ollama serve`, "
+                "llama.cpp `llama-server`, LM Studio's server), that host, port and the /v1 path of base_url "
+                "are right, and that no firewall or proxy is in the way",
+                "unreachable",
+            )
+        if isinstance(exc, openai.APIStatusError) and exc.status_code == 429:
+            return err(
+                f"{base_url} kept rate-limiting model {model!r} (429, {tries}): lower max_concurrency, "
+                "raise max_retries or backoff_max_s, or check the key's rate limits",
+                "rate_limited",
+                429,
+            )
+        if isinstance(exc, openai.APIStatusError):
+            return err(
+                f"{base_url} kept failing for model {model!r} ({exc.status_code}, {tries}): "
+                f"{server_message(exc)[:300]}. Check the server's logs and health",
+                "server_error",
+                exc.status_code,
+            )
+        return err(
+            f"{base_url} sent malformed responses for model {model!r} ({tries}; {exc}). "
+            "Check that base_url points at an OpenAI-compatible API root (usually ending in /v1)",
+            "malformed",
+        )
+    if not isinstance(exc, openai.APIStatusError):
+        return exc  # a bug or an unexpected error
+    status = exc.status_code
+    detail = redact_key(server_message(exc), api_key)
+    code = error_code(exc)
+    if status == 429:  # and not transient: out of quota
+        return err(
+            f"{where} says the account is out of quota (429 insufficient_quota): check the plan and billing "
+            f"of the API key. Server: {detail}",
+            "quota",
+            status,
+        )
+    if status == 401:
+        return err(
+            f"{where} rejected the API key (401 Unauthorized): set OPENAI_API_KEY (or pass api_key=) to a "
+            "valid key for this server",
+            "auth",
+            status,
+        )
+    if status == 403:
+        return err(
+            f"{where} refused the request (403 Forbidden): the API key has no access to this model or "
+            f"endpoint. Server: {detail}",
+            "permission",
+            status,
+        )
+    if status == 404:
+        return err(
+            f"model {model!r} not found at {base_url} (404): check the model name the server "
+            f"serves (GET {base_url}/models lists them; for Ollama run `ollama pull {model}`) "
+            f"and that base_url ends with the API root such as /v1. Server: {detail}",
+            "model_not_found",
+            status,
+        )
+    lowered = detail.lower()
+    if status in (400, 413, 422) and (
+        code == "context_length_exceeded"
+        or "context length" in lowered
+        or "context window" in lowered
+        or "maximum context" in lowered
+        or "too many tokens" in lowered
+    ):
+        return ContextOverflowError(
+            f"{where} says the prompt is too long for the model ({status}): {detail}. The local limits "
+            f"({limits.context_length} tokens context, source {limits.source}) are larger than the "
+            "server's; pass limits=ModelLimits(...) with the server's real context length (e.g. vLLM "
+            "--max-model-len, Ollama num_ctx)"
+        )
+    return err(
+        f"{where} rejected the request ({status}): {detail}. Check the request settings the server "
+        "supports (temperature, top_p, max_tokens, response_format)",
+        "bad_request",
+        status,
+    )

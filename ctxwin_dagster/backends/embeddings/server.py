@@ -1,0 +1,363 @@
+"""One local embedding model per command, shared by every run it launches.
+
+A run of a document is a process of its own (Dagster's run launcher starts one per run). Each
+used to import sentence-transformers and load the model before its first vector: 4 to 30 s of
+CPU per run on this project's 2-core machines, paid again by every document and by every run
+of a parallel command at the same time. ``ctxwin run``, ``ctxwin evaluate`` and ``ctxwin dev``
+start this server once instead, on loopback, and tell the daemon (and through it every run) its
+address in the environment variable :data:`ENV_VAR`. :class:`~.local.LocalEmbedder` then sends
+its texts here and never imports torch.
+
+The server speaks OpenAI's embeddings API (``POST /v1/embeddings`` with ``model`` and
+``input``; ``encoding_format`` ``float`` or ``base64``), so any OpenAI client can use it, plus:
+
+* ``batch_size`` (texts per forward pass; the client's own, so a vector is the one the client
+  would have computed itself, bit for bit) and ``truncate`` (the client's ``oversize='truncate'``);
+* the window is checked with the model's own tokenizer: a text over ``max_seq_length`` word
+  pieces is refused (400, naming the text and its count) unless ``truncate`` is set. The client
+  fits texts before sending them, so a refusal means a client bug, never a silent cut;
+* ``GET /v1/models`` lists the models with their dimension and window; ``GET /health``.
+
+It serves the models it was started with (``--model``, repeatable; the shipped
+all-MiniLM-L6-v2 by default), loaded in the background from the moment it starts, so a command
+does not wait for the load before launching its runs. Requests are encoded one at a time (the
+model uses every core for each); runs of several documents share it in turn. Batching requests
+of different documents together would change each text's padding, so vectors would no longer be
+the same as an in-process run's, for no gain on a CPU (a forward pass of 64 texts already keeps
+both cores busy).
+
+The server stops when its parent closes its stdin (the command ends, however it ends) and on
+SIGTERM or SIGINT. Run it by hand with::
+
+    python -m ctxwin_dagster.backends.embeddings.server --port 8765 [--model FOLDER]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ctxwin_dagster.backends.embeddings.local import ENV_VAR
+
+__all__ = ["ENV_VAR", "READY_PREFIX", "EmbeddingService", "ModelHost", "serve", "served_models"]
+
+log = logging.getLogger(__name__)
+
+#: The line the server prints on stdout once it listens: ``READY_PREFIX + url``.
+READY_PREFIX = "ctxwin embedding server listening on "
+
+
+class ModelHost:
+    """The served models: loaded once (in the background), encoded one request at a time."""
+
+    def __init__(self, models: list[str], *, device: str = "cpu") -> None:
+        from ctxwin_dagster.backends.embeddings.local import LOCAL_MODEL_NAME, LocalEmbedder
+
+        self.embedders: dict[str, Any] = {}
+        for name in models or [LOCAL_MODEL_NAME]:
+            if name == LOCAL_MODEL_NAME:
+                emb = LocalEmbedder(device=device)
+            else:
+                folder = Path(name).expanduser().resolve()
+                if not folder.is_dir():
+                    raise SystemExit(
+                        f"embedding server: --model {name!r} is not a folder with a sentence-transformers model"
+                    )
+                emb = LocalEmbedder(model_path=folder, device=device)
+                name = str(folder)
+            self.embedders[name] = emb
+        self._lock = threading.Lock()
+        self._loaded = threading.Event()
+        self.load_error: str = ""
+        self.load_seconds = 0.0
+
+    def load_in_background(self) -> None:
+        def load() -> None:
+            started = time.perf_counter()
+            try:
+                for emb in self.embedders.values():
+                    emb.load()
+                    emb.sentence_transformer.encode(["warm up"], show_progress_bar=False)
+            except Exception as exc:  # reported to every request and by /health
+                self.load_error = f"{type(exc).__name__}: {exc}"
+                log.error("embedding server: loading failed: %s", self.load_error)
+            self.load_seconds = time.perf_counter() - started
+            self._loaded.set()
+
+        threading.Thread(target=load, name="load-models", daemon=True).start()
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": name,
+                "object": "model",
+                "owned_by": "ctxwin",
+                "model": emb.model,
+                "dim": emb.dim,
+                "max_tokens": emb.limits.max_tokens,
+                "provider": emb.provider,
+            }
+            for name, emb in self.embedders.items()
+        ]
+
+    def find(self, model: str) -> Any:
+        emb = self.embedders.get(model)
+        if emb is None and model and os.path.isdir(model):
+            emb = self.embedders.get(str(Path(model).resolve()))
+        if emb is None:
+            raise KeyError(f"model {model!r} is not served here; served: {sorted(self.embedders)}")
+        return emb
+
+    def encode(self, model: str, texts: list[str], *, batch_size: int, truncate: bool) -> tuple[np.ndarray, int]:
+        """Vectors (unnormalized, as ``SentenceTransformer.encode`` gives them) and tokens read."""
+        emb = self.find(model)
+        tok = emb.tokenizer
+        counts = [len(o) + tok.special_tokens for o in tok.offsets_many(texts)]  # special tokens included
+        limit = emb.limits.max_tokens
+        if not truncate:
+            for i, n in enumerate(counts):
+                if n > limit:
+                    raise ValueError(
+                        f"input[{i}] is {n} word pieces (special tokens included); {emb.model} reads at most {limit}. "
+                        "Fit it first (the ctxwin embedder does), or send truncate: true to let the model cut it"
+                    )
+        if not self._loaded.wait(600):
+            raise RuntimeError("the embedding model is still loading after 600 s")
+        if self.load_error:
+            raise RuntimeError(f"the embedding model failed to load: {self.load_error}")
+        with self._lock:
+            vecs = emb.sentence_transformer.encode(
+                texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
+            )
+        return np.asarray(vecs, dtype=np.float32), int(sum(min(n, limit) for n in counts))
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], host: ModelHost) -> None:
+        super().__init__(address, _Handler)
+        self.host = host
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+        log.debug("embedding server: " + format, *args)
+
+    def _reply(self, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status: int, message: str) -> None:
+        self._reply(
+            status, {"error": {"message": message, "type": "invalid_request_error" if status < 500 else "server_error"}}
+        )
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        host = self.server.host
+        if self.path.rstrip("/") in ("/v1/models", "/models"):
+            self._reply(200, {"object": "list", "data": host.describe()})
+        elif self.path.rstrip("/") == "/health":
+            self._reply(
+                200,
+                {
+                    "loaded": host._loaded.is_set(),
+                    "error": host.load_error,
+                    "load_seconds": round(host.load_seconds, 2),
+                    "pid": os.getpid(),
+                    "models": host.describe(),
+                },
+            )
+        else:
+            self._error(404, f"no such path {self.path}; use POST /v1/embeddings, GET /v1/models or GET /health")
+
+    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        if self.path.rstrip("/") not in ("/v1/embeddings", "/embeddings"):
+            self._error(404, f"no such path {self.path}; use POST /v1/embeddings")
+            return
+        try:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            texts = body.get("input")
+            if isinstance(texts, str):
+                texts = [texts]
+            if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+                raise ValueError("input must be a string or a list of strings")
+            batch_size = int(body.get("batch_size") or 64)
+            if batch_size < 1:
+                raise ValueError("batch_size must be >= 1")
+            model = str(body.get("model") or "")
+            vecs, tokens = self.server.host.encode(
+                model, texts, batch_size=batch_size, truncate=bool(body.get("truncate"))
+            )
+        except (ValueError, KeyError, json.JSONDecodeError) as exc:
+            self._error(400, str(exc).strip("'\""))
+            return
+        except Exception as exc:
+            self._error(500, f"{type(exc).__name__}: {exc}")
+            return
+        as_base64 = body.get("encoding_format") == "base64"
+        data = [
+            {
+                "object": "embedding",
+                "index": i,
+                "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode() if as_base64 else v.tolist(),
+            }
+            for i, v in enumerate(vecs)
+        ]
+        self._reply(
+            200,
+            {
+                "object": "list",
+                "data": data,
+                "model": model,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            },
+        )
+
+
+def serve(
+    models: list[str], *, host: str = "127.0.0.1", port: int = 0, device: str = "cpu", watch_stdin: bool = False
+) -> None:
+    """Serve until SIGTERM/SIGINT (or, with ``watch_stdin``, until stdin closes)."""
+    models_host = ModelHost(models, device=device)
+    server = _Server((host, port), models_host)
+    models_host.load_in_background()
+    url = f"http://{host}:{server.server_address[1]}"
+    print(READY_PREFIX + url, flush=True)
+
+    def stop(*_: object) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if watch_stdin:
+
+        def watch() -> None:
+            while sys.stdin.buffer.read(1):
+                pass
+            stop()
+
+        threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+
+
+def served_models(embeddings: Mapping[str, Any] | None) -> list[str]:
+    """The models a server should hold for these embeddings settings (the keys of
+    ``EmbeddingsResource``): ``[model]`` for the local provider (the default), ``[]`` otherwise."""
+    from ctxwin_dagster.backends.embeddings.local import LOCAL_MODEL_NAME
+
+    settings = dict(embeddings or {})
+    if (settings.get("provider") or "local") != "local":
+        return []
+    return [str(settings.get("model") or "").strip() or LOCAL_MODEL_NAME]
+
+
+class EmbeddingService(AbstractContextManager):
+    """This server as a child process of a command: :meth:`start` returns its URL once it
+    listens (the models load meanwhile); it stops with :meth:`stop`, or when the command ends
+    however it ends (its stdin is a pipe from the command).
+
+    Example::
+
+        with EmbeddingService(["all-MiniLM-L6-v2"], log=Path("home/ctxwin-embeddings.log")) as service:
+            env = {**os.environ, ENV_VAR: service.start()}
+    """
+
+    def __init__(self, models: list[str], *, log: Path, timeout_s: float = 60.0) -> None:
+        self.models = list(models)
+        self.log = Path(log)
+        self.timeout_s = timeout_s
+        self.process: subprocess.Popen | None = None
+        self.url = ""
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> str:
+        if self.process is not None and self.process.poll() is None:
+            return self.url
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        args = [sys.executable, "-m", __name__, "--watch-stdin"]
+        for model in self.models:
+            args += ["--model", model]
+        env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), "PYTHONUNBUFFERED": "1"}
+        env.pop(ENV_VAR, None)
+        with self.log.open("ab") as err:
+            self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env)
+        line: list[bytes] = []
+        reader = threading.Thread(target=lambda: line.append(self.process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(self.timeout_s)
+        text = line[0].decode(errors="replace").strip() if line else ""
+        if not text.startswith(READY_PREFIX):
+            self.stop()
+            raise RuntimeError(
+                f"the embedding server did not start within {self.timeout_s:.0f} s (its log: {self.log}); "
+                f"set {ENV_VAR}=off to load the model in each run instead"
+            )
+        self.url = text[len(READY_PREFIX) :]
+        return self.url
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()  # type: ignore[union-attr]
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+        self.process = None
+        self.url = ""
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0: any free port (printed on stdout)")
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        help="all-MiniLM-L6-v2 (default) or a sentence-transformers folder; repeatable",
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--watch-stdin", action="store_true", help="stop when stdin closes (the parent ended)")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    serve(args.model, host=args.host, port=args.port, device=args.device, watch_stdin=args.watch_stdin)
+
+
+if __name__ == "__main__":
+    main()

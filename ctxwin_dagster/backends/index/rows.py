@@ -1,0 +1,58 @@
+"""A document's rows taken out of a variant's table and put back: what ``ctxwin prune`` sets
+aside (an Arrow file per variant, vectors included) and what ``ctxwin prune --undo`` merges back
+on ``chunk_id``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.feather as feather
+
+from ctxwin_dagster.backends.index.upkeep import ensure_primary_key
+from ctxwin_dagster.backends.index.vectorstore import ChunkIndex, _quote
+
+__all__ = ["export_rows", "read_rows", "restore_rows", "table_version", "write_rows"]
+
+
+def table_version(index: ChunkIndex, variant: str) -> int | None:
+    """The table's current LanceDB version (None when there is no table)."""
+    table = index._table(variant)
+    return None if table is None else int(table.version)
+
+
+def export_rows(index: ChunkIndex, variant: str, doc_ids: Sequence[str]) -> pa.Table:
+    """Every row of ``doc_ids`` with all its columns (vectors included), as Arrow."""
+    table = index._table(variant)
+    if table is None or not doc_ids:
+        return pa.table({})
+    where = f"doc_id IN ({', '.join(_quote(d) for d in doc_ids)})"
+    n = table.count_rows(where)
+    if not n:
+        return table.schema.empty_table()
+    return table.search().where(where).limit(n).to_arrow()
+
+
+def restore_rows(index: ChunkIndex, variant: str, rows: pa.Table) -> int:
+    """Merge ``rows`` (from :func:`export_rows`) back on ``chunk_id``; returns how many."""
+    if rows.num_rows == 0:
+        return 0
+    dim = rows.schema.field("vector").type.list_size
+    with index.writing(variant):
+        table = index._table(variant, dim, create=True)
+        ensure_primary_key(table)
+        names = [f.name for f in table.schema if f.name in rows.schema.names]
+        rows = rows.select(names).cast(pa.schema([table.schema.field(n) for n in names]))
+        table.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+    return rows.num_rows
+
+
+def write_rows(path: str | Path, rows: pa.Table) -> None:
+    """Keep ``rows`` in an Arrow IPC (Feather) file."""
+    feather.write_feather(rows, str(path))
+
+
+def read_rows(path: str | Path) -> Any:
+    return feather.read_table(str(path))

@@ -1,0 +1,588 @@
+"""LanceDB indexes: one table per variant, rows keyed by ``chunk_id``.
+
+Rewriting a document replaces exactly its rows: one ``merge_insert`` on ``chunk_id`` (update
+matches, insert new ones), then one delete of that document's rows that are no longer produced,
+so a re-run never duplicates rows. Each is one atomic LanceDB commit and neither reads more than
+the document's rows (through the ``chunk_id`` and ``doc_id`` indexes), so a write costs the same
+at any table size. A failure between the two leaves that document with extra rows (the old
+ones not produced any more), which the index asset's ``rows_match_chunks`` check reports and a
+re-run removes; other documents are never touched. Concurrent writers (Dagster's multiprocess
+executor) are retried on commit conflicts. The URI is a local folder by default; an ``s3://``
+URI works the same (endpoint and credentials from the environment: ``AWS_ENDPOINT``,
+``AWS_ACCESS_KEY_ID``...).
+
+Writers of one table take turns: every write (upsert, delete, index upkeep, restore) holds the
+table's write lock (:mod:`ctxwin_dagster.backends.index.locks` says why, and what happens on an
+object store).
+
+Indexes are kept up to date by :meth:`ChunkIndex.maintain` at a cost that does not grow with
+the table (see :mod:`ctxwin_dagster.backends.index.upkeep`). Search within one document is exact
+(a flat scan of that document's rows, found by the ``doc_id`` index); search over the whole
+table uses the ANN index once there is one, and still finds rows written since it was trained.
+
+Each table records what built it, in its vector column's metadata (``ctxwin:embedder:*``, beside
+the ANN record): the embedding model, its dimension, its provider and the row strategy (how a
+contextualized row was fitted into the model's window); see :class:`IndexRecord`. A table made
+by a writer that names its embedder carries the record from its creation; a write with another
+model (or another row strategy) is refused, and so is a search whose question was embedded by
+another model (:class:`EmbedderMismatchError`, naming the table, both models and the fix).
+LanceDB keeps field metadata through ``merge_insert``, ``add``, ``add_columns``, index builds and
+reopening, and (unlike table-wide schema metadata) lets it be added to an existing table. Tables
+made before the record existed carry none: the first writer that names its embedder writes it,
+and until then a search is accepted as before, without a warning (nothing tells which model built
+such a table; a question vector of another size is still refused).
+
+Example::
+
+    >>> import numpy as np, tempfile
+    >>> idx = ChunkIndex(tempfile.mkdtemp())
+    >>> rows = [{"chunk_id": "c1", "doc_id": "d", "chunk_index": 0, "start": 0, "end": 5,
+    ...          "text": "hello", "section": None, "context": "", "embedded_text": "hello"}]
+    >>> idx.replace_document("t_rag", "d", rows, np.ones((1, 4), dtype="float32") / 2)["rows"]
+    1
+    >>> idx.count("t_rag", doc_id="d")
+    1
+    >>> idx.replace_document("cc_rag", "d", rows, np.ones((1, 4), dtype="float32") / 2,
+    ...                      embedder=EmbedderIdentity("toy-embedder", 4, "local"), row_strategy="context_budget")["rows"]
+    1
+    >>> idx.record("cc_rag").describe()
+    'toy-embedder (4 dimensions, local), row strategy context_budget'
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ctxwin_dagster.backends.embeddings.identity import EmbedderIdentity, identity_of
+from ctxwin_dagster.backends.index.locks import TableLocks
+from ctxwin_dagster.backends.index.upkeep import (
+    PRIMARY_KEY,
+    VECTOR,
+    IndexPolicy,
+    UpkeepReport,
+    ann_state,
+    ensure_fts,
+    ensure_primary_key,
+    maintain,
+    retry_on_conflict,
+)
+from ctxwin_dagster.core.defaults import VARIANTS
+
+__all__ = ["ChunkIndex", "EmbedderIdentity", "EmbedderMismatchError", "IndexError_", "IndexPolicy", "IndexRecord"]
+
+_STR_FIELDS = ("chunk_id", "doc_id", "doc_sha256", "section", "text", "context", "embedded_text", "context_engine")
+_INT_FIELDS = ("chunk_index", "start", "end")
+# How a row was embedded (core.embedding_window.RowPlan.to_dict): nullable, added to tables
+# written before they existed.
+_EMBED_STR_FIELDS = ("embed_strategy",)
+_EMBED_INT_FIELDS = ("embed_pieces", "chunk_tokens", "context_tokens", "context_tokens_cut", "chunk_tokens_cut")
+
+
+class IndexError_(RuntimeError):
+    """An index operation failed; the message names the table and what to do."""
+
+
+class EmbedderMismatchError(IndexError_):
+    """A table is written or searched with another embedding model than the one that built it."""
+
+
+_RECORD = "ctxwin:embedder:"
+
+
+@dataclass(frozen=True)
+class IndexRecord:
+    """What built a table: the embedding model, its vector size, its provider (``local``,
+    ``openai``) and the row strategy (how a contextualized row was fitted into the model's window;
+    ``chunk only`` for a table of bare chunks, empty when the writer did not say)."""
+
+    model: str
+    dim: int
+    provider: str = ""
+    row_strategy: str = ""
+
+    @property
+    def embedder(self) -> EmbedderIdentity:
+        return EmbedderIdentity(self.model, self.dim, self.provider)
+
+    def describe(self) -> str:
+        text = self.embedder.describe()
+        return f"{text}, row strategy {self.row_strategy}" if self.row_strategy else text
+
+    def to_metadata(self) -> dict[str, str]:
+        return {
+            _RECORD + "model": self.model,
+            _RECORD + "dim": str(self.dim),
+            _RECORD + "provider": self.provider,
+            _RECORD + "row_strategy": self.row_strategy,
+        }
+
+    @classmethod
+    def from_metadata(cls, meta: Mapping[Any, Any] | None) -> IndexRecord | None:
+        """The record in a vector field's metadata; None for a table made before records."""
+        text = {_text(k): _text(v) for k, v in (meta or {}).items()}
+        model = text.get(_RECORD + "model", "")
+        if not model:
+            return None
+        return cls(
+            model,
+            int(text.get(_RECORD + "dim") or 0),
+            text.get(_RECORD + "provider", ""),
+            text.get(_RECORD + "row_strategy", ""),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "dim": self.dim, "provider": self.provider, "row_strategy": self.row_strategy}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _schema(dim: int, record: IndexRecord | None = None) -> pa.Schema:
+    vector_meta = record.to_metadata() if record is not None else None
+    return pa.schema(
+        [pa.field("chunk_id", pa.string(), nullable=False, metadata=PRIMARY_KEY), pa.field("doc_id", pa.string())]
+        + [pa.field(f, pa.int64()) for f in _INT_FIELDS]
+        + [pa.field(f, pa.string()) for f in _STR_FIELDS[2:]]
+        + [pa.field(f, pa.string()) for f in _EMBED_STR_FIELDS]
+        + [pa.field(f, pa.int64()) for f in _EMBED_INT_FIELDS]
+        + [pa.field(VECTOR, pa.list_(pa.float32(), dim), metadata=vector_meta)]
+    )
+
+
+def _add_missing_fields(table: Any, schema: pa.Schema) -> None:
+    """Add (as nulls) the columns of ``schema`` that a table written by an older version lacks."""
+    have = set(table.schema.names)
+    missing = [f for f in schema if f.name not in have]
+    if missing:
+        table.add_columns(missing)
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+class ChunkIndex:
+    """The per-variant LanceDB tables of chunk rows and vectors.
+
+    Args:
+        uri: a local folder or an object-store URI (``s3://bucket/prefix``).
+        storage_options: passed to LanceDB for object stores (credentials come from the
+            environment, never from code).
+        table_suffix: table name = ``{variant}{table_suffix}`` (default ``_chunks``).
+        policy: when indexes are made, appended to and retrained, and how the ANN index is
+            searched (:class:`~ctxwin_dagster.backends.index.upkeep.IndexPolicy`).
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        *,
+        storage_options: Mapping[str, str] | None = None,
+        table_suffix: str = "_chunks",
+        policy: IndexPolicy | None = None,
+    ) -> None:
+        import lancedb  # imported here: only the index layer needs it
+
+        self.uri = str(uri)
+        self._db = lancedb.connect(self.uri, storage_options=dict(storage_options or {}) or None)
+        self.table_suffix = table_suffix
+        self.policy = policy or IndexPolicy()
+        self._locks = TableLocks(self.uri)
+
+    def writing(self, variant: str, *, timeout_s: float = 900.0):
+        """Hold the variant table's write lock (a context manager; see
+        :mod:`~ctxwin_dagster.backends.index.locks`)."""
+        return self._locks.hold(self.table_name(variant), timeout_s=timeout_s)
+
+    def table_name(self, variant: str) -> str:
+        if not _SAFE_NAME.match(variant):
+            raise ValueError(f"variant {variant!r} must be letters, digits, '_' or '-'; e.g. one of {VARIANTS}")
+        return f"{variant}{self.table_suffix}"
+
+    def _table(self, variant: str, dim: int | None = None, *, create: bool = False, record: IndexRecord | None = None):
+        name = self.table_name(variant)
+        if name in self._table_names():
+            return self._db.open_table(name)
+        if not create:
+            return None
+        if dim is None:
+            raise ValueError("dim is needed to create a table")
+        # A new table carries its record from its creation (in the vector field's metadata).
+        try:
+            return self._db.create_table(name, schema=_schema(dim, record), exist_ok=True)
+        except TypeError:  # older LanceDB without exist_ok
+            return self._db.create_table(name, schema=_schema(dim, record))
+
+    def _table_names(self) -> list[str]:
+        lister = getattr(self._db, "list_tables", None)
+        if lister is not None:
+            result = lister()
+            names = getattr(result, "tables", result)
+            return list(names)
+        return list(self._db.table_names())
+
+    def replace_document(
+        self,
+        variant: str,
+        doc_id: str,
+        rows: Sequence[Mapping[str, Any]],
+        vectors: np.ndarray,
+        *,
+        doc_sha256: str = "",
+        retries: int = 8,
+        embedder: Any | None = None,
+        row_strategy: str | None = None,
+    ) -> dict[str, int]:
+        """Make the table's rows for ``doc_id`` exactly ``rows`` (merge on ``chunk_id``).
+
+        ``embedder`` (the embedder that made ``vectors``, its
+        :class:`~ctxwin_dagster.backends.embeddings.identity.EmbedderIdentity` or its model name)
+        and ``row_strategy`` are recorded in a new table, or in an older one without a record,
+        and checked against the record of a table that has one. Without ``embedder`` nothing is
+        recorded or checked but the vector size.
+
+        Returns counts: ``rows`` now stored for the document, ``inserted``, ``updated`` and
+        ``deleted`` (rows of the document that are no longer produced).
+
+        Raises:
+            EmbedderMismatchError: the table was built with another model or row strategy.
+        """
+        if len(rows) != len(vectors):
+            raise ValueError(f"{len(rows)} rows but {len(vectors)} vectors for {doc_id!r}; they must match")
+        if not rows:
+            deleted = self.delete_document(variant, doc_id)
+            return {"rows": 0, "inserted": 0, "updated": 0, "deleted": deleted}
+        ids = [r["chunk_id"] for r in rows]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"duplicate chunk_id in the rows of {doc_id!r}; chunk ids must be unique")
+        bad_doc = {r["doc_id"] for r in rows} - {doc_id}
+        if bad_doc:
+            raise ValueError(f"rows for {doc_id!r} carry other doc_ids {sorted(bad_doc)}")
+        vectors = np.asarray(vectors, dtype=np.float32)
+        dim = int(vectors.shape[1])
+        data: dict[str, list[Any]] = {
+            f: [None if r.get(f) is None else str(r.get(f)) for r in rows] for f in _STR_FIELDS
+        }
+        data["doc_sha256"] = [str(r.get("doc_sha256") or doc_sha256) for r in rows]
+        for f in _INT_FIELDS:
+            data[f] = [int(r[f]) for r in rows]
+        for f in _EMBED_STR_FIELDS:
+            data[f] = [None if r.get(f) is None else str(r[f]) for r in rows]
+        for f in _EMBED_INT_FIELDS:
+            data[f] = [None if r.get(f) is None else int(r[f]) for r in rows]
+        data["vector"] = list(vectors)
+        schema = _schema(dim)
+        arrays = [
+            pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim)
+            if field.name == "vector"
+            else pa.array(data[field.name], field.type)
+            for field in schema
+        ]
+        batch = pa.Table.from_arrays(arrays, schema=schema)
+        record = None
+        if embedder is not None:
+            ident = identity_of(embedder, dim=dim)
+            record = IndexRecord(ident.model, dim, ident.provider, row_strategy or "")
+        with self.writing(variant):
+            table = self._table(variant, dim, create=True, record=record)
+            have = IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
+            if record is not None and have is not None:
+                self._check_write(variant, have, record)
+            existing_dim = table.schema.field(VECTOR).type.list_size
+            if existing_dim != dim:
+                raise IndexError_(
+                    f"table {self.table_name(variant)!r} in {self.uri} holds {existing_dim}-dim vectors but the embedder "
+                    f"gives {dim}; use the same embedding model, or build into another LanceDB folder, or delete the table "
+                    f"explicitly (ChunkIndex({self.uri!r}).drop_table({variant!r})) and re-index"
+                )
+            if record is not None and have is None:
+                # A table made before records: the first writer that names its embedder records it.
+                retry_on_conflict(
+                    lambda: table.update_field_metadata({"path": VECTOR, "metadata": record.to_metadata()}),
+                    retries=retries,
+                    refresh=table.checkout_latest,
+                )
+            _add_missing_fields(table, schema)
+            ensure_primary_key(table, retries=retries)
+            holder = [table]
+
+            def upsert() -> Any:
+                return (
+                    holder[0]
+                    .merge_insert("chunk_id")
+                    .when_matched_update_all()
+                    .when_not_matched_insert_all()
+                    .execute(batch)
+                )
+
+            def reopen() -> None:
+                holder[0] = self._table(variant, dim, create=True)
+
+            result = retry_on_conflict(upsert, retries=retries, refresh=reopen)
+            # The document's rows that are no longer produced (found through the doc_id index). A
+            # merge that deletes "not matched by source" would read the whole table's keys instead.
+            stale = f"doc_id = {_quote(doc_id)} AND chunk_id NOT IN ({', '.join(_quote(i) for i in ids)})"
+            deleted = holder[0].count_rows(stale)
+            if deleted:
+                retry_on_conflict(lambda: holder[0].delete(stale), retries=retries, refresh=reopen)
+            stats = {
+                "rows": len(rows),
+                "inserted": int(getattr(result, "num_inserted_rows", 0) or 0),
+                "updated": int(getattr(result, "num_updated_rows", 0) or 0),
+                "deleted": deleted,
+            }
+            return stats
+
+    def delete_document(self, variant: str, doc_id: str) -> int:
+        """Delete every row of ``doc_id``; returns how many were deleted."""
+        table = self._table(variant)
+        if table is None:
+            return 0
+        where = f"doc_id = {_quote(doc_id)}"
+        with self.writing(variant):
+            table.checkout_latest()
+            before = table.count_rows(where)
+            if before:
+                retry_on_conflict(lambda: table.delete(where), refresh=table.checkout_latest)
+        return before
+
+    def count(self, variant: str, *, doc_id: str | None = None) -> int:
+        table = self._table(variant)
+        if table is None:
+            return 0
+        return table.count_rows(f"doc_id = {_quote(doc_id)}" if doc_id else None)
+
+    def duplicate_ids(self, variant: str, *, doc_id: str | None = None) -> int:
+        """How many rows share a ``chunk_id`` with another row (0 in a healthy index).
+
+        With ``doc_id`` only that document's rows are read (through the ``doc_id`` index), so
+        the check after writing a document costs the same at any table size; without it the
+        whole table's ``chunk_id`` column is read (an audit).
+        """
+        table = self._table(variant)
+        if table is None:
+            return 0
+        if doc_id is None:
+            ids = table.to_arrow().column("chunk_id")
+        else:
+            where = f"doc_id = {_quote(doc_id)}"
+            ids = (
+                table.search()
+                .where(where, prefilter=True)
+                .select(["chunk_id"])
+                .limit(10**9)
+                .to_arrow()
+                .column("chunk_id")
+            )
+        return len(ids) - pc.count_distinct(ids).as_py()
+
+    def rows(
+        self, variant: str, *, doc_id: str | None = None, columns: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        table = self._table(variant)
+        if table is None:
+            return []
+        query = table.search().where(f"doc_id = {_quote(doc_id)}", prefilter=True) if doc_id else table.search()
+        if columns:
+            query = query.select(list(columns))
+        return query.limit(None if not hasattr(query, "limit") else 10**9).to_list()
+
+    def search(
+        self,
+        variant: str,
+        vector: np.ndarray,
+        *,
+        k: int = 4,
+        doc_id: str | None = None,
+        query_text: str | None = None,
+        hybrid: bool = False,
+        rrf_k: int = 60,
+        embedder: Any | None = None,
+        doc_ids: Sequence[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Top-``k`` rows by cosine similarity (``score`` = similarity), optionally fused with
+        full-text search by reciprocal rank fusion (``hybrid=True`` with ``query_text``).
+
+        ``doc_id`` searches one document; ``doc_ids`` (when ``doc_id`` is not given) only these
+        documents — e.g. those whose file is still in the folder.
+
+        ``embedder`` (the one that embedded ``vector``) is checked against the table's record
+        (see :meth:`check_embedder`); a vector of another size than the table's is refused.
+
+        Raises:
+            EmbedderMismatchError: the table was built with another embedding model.
+        """
+        if k < 1:
+            raise ValueError(f"k must be >= 1; got {k}")
+        table = self._table(variant)
+        if table is None:
+            raise IndexError_(
+                f"no table {self.table_name(variant)!r} in {self.uri}; materialize the {variant}_index asset first"
+            )
+        width = int(np.asarray(vector).reshape(-1).shape[0])
+        if embedder is not None:
+            self._check_search(variant, table, identity_of(embedder, dim=width))
+        table_dim = table.schema.field(VECTOR).type.list_size
+        if width != table_dim:
+            raise IndexError_(
+                f"the index {self.table_name(variant)!r} in {self.uri} holds {table_dim}-dim vectors but the question vector "
+                f"has {width}; search it with the embedding model that built it"
+            )
+        where = f"doc_id = {_quote(doc_id)}" if doc_id else None
+        among = (
+            None if doc_id or doc_ids is None else f"doc_id IN ({', '.join(_quote(d) for d in doc_ids) or _quote('')})"
+        )
+        depth = k * 4 if hybrid else k
+        q = (
+            table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
+            .metric("cosine")
+            .limit(depth)
+        )
+        if among:
+            q = q.where(among, prefilter=True).nprobes(self.policy.nprobes).refine_factor(self.policy.refine_factor)
+        elif where:
+            # One document's rows (a few hundred, found by the doc_id index): exact search.
+            q = q.where(where, prefilter=True).bypass_vector_index()
+        else:
+            q = q.nprobes(self.policy.nprobes).refine_factor(self.policy.refine_factor)
+        hits = q.to_list()
+        for h in hits:
+            h["score"] = 1.0 - float(h.pop("_distance"))
+        if not (hybrid and query_text):
+            return hits[:k]
+        self.ensure_fts(variant)
+        fq = table.search(query_text, query_type="fts", fts_columns="embedded_text").limit(depth)
+        if where or among:
+            fq = fq.where(where or among, prefilter=True)
+        text_hits = fq.to_list()
+        fused: dict[str, dict[str, Any]] = {}
+        rank_score: dict[str, float] = {}
+        for ranked in (hits, text_hits):
+            for rank, h in enumerate(ranked):
+                cid = h["chunk_id"]
+                rank_score[cid] = rank_score.get(cid, 0.0) + 1.0 / (rrf_k + rank + 1)
+                fused.setdefault(cid, h)
+        order = sorted(rank_score, key=lambda c: -rank_score[c])[:k]
+        out = []
+        for cid in order:
+            h = dict(fused[cid])
+            h.pop("_score", None)
+            h["rrf_score"] = rank_score[cid]
+            h.setdefault("score", 0.0)
+            out.append(h)
+        return out
+
+    def record(self, variant: str) -> IndexRecord | None:
+        """What built the table (model, dimension, provider, row strategy); None when there is
+        no table, or it was made before records and no writer has named its embedder since."""
+        table = self._table(variant)
+        return None if table is None else IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
+
+    def check_embedder(self, variant: str, embedder: Any, *, dim: int | None = None) -> IndexRecord | None:
+        """Refuse to search the table with another model than the one that built it; returns
+        the table's record (None for a table without one, which is accepted: see the module's
+        docstring). ``dim`` is the width of the question vectors when the embedder does not know
+        its own yet.
+
+        Raises:
+            EmbedderMismatchError: the table was built with another embedding model.
+        """
+        table = self._table(variant)
+        return None if table is None else self._check_search(variant, table, identity_of(embedder, dim=dim))
+
+    def _check_search(self, variant: str, table: Any, asking: EmbedderIdentity) -> IndexRecord | None:
+        have = IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
+        if have is not None and not have.embedder.same_model(asking):
+            raise EmbedderMismatchError(
+                f"the index {self.table_name(variant)!r} in {self.uri} was built with {have.embedder.describe()}, but this "
+                f"search embeds the question with {asking.describe()}; vectors of different models cannot be compared. "
+                f"Search with {have.model} (embeddings provider={have.provider or 'local'!r}, model={have.model!r}: the "
+                f"experiment's embeddings settings, or Asker.open(embeddings={{'provider': {have.provider or 'local'!r}, "
+                f"'model': {have.model!r}}})), or build an index with {asking.model} into another LanceDB folder"
+            )
+        return have
+
+    def _check_write(self, variant: str, have: IndexRecord, writing: IndexRecord) -> None:
+        name = self.table_name(variant)
+        fix = (
+            f"build into another LanceDB folder (the lancedb resource's uri), or delete the table explicitly "
+            f"(ChunkIndex({self.uri!r}).drop_table({variant!r})) and rebuild it"
+        )
+        if not have.embedder.same_model(writing.embedder):
+            raise EmbedderMismatchError(
+                f"table {name!r} in {self.uri} was built with {have.embedder.describe()}; refusing to write vectors of "
+                f"{writing.embedder.describe()} into it (a table holds one model's vectors). Use the recorded embedder "
+                f"(embeddings provider={have.provider or 'local'!r}, model={have.model!r}), or {fix}"
+            )
+        if have.row_strategy and writing.row_strategy and have.row_strategy != writing.row_strategy:
+            raise EmbedderMismatchError(
+                f"table {name!r} in {self.uri} holds rows fitted to {have.model}'s window with row strategy "
+                f"{have.row_strategy!r}; refusing to write rows fitted with {writing.row_strategy!r} into it. Use the "
+                f"recorded row strategy (embeddings row_strategy={have.row_strategy!r}), or {fix}"
+            )
+
+    def drop_table(self, variant: str) -> bool:
+        """Delete the variant's table and every row in it (explicit: nothing else deletes a
+        table); True if there was one."""
+        name = self.table_name(variant)
+        if name not in self._table_names():
+            return False
+        with self.writing(variant):
+            self._db.drop_table(name)
+        return True
+
+    def ensure_fts(self, variant: str) -> bool:
+        """Create the full-text index on ``embedded_text`` if it is missing; True if created."""
+        table = self._table(variant)
+        if table is None:
+            return False
+        return ensure_fts(table, self.writing(variant))
+
+    def maintain(self, variant: str) -> UpkeepReport:
+        """Bring the table's indexes up to date after a write, at a cost that does not grow
+        with the table: scalar and full-text indexes made once, new rows appended to every index
+        by ``optimize()`` in batches, the ANN index (re)trained only when the table has grown
+        by the policy's fraction."""
+        table = self._table(variant)
+        if table is None:
+            return UpkeepReport(0, [], False, False, "none: no table yet", 0, "", 0, 0, 0, 0.0)
+        with self.writing(variant):
+            table.checkout_latest()
+            return maintain(table, self.policy)
+
+    def ann_state(self, variant: str) -> dict[str, Any]:
+        """When the ANN index was last trained, on how many rows, and how many trainings."""
+        table = self._table(variant)
+        return (
+            ann_state(table)
+            if table is not None
+            else {"trained_rows": 0, "trained_at": "", "trainings": 0, "config": ""}
+        )
+
+    def index_stats(self, variant: str) -> dict[str, dict[str, Any]]:
+        """LanceDB's statistics of each index of the table, by column."""
+        table = self._table(variant)
+        if table is None:
+            return {}
+        out = {}
+        for cfg in table.list_indices():
+            st = table.index_stats(cfg.name)
+            out[",".join(cfg.columns)] = {
+                "name": cfg.name,
+                "type": st.index_type,
+                "indexed_rows": st.num_indexed_rows,
+                "unindexed_rows": st.num_unindexed_rows,
+                "parts": st.num_indices,
+            }
+        return out

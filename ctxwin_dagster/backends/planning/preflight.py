@@ -1,0 +1,71 @@
+"""Check an OpenAI-compatible endpoint once before a run: reachable, key accepted, model known.
+
+One ``GET {base_url}/models`` per endpoint, no retries and a short timeout, so a wrong URL, a
+rejected key or a misspelt model stops a command in seconds with one message, instead of every
+document retrying and failing in turn. Nothing is generated, so nothing is paid.
+
+Example::
+
+    >>> from ctxwin_dagster.testing import FakeOpenAIServer
+    >>> with FakeOpenAIServer(models=["m"]) as srv:
+    ...     check_endpoint("contextualizer", "m", srv.base_url, "k").startswith("contextualizer: m @")
+    ...     try:
+    ...         check_endpoint("contextualizer", "other", srv.base_url, "k")
+    ...     except EndpointError as exc:
+    ...         print("does not know the model 'other'" in str(exc))
+    True
+    True
+"""
+
+from __future__ import annotations
+
+from ctxwin_dagster.backends.calls.endpoint import normalize_base_url, redact_key, resolve_api_key
+
+__all__ = ["EndpointError", "check_endpoint"]
+
+
+class EndpointError(RuntimeError):
+    """An endpoint failed its check; the message names the role, the server and the fix."""
+
+
+def check_endpoint(role: str, model: str, base_url: str | None, api_key: str | None, *, timeout_s: float = 10.0) -> str:
+    """Raise :class:`EndpointError` unless the server answers, accepts the key and lists ``model``.
+
+    Returns a short description of what was checked. A server without a model list (404 on
+    ``/models``) passes with the model unchecked (said in the description).
+    """
+    import openai
+
+    url = normalize_base_url(base_url) if base_url else None
+    where = url or "OpenAI"
+    try:
+        key = resolve_api_key(api_key, url, what=f"the {role} model {model!r}")
+    except ValueError as exc:
+        raise EndpointError(f"{role}: {exc}") from None
+    client = openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=timeout_s)
+    try:
+        listed = [m.id for m in client.models.list()]
+    except openai.AuthenticationError:
+        raise EndpointError(
+            f"{role}: the server at {where} rejected the API key; set the right key (OPENAI_API_KEY or the resource's api_key)"
+        ) from None
+    except openai.PermissionDeniedError as exc:
+        raise EndpointError(
+            f"{role}: the server at {where} refused access ({redact_key(str(exc), key)[:200]}); check the key's permissions"
+        ) from None
+    except openai.NotFoundError:
+        return f"{role}: {model} @ {where} reachable, key accepted (the server lists no models; the model is checked by the first call)"
+    except openai.APIConnectionError as exc:
+        raise EndpointError(
+            f"{role}: cannot reach {where} ({type(exc.__cause__ or exc).__name__}); start the server or fix --base-url"
+        ) from None
+    except openai.APIStatusError as exc:
+        raise EndpointError(
+            f"{role}: {where} answered {exc.status_code} to GET /models ({redact_key(str(exc), key)[:200]})"
+        ) from None
+    finally:
+        client.close()
+    if listed and model not in listed and not any(m.split(":")[0] == model for m in listed):
+        shown = ", ".join(sorted(listed)[:10]) + (" …" if len(listed) > 10 else "")
+        raise EndpointError(f"{role}: the server at {where} does not know the model {model!r}; it serves: {shown}")
+    return f"{role}: {model} @ {where} ok"

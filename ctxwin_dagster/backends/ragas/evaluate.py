@@ -1,0 +1,350 @@
+"""Evaluating answer records: ctxwin's metrics, ragas's non-LLM metrics, and a judge's when given.
+
+Always (no model, no network):
+
+* ctxwin's own metrics (:mod:`ctxwin_dagster.core.evaluation.metrics`: span hit, span-character recall,
+  hit@k, MRR, ID-based context precision/recall, answer F1/EM, not-found correctness);
+* RAGAS's non-LLM retrieval metrics, computed by ragas itself on ``SingleTurnSample`` s:
+  ``non_llm_context_precision_with_reference`` and ``non_llm_context_recall`` (retrieved
+  chunk texts against the texts of the reference chunks, by string similarity:
+  :func:`~.compat.string_measure`; the result says which in ``string_distance``), and
+  ``id_based_context_precision`` / ``id_based_context_recall`` (retrieved chunk ids against the
+  ids of the chunks overlapping a reference span).
+
+With a :class:`~.judge.JudgeConfig`, also the paper's five judge metrics (:mod:`.judge`).
+
+Nothing is averaged away: per metric and variant the summary counts ``n`` (scored), ``n_nan``
+(ragas returned NaN), ``n_failed`` (the judge call raised; the error is kept in ``failures``)
+and ``n_skipped`` (the metric does not apply or an input is missing, with the reasons). In the
+per-question rows a NaN or a failure is NaN, a skipped metric is None.
+
+Example (no judge)::
+
+    >>> recs = [{"question_id": "q1", "doc_id": "d", "variant": "t_rag", "question": "Where?",
+    ...          "answer": "France", "reference_answer": "France", "reference_spans": [[3, 9]],
+    ...          "retrieved": [{"chunk_id": "c0", "doc_id": "d", "start": 0, "end": 12,
+    ...                         "text": "In France it", "score": 1.0}],
+    ...          "contexts": ["In France it"], "context_spans": [[0, 12]]}]
+    >>> chunks = {"d": [{"chunk_id": "c0", "start": 0, "end": 12, "text": "In France it"},
+    ...                 {"chunk_id": "c1", "start": 12, "end": 30, "text": "rains in Spain..."}]}
+    >>> result = evaluate_records(recs, chunks=chunks)
+    >>> result.rows[0]["id_based_context_recall"], result.rows[0]["span_hit"]
+    (1.0, 1.0)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ctxwin_dagster.backends.ragas.compat import import_ragas, string_measure
+from ctxwin_dagster.backends.ragas.judge import PAPER_METRICS, JudgeConfig, JudgeUsage, run_judge
+from ctxwin_dagster.core.evaluation.metrics.aggregation import aggregate, bootstrap_mean_ci, metric_names
+from ctxwin_dagster.core.evaluation.metrics.scoring import (
+    DEFAULT_KS,
+    chunk_catalog,
+    reference_chunk_ids,
+    reference_spans,
+    score_answers,
+)
+
+__all__ = ["NON_LLM_METRICS", "RagasEvaluation", "aevaluate_records", "evaluate_records"]
+
+#: RAGAS metrics computed without a model.
+NON_LLM_METRICS: tuple[str, ...] = (
+    "non_llm_context_precision_with_reference",
+    "non_llm_context_recall",
+    "id_based_context_precision",
+    "id_based_context_recall",
+)
+
+
+@dataclass
+class RagasEvaluation:
+    """What :func:`evaluate_records` found.
+
+    Attributes:
+        rows: one dict per record: ctxwin's metrics (``core.metrics.scoring.score_record``) plus the
+            ragas metrics (float; NaN when ragas gave NaN or the judge failed; None when skipped).
+        summary: one dict per (variant, metric): ``source`` (``ctxwin``/``ragas``/``ragas-judge``),
+            ``population``, ``n_population``, ``n``, ``n_nan``, ``n_failed``, ``n_skipped``,
+            ``n_missing``, ``skip_reasons``, ``mean``, ``ci_low``, ``ci_high``.
+        failures: ``{question_id, variant, metric, error}`` for every judge failure.
+        metric_names: the metric columns of ``rows``.
+        string_distance: ``"levenshtein"`` or ``"difflib"`` (for the non-LLM metrics).
+        judge: the judge model (None without one); ``judge_usage``: requests and tokens.
+    """
+
+    rows: list[dict[str, Any]]
+    summary: list[dict[str, Any]]
+    failures: list[dict[str, Any]]
+    metric_names: list[str]
+    string_distance: str
+    judge: str | None = None
+    judge_usage: dict[str, int] = field(default_factory=dict)
+    ragas_version: str = ""
+
+    def to_frame(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self.rows)
+
+    def summary_frame(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self.summary)
+
+    def counts(self, metric: str, variant: str | None = None) -> dict[str, int]:
+        """``n``, ``n_nan``, ``n_failed``, ``n_skipped`` of one metric (summed over variants)."""
+        out: Counter[str] = Counter()
+        for s in self.summary:
+            if s["metric"] == metric and (variant is None or s["variant"] == variant):
+                for k in ("n_population", "n", "n_nan", "n_failed", "n_skipped", "n_missing"):
+                    out[k] += int(s.get(k) or 0)
+        if not out:
+            raise KeyError(f"no metric {metric!r} in this evaluation; known: {self.metric_names}")
+        return dict(out)
+
+
+async def aevaluate_records(
+    records: Iterable[Mapping[str, Any]],
+    *,
+    chunks: Any = None,
+    judge: JudgeConfig | None = None,
+    embedder: Any = None,
+    string_distance: str = "auto",
+    threshold: float = 0.5,
+    ks: Sequence[int] = DEFAULT_KS,
+    include_unanswerable: bool = False,
+    n_boot: int = 2_000,
+    seed: int = 0,
+) -> RagasEvaluation:
+    """Async :func:`evaluate_records` (use it inside a running event loop)."""
+    records = [dict(r) for r in records]
+    if not 0 <= threshold <= 1:
+        raise ValueError(f"threshold must be in [0, 1]; got {threshold}")
+    r = import_ragas()
+    catalog = chunk_catalog(chunks) if chunks is not None else None
+    base_rows = score_answers(records, chunks=catalog, ks=ks)
+
+    measure, distance_name = string_measure(string_distance)
+    m_prec = r.NonLLMContextPrecisionWithReference(distance_measure=measure, threshold=threshold)
+    m_rec = r.NonLLMContextRecall(_distance_measure=measure, threshold=threshold)
+    m_idp = r.IDBasedContextPrecision()
+    m_idr = r.IDBasedContextRecall()
+
+    status: dict[tuple[int, str], tuple[str, str]] = {}  # (row, metric) -> (state, detail)
+    values: dict[tuple[int, str], float | None] = {}
+    failures: list[dict[str, Any]] = []
+
+    def put(i: int, metric: str, state: str, value: float | None, detail: str = "") -> None:
+        status[(i, metric)] = (state, detail)
+        values[(i, metric)] = value
+
+    # ---------------- non-LLM ragas metrics
+    for i, (rec, row) in enumerate(zip(records, base_rows)):
+        if not row["answerable"]:
+            for m in NON_LLM_METRICS:
+                put(i, m, "skipped", None, "unanswerable question")
+            continue
+        retrieved = list(rec.get("retrieved") or [])
+        if not retrieved:
+            for m in NON_LLM_METRICS:
+                put(i, m, "skipped", None, "no retrieved chunks")
+            continue
+        spans = reference_spans(rec, f"record {i}")
+        ret_ids = [str(h["chunk_id"]) for h in retrieved]
+        ret_texts = [str(h.get("text") or "") for h in retrieved]
+        ref_ids = reference_chunk_ids(rec, catalog)
+        samples: dict[str, Any] = {}
+        if ref_ids is not None:
+            samples["id_based_context_precision"] = r.SingleTurnSample(
+                retrieved_context_ids=ret_ids, reference_context_ids=ref_ids
+            )
+            samples["id_based_context_recall"] = r.SingleTurnSample(
+                retrieved_context_ids=ret_ids, reference_context_ids=ref_ids
+            )
+            doc_chunks = {str(c["chunk_id"]): c for c in (catalog or {}).get(str(rec.get("doc_id")), [])}
+            if not ref_ids:
+                for m in ("non_llm_context_precision_with_reference", "non_llm_context_recall"):
+                    put(i, m, "nan", math.nan, "no chunk of the catalog overlaps the reference spans")
+            elif all(cid in doc_chunks and "text" in doc_chunks[cid] for cid in ref_ids):
+                ref_texts = [str(doc_chunks[cid]["text"]) for cid in ref_ids]
+                for m in ("non_llm_context_precision_with_reference", "non_llm_context_recall"):
+                    samples[m] = r.SingleTurnSample(retrieved_contexts=ret_texts, reference_contexts=ref_texts)
+            else:
+                for m in ("non_llm_context_precision_with_reference", "non_llm_context_recall"):
+                    put(i, m, "skipped", None, "no chunk catalog with chunk texts (pass chunks= with 'text')")
+        else:
+            # Precision only asks which retrieved chunks are relevant: the relevant retrieved ids suffice.
+            relevant = [
+                str(h["chunk_id"])
+                for h in retrieved
+                if any(int(h["start"]) < e and s < int(h["end"]) for s, e in spans)
+            ]
+            samples["id_based_context_precision"] = r.SingleTurnSample(
+                retrieved_context_ids=ret_ids, reference_context_ids=relevant
+            )
+            put(
+                i, "id_based_context_recall", "skipped", None, "no chunk catalog (pass chunks=) nor reference_chunk_ids"
+            )
+            for m in ("non_llm_context_precision_with_reference", "non_llm_context_recall"):
+                put(i, m, "skipped", None, "no chunk catalog with chunk texts (pass chunks= with 'text')")
+        metric_objs = {
+            "non_llm_context_precision_with_reference": m_prec,
+            "non_llm_context_recall": m_rec,
+            "id_based_context_precision": m_idp,
+            "id_based_context_recall": m_idr,
+        }
+        for m, sample in samples.items():
+            try:
+                v = float(await metric_objs[m].single_turn_ascore(sample))
+            except Exception as exc:  # noqa: BLE001 - counted and reported
+                put(i, m, "failed", math.nan, f"{type(exc).__name__}: {exc}")
+                failures.append(
+                    {
+                        "question_id": row["question_id"],
+                        "variant": row["variant"],
+                        "metric": m,
+                        "error": f"{type(exc).__name__}: {exc}"[:500],
+                    }
+                )
+                continue
+            put(i, m, "nan" if math.isnan(v) else "ok", v)
+
+    # ---------------- judge metrics
+    usage = JudgeUsage()
+    judge_metrics: tuple[str, ...] = ()
+    if judge is not None:
+        judge_metrics = judge.metrics
+        await run_judge(judge, embedder, records, base_rows, include_unanswerable, put, failures, usage)
+
+    # ---------------- rows and summary
+    names = [m for m in metric_names(base_rows)] + list(NON_LLM_METRICS) + list(judge_metrics)
+    rows = []
+    for i, base in enumerate(base_rows):
+        row = dict(base)
+        for m in (*NON_LLM_METRICS, *judge_metrics):
+            row[m] = values.get((i, m))
+        rows.append(row)
+
+    populations = {m: "answerable" for m in NON_LLM_METRICS}
+    populations.update({m: ("all" if include_unanswerable else "answerable") for m in judge_metrics})
+    summary = []
+    own = [m for m in names if m not in populations]
+    for s in aggregate(base_rows, metrics=own, n_boot=n_boot, seed=seed):
+        s.update(source="ctxwin", n_failed=0, n_skipped=0, skip_reasons={})
+        summary.append(s)
+    variants = list(dict.fromkeys(row["variant"] for row in base_rows))
+    for variant in variants:
+        idx = [i for i, row in enumerate(base_rows) if row["variant"] == variant]
+        for m in (*NON_LLM_METRICS, *judge_metrics):
+            pop = populations[m]
+            members = [i for i in idx if pop == "all" or base_rows[i]["answerable"]]
+            states = [status.get((i, m), ("skipped", "not evaluated")) for i in members]
+            vals = [
+                float(val)
+                for i in members
+                if status.get((i, m), ("",))[0] == "ok" and (val := values[(i, m)]) is not None
+            ]
+            reasons = Counter(d for st, d in states if st == "skipped")
+            lo = hi = None
+            if vals:
+                lo, hi = bootstrap_mean_ci(vals, n_boot=n_boot, seed=seed)
+            summary.append(
+                {
+                    "variant": variant,
+                    "metric": m,
+                    "population": pop,
+                    "n_population": len(members),
+                    "n": len(vals),
+                    "n_missing": 0,
+                    "n_nan": sum(1 for st, _ in states if st == "nan"),
+                    "mean": float(np.mean(vals)) if vals else None,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "source": "ragas-judge" if m in PAPER_METRICS else "ragas",
+                    "n_failed": sum(1 for st, _ in states if st == "failed"),
+                    "n_skipped": sum(reasons.values()),
+                    "skip_reasons": dict(reasons),
+                }
+            )
+    return RagasEvaluation(
+        rows=rows,
+        summary=summary,
+        failures=failures,
+        metric_names=names,
+        string_distance=distance_name,
+        judge=None if judge is None else judge.model,
+        judge_usage=usage.to_dict() if judge is not None else {},
+        ragas_version=r.version,
+    )
+
+
+def evaluate_records(
+    records: Iterable[Mapping[str, Any]],
+    *,
+    chunks: Any = None,
+    judge: JudgeConfig | None = None,
+    embedder: Any = None,
+    string_distance: str = "auto",
+    threshold: float = 0.5,
+    ks: Sequence[int] = DEFAULT_KS,
+    include_unanswerable: bool = False,
+    n_boot: int = 2_000,
+    seed: int = 0,
+) -> RagasEvaluation:
+    """Evaluate answer records with ragas (and ctxwin's metrics); see the module docstring.
+
+    Args:
+        records: answer records (see :mod:`ctxwin_dagster.core.evaluation.metrics.scoring`).
+        chunks: a chunk catalog (``{doc_id: [{"chunk_id", "start", "end", "text"}]}`` or chunk
+            rows with ``doc_id``): needed for ID-based recall and the non-LLM text metrics.
+        judge: a :class:`JudgeConfig` for the paper's metrics (None: non-LLM metrics only).
+        embedder: a ctxwin embedder for answer relevancy / correctness.
+        string_distance: ``"auto"``, ``"levenshtein"`` (rapidfuzz) or ``"difflib"``.
+        threshold: similarity above which a retrieved text matches a reference text.
+        ks: ``hit@k`` cut-offs.
+        include_unanswerable: run the judge metrics on unanswerable questions too.
+        n_boot, seed: the bootstrap CIs of the summary.
+
+    Synchronous: runs its own event loop (in a worker thread when one is already running).
+    """
+    kwargs = dict(
+        chunks=chunks,
+        judge=judge,
+        embedder=embedder,
+        string_distance=string_distance,
+        threshold=threshold,
+        ks=ks,
+        include_unanswerable=include_unanswerable,
+        n_boot=n_boot,
+        seed=seed,
+    )
+    records = list(records)
+    coro_factory = lambda: aevaluate_records(records, **kwargs)  # noqa: E731
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro_factory())
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = asyncio.run(coro_factory())
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+
+    t = threading.Thread(target=run, name="ctxwin-ragas-eval")
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]

@@ -1,0 +1,311 @@
+"""The judge of the paper's five RAGAS metrics: its settings, its usage accounting, and its scores.
+
+A judge (:class:`JudgeConfig`: an OpenAI-compatible ``base_url`` + ``model``, the key read from
+an environment variable when called) computes the five metrics of the SWB-RAG paper through
+ragas's ``ragas.metrics.collections``: ``faithfulness``, ``answer_relevancy``,
+``context_recall``, ``context_precision`` (with reference) and ``answer_correctness``.
+``answer_relevancy`` and ``answer_correctness`` need embeddings: any ctxwin
+:class:`~ctxwin_dagster.backends.base.Embedder` (the local ``LocalEmbedder`` or an
+``OpenAIEmbedder``), wrapped for ragas by :func:`~.compat.ragas_embeddings`.
+
+:func:`run_judge` scores answer records with it for
+:func:`~ctxwin_dagster.backends.ragas.evaluate.aevaluate_records`; :class:`JudgeUsage` counts
+the judge's HTTP requests and tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ctxwin_dagster.backends.calls.endpoint import resolve_api_key
+from ctxwin_dagster.backends.calls.retry import RetryPolicy
+from ctxwin_dagster.backends.chat.local_model import is_local_model
+from ctxwin_dagster.backends.ragas.compat import import_ragas, ragas_embeddings
+from ctxwin_dagster.core.evaluation.metrics.answers import reference_answers
+
+__all__ = ["JUDGE_METRICS", "PAPER_METRICS", "JudgeConfig", "JudgeUsage", "run_judge"]
+
+#: The paper's five RAGAS metrics (need a judge model).
+PAPER_METRICS: tuple[str, ...] = (
+    "faithfulness",
+    "answer_relevancy",
+    "context_recall",
+    "context_precision",
+    "answer_correctness",
+)
+JUDGE_METRICS = PAPER_METRICS
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """An OpenAI-compatible judge model for the paper's RAGAS metrics.
+
+    Args:
+        model: the judge model name the server knows, or ``local:smollm2`` (a GGUF model run in
+            process behind a loopback OpenAI-compatible endpoint; ``base_url`` is then unused).
+        base_url: the server (``http://localhost:8000/v1`` for vLLM …); None = OpenAI.
+        api_key_env: the environment variable holding the key, read when evaluating. For a
+            local server (``base_url`` given) a missing key becomes a placeholder.
+        metrics: which of :data:`PAPER_METRICS` to compute.
+        embedding_model: an OpenAI-compatible embeddings model (on ``embedding_base_url`` or
+            ``base_url``) for answer relevancy / correctness, used when no ``embedder`` is
+            passed to :func:`~.evaluate.evaluate_records`.
+        embedding_base_url: where ``embedding_model`` is served (default ``base_url``).
+        max_tokens, temperature: judge generation settings (ragas's defaults: 1024, 0.01).
+        timeout_s, max_retries: per HTTP request, retried with backoff on 429/5xx/timeouts by the
+            project's retry policy (:mod:`ctxwin_dagster.backends.calls.retry`).
+        attempts: tries per judge call by instructor (ragas's structured-output layer), which
+            re-asks on invalid JSON and also repeats a call that raised (instructor's default 3).
+            One judge call makes at most ``attempts * (1 + max_retries)`` HTTP requests.
+        max_concurrency: judge metric calls in flight at once.
+        answer_relevancy_strictness: questions generated per answer (ragas default 3).
+        answer_correctness_weights: ``[factuality, similarity]`` (ragas default [0.75, 0.25]).
+
+    Example::
+
+        >>> JudgeConfig(model="gpt-4o-mini", metrics=("faithfulness", "context_recall")).metrics
+        ('faithfulness', 'context_recall')
+    """
+
+    model: str
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    metrics: tuple[str, ...] = PAPER_METRICS
+    embedding_model: str | None = None
+    embedding_base_url: str | None = None
+    max_tokens: int = 2048
+    temperature: float = 0.01
+    timeout_s: float = 120.0
+    max_retries: int = 3
+    attempts: int = 3
+    max_concurrency: int = 4
+    answer_relevancy_strictness: int = 3
+    answer_correctness_weights: tuple[float, float] = (0.75, 0.25)
+
+    def __post_init__(self) -> None:
+        if not self.model or not str(self.model).strip():
+            raise ValueError("JudgeConfig.model is empty; name the judge model the server knows")
+        object.__setattr__(self, "metrics", tuple(self.metrics))
+        unknown = [m for m in self.metrics if m not in PAPER_METRICS]
+        if unknown:
+            raise ValueError(f"unknown judge metric(s) {unknown}; choose from {PAPER_METRICS}")
+        if not self.metrics:
+            raise ValueError(f"JudgeConfig.metrics is empty; choose from {PAPER_METRICS}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1; got {self.max_tokens}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0; got {self.timeout_s}")
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0; got {self.max_retries}")
+        if self.attempts < 1:
+            raise ValueError(f"attempts must be >= 1; got {self.attempts}")
+        if self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1; got {self.max_concurrency}")
+        if self.answer_relevancy_strictness < 1:
+            raise ValueError(f"answer_relevancy_strictness must be >= 1; got {self.answer_relevancy_strictness}")
+        w = tuple(float(x) for x in self.answer_correctness_weights)
+        if len(w) != 2 or min(w) < 0 or sum(w) == 0:
+            raise ValueError(f"answer_correctness_weights must be two non-negative numbers, not both 0; got {w}")
+        object.__setattr__(self, "answer_correctness_weights", w)
+
+    def needs_embeddings(self) -> bool:
+        return "answer_relevancy" in self.metrics or (
+            "answer_correctness" in self.metrics and self.answer_correctness_weights[1] > 0
+        )
+
+    def api_key(self) -> str:
+        """The key from ``api_key_env`` (a placeholder for a local server; an error for OpenAI)."""
+        return resolve_api_key(None, self.base_url, what=f"the judge {self.model!r}", env=self.api_key_env)
+
+
+class JudgeUsage:
+    """Counts the judge's HTTP requests and token usage (from the responses' ``usage``)."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.errors = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+
+    async def hook(self, response: Any) -> None:
+        if "/chat/completions" not in str(response.request.url):
+            return
+        self.requests += 1
+        if response.status_code >= 400:
+            self.errors += 1
+            return
+        try:
+            await response.aread()
+            usage = json.loads(response.content).get("usage") or {}
+        except Exception:  # noqa: BLE001 - usage is best effort; the call itself is judged by ragas
+            return
+        self.input_tokens += int(usage.get("prompt_tokens") or 0)
+        self.output_tokens += int(usage.get("completion_tokens") or 0)
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "requests": self.requests,
+            "http_errors": self.errors,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+        }
+
+
+class _Skip(Exception):
+    """A metric does not apply to a record (the reason is counted)."""
+
+
+def _has_text(value: Any) -> bool:
+    return bool(str(value or "").strip())
+
+
+async def run_judge(
+    judge: JudgeConfig,
+    embedder: Any,
+    records: Sequence[Mapping[str, Any]],
+    base_rows: list[dict[str, Any]],
+    include_unanswerable: bool,
+    put: Callable[..., None],
+    failures: list[dict[str, Any]],
+    usage: JudgeUsage,
+) -> None:
+    r = import_ragas()
+    from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+
+    own_embedder = None
+    if judge.needs_embeddings() and embedder is None:
+        if judge.embedding_model is None:
+            raise ValueError(
+                "answer_relevancy and answer_correctness need embeddings: pass embedder= (e.g. "
+                "LocalEmbedder()) or set JudgeConfig.embedding_model, or leave those metrics out of "
+                "JudgeConfig.metrics"
+            )
+        from ctxwin_dagster.backends.embeddings.openai import OpenAIEmbedder
+
+        own_embedder = OpenAIEmbedder(
+            model=judge.embedding_model,
+            base_url=judge.embedding_base_url or judge.base_url,
+            api_key=os.environ.get(judge.api_key_env) or None,
+            max_retries=judge.max_retries,
+            timeout_s=judge.timeout_s,
+        )
+        embedder = own_embedder
+    emb = ragas_embeddings(embedder) if judge.needs_embeddings() else None
+
+    local = None
+    base_url = judge.base_url
+    if is_local_model(judge.model):
+        # A local model judges through a loopback OpenAI-compatible endpoint (ragas speaks only that API).
+        from ctxwin_dagster.backends.chat.local import LocalChatBackend
+        from ctxwin_dagster.backends.chat.local_server import LocalChatServer
+
+        local = LocalChatServer(LocalChatBackend(model=judge.model.strip(), max_new_tokens=judge.max_tokens)).start()
+        base_url = local.base_url
+    http_client = DefaultAsyncHttpxClient(event_hooks={"response": [usage.hook]})
+    # Retries follow the project's one policy (backends/calls/retry.py), not the SDK's own.
+    client = AsyncOpenAI(
+        base_url=base_url,
+        api_key=resolve_api_key(None, base_url, what=f"the judge {judge.model!r}", env=judge.api_key_env),
+        max_retries=0,
+        timeout=judge.timeout_s,
+        http_client=http_client,
+    )
+    policy = RetryPolicy(max_retries=judge.max_retries)
+    create = client.chat.completions.create
+
+    async def create_with_retries(*args: Any, **kwargs: Any) -> Any:
+        return await policy.async_retrying()(create, *args, **kwargs)
+
+    client.chat.completions.create = create_with_retries  # type: ignore[method-assign]
+    try:
+        # Extra model args reach instructor's create(): max_retries there is its number of attempts.
+        llm = r.llm_factory(
+            judge.model,
+            client=client,
+            max_tokens=judge.max_tokens,
+            temperature=judge.temperature,
+            max_retries=judge.attempts,
+        )
+        objs: dict[str, Any] = {}
+        for m in judge.metrics:
+            if m == "faithfulness":
+                objs[m] = r.Faithfulness(llm=llm)
+            elif m == "answer_relevancy":
+                objs[m] = r.AnswerRelevancy(llm=llm, embeddings=emb, strictness=judge.answer_relevancy_strictness)
+            elif m == "context_recall":
+                objs[m] = r.ContextRecall(llm=llm)
+            elif m == "context_precision":
+                objs[m] = r.ContextPrecision(llm=llm)
+            elif m == "answer_correctness":
+                objs[m] = r.AnswerCorrectness(llm=llm, embeddings=emb, weights=list(judge.answer_correctness_weights))
+        sem = asyncio.Semaphore(
+            1 if local is not None else judge.max_concurrency
+        )  # a local model generates one reply at a time
+
+        def inputs(metric: str, rec: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
+            question = str(rec.get("question") or "")
+            answer = str(rec.get("answer") or "")
+            reference = next((x for x in reference_answers(rec.get("reference_answer")) if x.strip()), "")
+            contexts = [str(c) for c in (rec.get("contexts") or []) if _has_text(c)]
+            if not row["answerable"] and not include_unanswerable:
+                raise _Skip("unanswerable question")
+            if not _has_text(question):
+                raise _Skip("empty question")
+            needs = {
+                "faithfulness": ("answer", "contexts"),
+                "answer_relevancy": ("answer",),
+                "context_recall": ("contexts", "reference"),
+                "context_precision": ("contexts", "reference"),
+                "answer_correctness": ("answer", "reference"),
+            }[metric]
+            if "answer" in needs and not _has_text(answer):
+                raise _Skip("empty answer")
+            if "contexts" in needs and not contexts:
+                raise _Skip("no contexts given to the model")
+            if "reference" in needs and not _has_text(reference):
+                raise _Skip("no reference answer")
+            args: dict[str, Any] = {"user_input": question}
+            if "answer" in needs:
+                args["response"] = answer
+            if "contexts" in needs:
+                args["retrieved_contexts"] = contexts
+            if "reference" in needs:
+                args["reference"] = reference
+            return args
+
+        async def one(i: int, metric: str) -> None:
+            rec, row = records[i], base_rows[i]
+            try:
+                args = inputs(metric, rec, row)
+            except _Skip as skip:
+                put(i, metric, "skipped", None, str(skip))
+                return
+            async with sem:
+                try:
+                    result = await objs[metric].ascore(**args)
+                    v = float(result.value)
+                except Exception as exc:  # noqa: BLE001 - counted and reported
+                    message = f"{type(exc).__name__}: {exc}"
+                    put(i, metric, "failed", math.nan, message)
+                    failures.append(
+                        {
+                            "question_id": row["question_id"],
+                            "variant": row["variant"],
+                            "metric": metric,
+                            "error": message[:500],
+                        }
+                    )
+                    return
+            put(i, metric, "nan" if math.isnan(v) else "ok", v)
+
+        await asyncio.gather(*(one(i, m) for i in range(len(records)) for m in judge.metrics))
+    finally:
+        await client.close()
+        if local is not None:
+            local.stop()

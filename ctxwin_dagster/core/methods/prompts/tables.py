@@ -1,0 +1,334 @@
+"""All prompt text of ctxwin: the templates (English and German) and the notes added to them.
+
+Nothing but text lives here: every model call ctxwin makes is rendered from one of these
+tables (see :mod:`ctxwin_dagster.core.methods.prompts` for the list and what each template asks).
+
+* :data:`TEMPLATES` — the task templates by ``(name, language)``;
+* :data:`SYNTHESIZE_TEMPLATES` — the merge step of sliding-window QA, by language;
+* :data:`SUMMARY_BLOCKS` — the optional summary block of ``window_answer``, by language;
+* :data:`SWB_RETRY_NOTE`, :data:`WINDOW_RETRY_NOTE` — appended to a prompt retried after an
+  unusable reply.
+
+Plain Python only: no Dagster, RAGAS or LanceDB.
+"""
+
+from __future__ import annotations
+
+from ctxwin_dagster.core.methods.prompts.template import PromptTemplate
+
+__all__ = [
+    "LANGUAGES",
+    "NOT_IN_DOCUMENTS",
+    "NO_ANSWER",
+    "SUMMARY_BLOCKS",
+    "SWB_RETRY_NOTE",
+    "SYNTHESIZE_TEMPLATES",
+    "TEMPLATES",
+    "WINDOW_RETRY_NOTE",
+]
+
+#: Languages with templates; anything else falls back to English.
+LANGUAGES = ("en", "de")
+
+#: What the answer prompt asks the model to reply when the passages do not hold the answer.
+NOT_IN_DOCUMENTS = "NOT_IN_DOCUMENTS"
+
+#: What the window prompt asks the model to answer when the window does not hold the answer.
+NO_ANSWER = "NO_ANSWER"
+
+_SUMMARY_SYSTEM_EN = (
+    "You write faithful, dense summaries of long documents. You use only information from the "
+    "text you are given and keep the names of its parts (chapters, sections, articles, annexes)."
+)
+_SUMMARY_SYSTEM_DE = (
+    "Du schreibst genaue, dichte Zusammenfassungen langer Dokumente. Du verwendest nur "
+    "Informationen aus dem vorgelegten Text und behältst die Namen seiner Teile (Kapitel, "
+    "Abschnitte, Artikel, Anhänge) bei."
+)
+
+_SUMMARIZE_SEGMENT_EN = PromptTemplate(
+    "summarize_segment",
+    "1",
+    "en",
+    _SUMMARY_SYSTEM_EN,
+    "Below is part {part} of {parts} of a long document.\n\n"
+    "<segment>\n{text}\n</segment>\n\n"
+    "Summarize this part in at most {max_tokens} tokens. Cover what it is about and how it is "
+    "organised, and its main definitions, rules, obligations, rights, actors, procedures, "
+    "deadlines, figures and exceptions, naming the chapters, sections or articles they are in. "
+    "Write plain prose in English and add nothing that is not in the text.",
+    description="map step of the global summary: one segment of ≤1,000,000 characters",
+)
+_SUMMARIZE_SEGMENT_DE = PromptTemplate(
+    "summarize_segment",
+    "1",
+    "de",
+    _SUMMARY_SYSTEM_DE,
+    "Es folgt Teil {part} von {parts} eines langen Dokuments.\n\n"
+    "<segment>\n{text}\n</segment>\n\n"
+    "Fasse diesen Teil in höchstens {max_tokens} Tokens zusammen. Beschreibe, worum es geht und "
+    "wie er aufgebaut ist, sowie die wichtigsten Begriffsbestimmungen, Regeln, Pflichten, Rechte, "
+    "Beteiligten, Verfahren, Fristen, Zahlen und Ausnahmen, jeweils mit den Kapiteln, Abschnitten "
+    "oder Artikeln, in denen sie stehen. Schreibe Fließtext auf Deutsch und füge nichts hinzu, "
+    "was nicht im Text steht.",
+    description="Map-Schritt der globalen Zusammenfassung: ein Segment von ≤1.000.000 Zeichen",
+)
+
+_SUMMARIZE_OVERVIEW_EN = PromptTemplate(
+    "summarize_overview",
+    "1",
+    "en",
+    _SUMMARY_SYSTEM_EN,
+    "Below are summaries of the {parts} consecutive parts of one long document, in order.\n\n"
+    "{summaries}\n\n"
+    "Combine them into one overview of the whole document in at most {max_tokens} tokens: its "
+    "purpose and scope, its structure, and the key definitions, rules, obligations, actors, "
+    "procedures and exceptions, naming the parts they are in. Remove repetition, keep the "
+    "document's order, write plain prose in English and add nothing that is not in the summaries.",
+    description="reduce step of the global summary: segment summaries → overview of ≤N tokens",
+)
+_SUMMARIZE_OVERVIEW_DE = PromptTemplate(
+    "summarize_overview",
+    "1",
+    "de",
+    _SUMMARY_SYSTEM_DE,
+    "Es folgen Zusammenfassungen der {parts} aufeinanderfolgenden Teile eines langen Dokuments, "
+    "in ihrer Reihenfolge.\n\n"
+    "{summaries}\n\n"
+    "Fasse sie zu einem Überblick über das ganze Dokument in höchstens {max_tokens} Tokens "
+    "zusammen: Zweck und Anwendungsbereich, Aufbau sowie die wichtigsten Begriffsbestimmungen, "
+    "Regeln, Pflichten, Beteiligten, Verfahren und Ausnahmen, jeweils mit den Teilen, in denen sie "
+    "stehen. Vermeide Wiederholungen, behalte die Reihenfolge des Dokuments bei, schreibe "
+    "Fließtext auf Deutsch und füge nichts hinzu, was nicht in den Zusammenfassungen steht.",
+    description="Reduce-Schritt der globalen Zusammenfassung",
+)
+
+# Anthropic's contextual-retrieval prompt form, in our own words. The document comes first in
+# the only message, so the prompt prefix is identical for every chunk of a document.
+_CC_CONTEXT_EN = PromptTemplate(
+    "cc_context",
+    "1",
+    "en",
+    "",
+    "<document>\n{document}\n</document>\n\n"
+    "Here is a chunk from the document above that we want to place within the whole document:\n"
+    "<chunk>\n{chunk}\n</chunk>\n\n"
+    "Write a short, succinct context that situates this chunk within the overall document, "
+    "to improve search retrieval of the chunk. Answer only with the succinct context and "
+    "nothing else.",
+    description="CC-RAG: whole document + one chunk → situating context (Anthropic's form)",
+)
+_CC_CONTEXT_DE = PromptTemplate(
+    "cc_context",
+    "1",
+    "de",
+    "",
+    "<document>\n{document}\n</document>\n\n"
+    "Hier ist ein Abschnitt aus dem obigen Dokument, den wir im Gesamtdokument einordnen "
+    "möchten:\n"
+    "<chunk>\n{chunk}\n</chunk>\n\n"
+    "Schreibe einen kurzen, prägnanten Kontext, der diesen Abschnitt im Gesamtdokument einordnet, "
+    "um das Auffinden des Abschnitts bei der Suche zu verbessern. Antworte nur mit dem kurzen "
+    "Kontext und nichts anderem.",
+    description="CC-RAG: ganzes Dokument + ein Abschnitt → einordnender Kontext",
+)
+
+_SWB_SYSTEM_EN = (
+    "You situate chunks of a long document within the whole document, to improve search "
+    "retrieval of the chunks. You reply with one JSON object and nothing else."
+)
+_SWB_SYSTEM_DE = (
+    "Du ordnest Abschnitte eines langen Dokuments in das Gesamtdokument ein, um ihr Auffinden "
+    "bei der Suche zu verbessern. Du antwortest mit genau einem JSON-Objekt und nichts anderem."
+)
+_SWB_BATCH_EN = PromptTemplate(
+    "swb_batch",
+    "1",
+    "en",
+    _SWB_SYSTEM_EN,
+    "<summary>\n{summary}\n</summary>\n\n"
+    "<text_before>\n{before}\n</text_before>\n\n"
+    "<chunks>\n{chunks}\n</chunks>\n\n"
+    "<text_after>\n{after}\n</text_after>\n\n"
+    "The summary describes the whole document; text_before and text_after are the text directly "
+    "before and after the chunks. For each of the {n} chunks, write a short, succinct context "
+    "(one to three sentences) that situates the chunk within the overall document for the "
+    "purposes of improving search retrieval of the chunk: say which part of the document it "
+    "belongs to and what it is about. Reply only with a JSON object with one entry per chunk, "
+    "in the order of the chunks, copying each chunk_id exactly:\n"
+    '{{"contexts": [{{"chunk_id": "<chunk_id>", "context": "<context>"}}]}}',
+    description="SWB-RAG: summary + window before + batch of chunks + window after → JSON contexts",
+)
+_SWB_BATCH_DE = PromptTemplate(
+    "swb_batch",
+    "1",
+    "de",
+    _SWB_SYSTEM_DE,
+    "<summary>\n{summary}\n</summary>\n\n"
+    "<text_before>\n{before}\n</text_before>\n\n"
+    "<chunks>\n{chunks}\n</chunks>\n\n"
+    "<text_after>\n{after}\n</text_after>\n\n"
+    "Die Zusammenfassung beschreibt das ganze Dokument; text_before und text_after sind der Text "
+    "unmittelbar vor und nach den Abschnitten. Schreibe für jeden der {n} Abschnitte einen kurzen, "
+    "prägnanten Kontext (ein bis drei Sätze), der den Abschnitt im Gesamtdokument einordnet, um "
+    "sein Auffinden bei der Suche zu verbessern: Nenne den Teil des Dokuments, zu dem er gehört, "
+    "und worum es darin geht. Antworte nur mit einem JSON-Objekt mit einem Eintrag pro Abschnitt, "
+    "in der Reihenfolge der Abschnitte, und übernimm jede chunk_id exakt:\n"
+    '{{"contexts": [{{"chunk_id": "<chunk_id>", "context": "<Kontext>"}}]}}',
+    description="SWB-RAG: Zusammenfassung + Fenster davor + Abschnitte + Fenster danach → JSON",
+)
+
+_ANSWER_EN = PromptTemplate(
+    "answer",
+    "1",
+    "en",
+    "You answer questions about documents using only the passages you are given. Each passage "
+    "is labelled with its chunk id in square brackets.",
+    "Passages:\n\n{passages}\n\n"
+    "Question: {question}\n\n"
+    "Answer the question using only the passages above. After each statement, cite the "
+    "passages it comes from by their chunk ids in square brackets, e.g. [chunk_id]. If the "
+    f"passages do not contain the answer, reply exactly {NOT_IN_DOCUMENTS} and nothing else.",
+    description="answer from retrieved passages with [chunk_id] citations or the NOT_IN_DOCUMENTS sentinel",
+)
+_ANSWER_DE = PromptTemplate(
+    "answer",
+    "1",
+    "de",
+    "Du beantwortest Fragen zu Dokumenten ausschließlich anhand der vorgelegten Textstellen. "
+    "Jede Textstelle ist mit ihrer Chunk-ID in eckigen Klammern gekennzeichnet.",
+    "Textstellen:\n\n{passages}\n\n"
+    "Frage: {question}\n\n"
+    "Beantworte die Frage ausschließlich anhand der obigen Textstellen. Gib nach jeder Aussage "
+    "die Textstellen, aus denen sie stammt, mit ihren Chunk-IDs in eckigen Klammern an, z. B. "
+    "[chunk_id]. Wenn die Textstellen die Antwort nicht enthalten, antworte genau "
+    f"{NOT_IN_DOCUMENTS} und nichts anderes.",
+    description="Antwort aus Textstellen mit [chunk_id]-Belegen oder NOT_IN_DOCUMENTS",
+)
+
+_WINDOW_ANSWER_EN = PromptTemplate(
+    "window_answer",
+    "1",
+    "en",
+    "You answer questions about one window of a long document, using only that window. You "
+    "reply with one JSON object and nothing else.",
+    "{summary_block}"
+    "Below is window {window} of {windows} of the document.\n\n"
+    "<window>\n{text}\n</window>\n\n"
+    "Question: {question}\n\n"
+    "If the window contains the answer, answer using only the window. If it does not, the answer "
+    f"is {NO_ANSWER}. Reply only with a JSON object: "
+    f'{{{{"answer": "<the answer, or {NO_ANSWER}>", "confidence": <a number from 0 to 1: how sure '
+    'you are that the window holds the answer>, "evidence": "<a short quote from the window, or an '
+    'empty string>"}}',
+    defaults={"summary_block": ""},
+    description="sliding-window QA: one window → JSON answer/NO_ANSWER with confidence",
+)
+_WINDOW_ANSWER_DE = PromptTemplate(
+    "window_answer",
+    "1",
+    "de",
+    "Du beantwortest Fragen zu einem Fenster eines langen Dokuments ausschließlich anhand dieses "
+    "Fensters. Du antwortest mit genau einem JSON-Objekt und nichts anderem.",
+    "{summary_block}"
+    "Es folgt Fenster {window} von {windows} des Dokuments.\n\n"
+    "<window>\n{text}\n</window>\n\n"
+    "Frage: {question}\n\n"
+    "Wenn das Fenster die Antwort enthält, beantworte die Frage ausschließlich anhand des "
+    f"Fensters. Wenn nicht, lautet die Antwort {NO_ANSWER}. Antworte nur mit einem JSON-Objekt: "
+    f'{{{{"answer": "<die Antwort oder {NO_ANSWER}>", "confidence": <eine Zahl von 0 bis 1: wie '
+    'sicher du bist, dass das Fenster die Antwort enthält>, "evidence": "<ein kurzes Zitat aus dem '
+    'Fenster oder eine leere Zeichenkette>"}}',
+    defaults={"summary_block": ""},
+    description="Sliding-Window-QA: ein Fenster → JSON-Antwort/NO_ANSWER mit Konfidenz",
+)
+
+#: Every template by ``(name, language)``.
+TEMPLATES: dict[tuple[str, str], PromptTemplate] = {
+    (t.name, t.language): t
+    for t in (
+        _SUMMARIZE_SEGMENT_EN,
+        _SUMMARIZE_SEGMENT_DE,
+        _SUMMARIZE_OVERVIEW_EN,
+        _SUMMARIZE_OVERVIEW_DE,
+        _CC_CONTEXT_EN,
+        _CC_CONTEXT_DE,
+        _SWB_BATCH_EN,
+        _SWB_BATCH_DE,
+        _ANSWER_EN,
+        _ANSWER_DE,
+        _WINDOW_ANSWER_EN,
+        _WINDOW_ANSWER_DE,
+    )
+}
+
+#: The optional ``summary_block`` of ``window_answer`` (and of ``window_synthesize``), by language.
+SUMMARY_BLOCKS: dict[str, str] = {
+    "en": "Summary of the whole document:\n<summary>\n{summary}\n</summary>\n\n",
+    "de": "Zusammenfassung des ganzen Dokuments:\n<summary>\n{summary}\n</summary>\n\n",
+}
+
+_SYNTH_SYSTEM_EN = (
+    "You combine partial answers, found in separate windows of one long document, into one "
+    "faithful answer. You use only the answers and quotes you are given."
+)
+_SYNTH_SYSTEM_DE = (
+    "Du fasst Teilantworten, die in verschiedenen Fenstern eines langen Dokuments gefunden "
+    "wurden, zu einer genauen Antwort zusammen. Du verwendest nur die vorgelegten Antworten und Zitate."
+)
+
+#: The merge step of sliding-window QA (English and German). ``{answers}`` is
+#: :func:`~ctxwin_dagster.core.methods.sliding_qa.format_findings` of the windows that found an answer.
+SYNTHESIZE_TEMPLATES: dict[str, PromptTemplate] = {
+    "en": PromptTemplate(
+        "window_synthesize",
+        "1",
+        "en",
+        _SYNTH_SYSTEM_EN,
+        "{summary_block}"
+        "Question: {question}\n\n"
+        "Answers found in windows of the document, each labelled with its window number, the "
+        "reader's confidence and a quote from the window:\n\n{answers}\n\n"
+        "Write one answer to the question using only these answers. Say what they agree on once; "
+        "where they differ, prefer the better-supported ones and say which windows disagree. After "
+        "each statement cite the windows it comes from in square brackets, e.g. [W3] or [W3, W7]. "
+        f"If none of them answers the question, reply exactly {NOT_IN_DOCUMENTS} and nothing else.",
+        defaults={"summary_block": ""},
+        description="sliding-window QA: merge the answers of several windows, citing [W<n>]",
+    ),
+    "de": PromptTemplate(
+        "window_synthesize",
+        "1",
+        "de",
+        _SYNTH_SYSTEM_DE,
+        "{summary_block}"
+        "Frage: {question}\n\n"
+        "In Fenstern des Dokuments gefundene Antworten, jeweils mit der Nummer des Fensters, der "
+        "Konfidenz des Lesers und einem Zitat aus dem Fenster:\n\n{answers}\n\n"
+        "Schreibe anhand dieser Antworten eine Antwort auf die Frage. Nenne Übereinstimmendes "
+        "einmal; wo sie sich widersprechen, bevorzuge die besser belegten und nenne die Fenster, die "
+        "abweichen. Gib nach jeder Aussage die Fenster, aus denen sie stammt, in eckigen Klammern an, "
+        "z. B. [W3] oder [W3, W7]. Wenn keine die Frage beantwortet, antworte genau "
+        f"{NOT_IN_DOCUMENTS} und nichts anderes.",
+        defaults={"summary_block": ""},
+        description="Sliding-Window-QA: Antworten mehrerer Fenster zusammenführen, mit [W<n>]",
+    ),
+}
+
+#: Appended to the SWB prompt when a batch is retried after an unusable reply.
+SWB_RETRY_NOTE: dict[str, str] = {
+    "en": (
+        "\n\nYour previous reply to this request could not be used. Reply only with the JSON "
+        "object described above, with exactly one non-empty context for each of the {n} chunk_ids."
+    ),
+    "de": (
+        "\n\nDeine vorige Antwort auf diese Anfrage war nicht verwendbar. Antworte nur mit dem oben "
+        "beschriebenen JSON-Objekt, mit genau einem nicht leeren Kontext für jede der {n} chunk_ids."
+    ),
+}
+
+#: Appended to a window prompt whose first reply was not usable JSON.
+WINDOW_RETRY_NOTE: dict[str, str] = {
+    "en": "\n\nYour previous reply could not be used. Reply only with the JSON object described above.",
+    "de": "\n\nDeine vorige Antwort war nicht verwendbar. Antworte nur mit dem oben beschriebenen JSON-Objekt.",
+}

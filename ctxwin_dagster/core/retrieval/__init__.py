@@ -1,0 +1,18 @@
+"""Retrieval: from ranked chunks to the context a model is given, with exact character offsets.
+
+* :mod:`.settings` — :class:`~.settings.RetrievalSettings`, the one vocabulary of retrieval
+  options, and the table of which option belongs to which enhancement mode;
+* :mod:`.enhance` — the enhancement modes over retrieved chunks (none, neighbors, stitched
+  windows, sentence focus), merged into one context within a budget;
+* :mod:`.focus` — a question's focus context from the vector hits with every signal of the
+  settings (hybrid candidates, question parts, lexical sentence scores, structure, adaptive budget);
+* :mod:`.lexical` — BM25 over a document's chunks and sentences (``bm25s``), and hybrid fusion;
+* :mod:`.window` — :class:`~.window.Window`, merging windows that overlap or touch (no
+  character twice, the best score kept) and joining them;
+* :mod:`.around_hits` — windows around retrieved chunks: neighbours ("small-to-big") and
+  stitched windows bounded by a character span;
+* :mod:`.sentence_focus` — windows of whole sentences around the sentences closest to the question.
+
+A window's ``start``/``end`` are character offsets into its document; ``text`` is the document
+text between them.
+"""

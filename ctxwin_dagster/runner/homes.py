@@ -1,0 +1,195 @@
+"""A Dagster home per experiment: which home a command uses, the experiment it holds, one
+command at a time on it, and runs that a killed command left behind.
+
+* The sample lives in ``.dagster_home`` (``make run``, ``make dev``); an experiment named ``x``
+  in ``data/experiments/x/dagster_home`` with its index in ``data/experiments/x/lancedb``.
+* A home holds one experiment (``ctxwin_experiment.json``, read by the code location). A command
+  may change its models or retrieval settings, never its documents folder or index: that is
+  another experiment, in another home (a clear error says so).
+* One ``ctxwin`` command works on a home at a time (a lock file in the home). A second one
+  waits for the first and then finds its work done.
+* A run the previous command left unfinished, when that command is gone, is ended by the next
+  command: canceled if still queued, marked failed if its worker process is gone (the instance's
+  own ``report_run_canceled`` / ``report_run_failed``), so it does not look alive forever.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from ctxwin_dagster.core.experiment import (
+    DEFAULT_HOME,
+    EXPERIMENT_FILE,
+    EXPERIMENTS_DIR,
+    SAMPLE,
+    Experiment,
+    ExperimentConflict,
+    home_experiment,
+)
+from ctxwin_dagster.defs.command_runs import COMMAND_TAG, command_alive, pid_alive
+
+LOCK_FILE = "ctxwin.lock"
+
+
+def default_home(name: str) -> Path:
+    """The Dagster home of the experiment ``name`` (the sample's: ``$DAGSTER_HOME`` or ``.dagster_home``)."""
+    if name == SAMPLE:
+        return Path(os.environ.get("DAGSTER_HOME") or DEFAULT_HOME)
+    return Path(EXPERIMENTS_DIR) / name / "dagster_home"
+
+
+def bind_experiment(home: Path, experiment: Experiment) -> Experiment:
+    """Store ``experiment`` (folders made absolute) as the home's experiment and return it.
+
+    Raises:
+        ExperimentConflict: the home holds another experiment on another documents folder or index.
+    """
+    resolved = experiment.resolved(Path.cwd())
+    current_file = home / EXPERIMENT_FILE
+    if current_file.is_file():
+        current = home_experiment(home)
+        if not current.same_data(resolved):
+            raise ExperimentConflict(
+                f"the Dagster home {home} holds the experiment {current.name!r} (documents {current.documents_dir}, "
+                f"index {current.lancedb_uri}); {resolved.name!r} reads {resolved.documents_dir} into {resolved.lancedb_uri}. "
+                f"Give it its own home (--dagster-home, or leave it out: data/experiments/{resolved.name}/dagster_home), "
+                f"or run the experiment this home holds"
+            )
+        if current == resolved:
+            return current
+    resolved.save(home)
+    return resolved
+
+
+class HomeLock:
+    """One ``ctxwin`` command per Dagster home at a time (``fcntl`` lock on ``ctxwin.lock``;
+    the kernel releases it when the process ends, however it ends)."""
+
+    def __init__(self, home: Path, *, out: TextIO | None = None) -> None:
+        self.path = home / LOCK_FILE
+        self.out = out
+        self._fh: Any = None
+
+    def __enter__(self) -> HomeLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = self.path.open("a+")
+        try:
+            fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._fh.seek(0)
+            holder = self._fh.read().strip() or "another ctxwin command"
+            if self.out is not None:
+                print(
+                    f"waiting for {holder}, which works on the Dagster home {self.path.parent} …",
+                    file=self.out,
+                    flush=True,
+                )
+            started = time.monotonic()
+            fcntl.flock(self._fh, fcntl.LOCK_EX)
+            if self.out is not None:
+                print(f"… it finished after {time.monotonic() - started:.0f}s; going on", file=self.out, flush=True)
+        self._fh.seek(0)
+        self._fh.truncate()
+        self._fh.write(f"ctxwin (pid {os.getpid()}, since {time.strftime('%H:%M:%S')})\n")
+        self._fh.flush()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fh is not None:
+            self._fh.seek(0)
+            self._fh.truncate()
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+            self._fh = None
+
+
+def _worker_alive(instance: Any, run_id: str) -> bool:
+    """Whether the process executing ``run_id`` (the pid its RUN_START event records) still lives here."""
+    import dagster as dg
+
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
+    pid = records[0].event_log_entry.dagster_event.pid if records and records[0].event_log_entry.dagster_event else None
+    return pid is not None and bool(pid) and pid_alive(int(pid))
+
+
+def fail_orphaned_runs(instance: Any) -> list[str]:
+    """End the runs a ``ctxwin`` command launched and left unfinished when it was killed (its
+    process is gone): a run still queued is canceled, a started one whose worker process is gone
+    is marked failed; returns their ids. A run whose worker still lives is left to finish; runs
+    of a live command, of the UI or of another machine are left alone."""
+    import dagster as dg
+
+    unfinished = [
+        dg.DagsterRunStatus.QUEUED,
+        dg.DagsterRunStatus.NOT_STARTED,
+        dg.DagsterRunStatus.STARTING,
+        dg.DagsterRunStatus.STARTED,
+    ]
+    records = instance.get_run_records(filters=dg.RunsFilter(statuses=unfinished))
+    ended = []
+    for record in records:
+        run = record.dagster_run
+        command = run.tags.get(COMMAND_TAG)
+        if not command or command_alive(command):
+            continue
+        why = f"the ctxwin command that launched this run ({command}) ended before the run did"
+        if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
+            instance.report_run_canceled(run, why)
+        elif _worker_alive(instance, run.run_id):
+            continue
+        else:
+            instance.report_run_failed(run, why)
+        ended.append(run.run_id)
+    return ended
+
+
+def cmd_dev(args: Any) -> int:
+    """``ctxwin dev [experiment]``: the Dagster UI and daemon (``dg dev``) on the
+    experiment's home, so its runs, assets and comparison are the ones shown."""
+    import subprocess
+    import sys
+
+    from ctxwin_dagster.backends.embeddings.server import ENV_VAR, EmbeddingService, served_models
+    from ctxwin_dagster.runner.launch import prepare_home, workspace_file
+
+    home = Path(args.dagster_home) if args.dagster_home else default_home(args.experiment)
+    if args.experiment != SAMPLE and not (home / EXPERIMENT_FILE).is_file():
+        raise SystemExit(
+            f"ctxwin dev: no experiment {args.experiment!r} in {home}; run it first (ctxwin evaluate / ctxwin run --documents)"
+        )
+    home = prepare_home(str(home))
+    print(
+        f"ctxwin dev: {home_experiment(home).describe()}; Dagster home {home}; http://{args.host}:{args.port}",
+        flush=True,
+    )
+    # `dg dev` supersedes `dagster dev` (which now warns so); given the workspace file it serves
+    # exactly that code location.
+    dg = Path(sys.executable).with_name("dg")
+    cmd = [
+        str(dg) if dg.exists() else "dg",
+        "dev",
+        "-w",
+        str(workspace_file(home)),
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+    ]
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    # One embedding model for every run the UI and the daemon launch (see backends/embeddings/server.py).
+    models = served_models((home_experiment(home).sections or {}).get("embeddings"))
+    with EmbeddingService(models, log=home / "ctxwin-embeddings.log") as service:
+        if models and not env.get(ENV_VAR, "").strip():
+            try:
+                env[ENV_VAR] = service.start()
+                print(
+                    f"ctxwin dev: the runs embed through one model server ({env[ENV_VAR]}, log {service.log})",
+                    flush=True,
+                )
+            except RuntimeError as exc:
+                print(f"ctxwin dev: {exc}", flush=True)
+        return subprocess.call(cmd, env=env)

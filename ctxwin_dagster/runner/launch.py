@@ -1,0 +1,310 @@
+"""Launching runs on the Dagster instance, as the code location of ``workspace.yaml``.
+
+``ctxwin run`` and ``ctxwin evaluate`` do not execute the jobs themselves: for every document
+partition that needs a run they record a request in the instance, which the code location's
+sensor ``ctxwin_command_runs`` turns into a run (:mod:`ctxwin_dagster.defs.command_runs` says
+why a sensor). The instance's run coordinator takes it from there: with the run queue
+(``QueuedRunCoordinator``, Dagster's default) the daemon dequeues runs within the instance's
+concurrency limits and the run launcher starts them (a local process by default; a Kubernetes
+job, a Docker container … with the launchers of ``deploy/``). The runs are the instance's own:
+listed under their jobs in the UI, re-executable there, logs and all. Only Dagster's public API
+is used here.
+
+When no daemon is heartbeating, the command starts ``dagster-daemon`` for its own duration
+(and stops it after); the daemon of ``ctxwin dev`` (``dg dev``) is used when one runs. With the
+daemon it starts the local embedding model's server, which every run of the command uses instead
+of loading the model itself (:mod:`ctxwin_dagster.backends.embeddings.server`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from ctxwin_dagster.defs.command_runs import SENSOR_NAME
+
+LOCATION = "ctxwin"
+DEFINITIONS_MODULE = "ctxwin_dagster.definitions"
+
+#: The instance settings ``ctxwin`` writes to a new Dagster home: the run queue, polled every
+#: second, with a limit on runs at once across every launcher of the instance (the CLI keeps
+#: at most ``--workers`` of its own runs in it).
+DEFAULT_INSTANCE_YAML = """\
+# Written by ctxwin for a new Dagster home; edit freely (deploy/ has examples for Kubernetes,
+# Docker and Celery). ctxwin run submits its runs to this instance's run queue.
+telemetry:
+  enabled: false
+run_queue:
+  max_concurrent_runs: 16
+  dequeue_interval_seconds: 1
+  # Launch the runs of several documents at once (a launch waits for its run's process to start).
+  dequeue_use_threads: true
+  dequeue_num_workers: 4
+run_monitoring:
+  enabled: true
+# The sensor that launches ctxwin's runs ticks every few seconds; its skipped ticks ("no ctxwin
+# command is waiting") are kept one day, the ticks that launched runs as long as Dagster keeps them.
+retention:
+  sensor:
+    purge_after_days:
+      skipped: 1
+      failure: 7
+"""
+
+#: What ctxwin wrote to new Dagster homes before it used the run queue (replaced when found).
+_OLD_DEFAULT_YAML = "telemetry:\n  enabled: false\n"
+
+TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
+
+
+def prepare_home(dagster_home: str | None) -> Path:
+    """The Dagster home (created with :data:`DEFAULT_INSTANCE_YAML` when new), exported as
+    ``DAGSTER_HOME`` for this process and the processes it starts."""
+    home = Path(dagster_home or os.environ.get("DAGSTER_HOME") or ".dagster_home").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists() or config.read_text(encoding="utf-8") == _OLD_DEFAULT_YAML:
+        config.write_text(DEFAULT_INSTANCE_YAML, encoding="utf-8")
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+def workspace_file(home: Path) -> Path:
+    """``workspace.yaml`` of the folder the command runs in when it loads this project's
+    definitions; otherwise an equivalent one written to the Dagster home (the same code
+    location name, working directory = this folder)."""
+    local = Path("workspace.yaml")
+    if local.is_file() and DEFINITIONS_MODULE in local.read_text(encoding="utf-8"):
+        return local.resolve()
+    ws = home / "workspace.yaml"
+    ws.write_text(
+        "load_from:\n"
+        "  - python_module:\n"
+        f"      module_name: {DEFINITIONS_MODULE}\n"
+        f"      location_name: {LOCATION}\n"
+        f"      working_directory: {Path.cwd().resolve()}\n",
+        encoding="utf-8",
+    )
+    return ws
+
+
+#: Run before the daemon's own code, in its process: the kernel sends it SIGTERM when the command
+#: that started it dies, however it dies (kill -9 included), so no daemon is left orphaned. (A
+#: ``preexec_fn`` would do the same but makes Python fork the whole command, LanceDB's runtime included.)
+_EXEC_WITH_PARENT_DEATH = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n    ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)\n"
+    "except OSError:\n    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n    sys.exit(0)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def stop_runs(instance: Any, run_ids: Iterable[str]) -> list[str]:
+    """Cancel queued runs and terminate started ones (the command that launched them is
+    stopping); returns the ids acted on."""
+    import dagster as dg
+
+    done = []
+    for run_id in run_ids:
+        run = instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            continue
+        if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
+            instance.report_run_canceled(run, "the ctxwin command that queued it was stopped")
+        else:
+            try:
+                instance.run_launcher.terminate(run_id)
+            except Exception:  # the launcher cannot reach it: record the end ourselves
+                instance.report_run_failed(run, "the ctxwin command that launched it was stopped")
+        done.append(run_id)
+    return done
+
+
+class Launcher(AbstractContextManager):
+    """Asks for runs of the code location's jobs (through the sensor of
+    :mod:`ctxwin_dagster.defs.command_runs`) and follows them; starts a daemon when none runs.
+
+    Args:
+        instance: the Dagster instance (``DagsterInstance.get()`` of the home).
+        workspace: the ``workspace.yaml`` the daemon it starts loads.
+        log: where that daemon's output goes (a file).
+    """
+
+    #: After this long without a run for a request, say what may be wrong (once).
+    SLOW_PICKUP_S = 60.0
+
+    def __init__(self, instance: Any, workspace: Path, *, log: Path, embedding_models: Iterable[str] = ()) -> None:
+        from ctxwin_dagster.backends.embeddings.server import EmbeddingService
+
+        self.instance = instance
+        self.workspace = workspace
+        self.log = log
+        self.daemon: subprocess.Popen | None = None
+        self.embeddings = EmbeddingService(list(embedding_models), log=log.with_name("ctxwin-embeddings.log"))
+        self.requested: dict[str, Any] = {}  # request id -> CommandRequest, until its run exists
+        self.run_ids: dict[str, str] = {}  # request id -> run id
+        self.warned = False
+
+    def __enter__(self) -> Launcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.withdraw()
+        self.stop_daemon()
+
+    def withdraw(self) -> list[str]:
+        """Withdraw the requests whose run does not exist yet (the command stops), and stop the
+        runs that appeared meanwhile; returns the ids of those runs."""
+        from ctxwin_dagster.defs.command_runs import withdraw_requests
+
+        if not self.requested:
+            return []
+        withdraw_requests(self.instance, list(self.requested))
+        appeared = [run_id for rid in list(self.requested) if (run_id := self.run_id(rid))]
+        self.requested.clear()
+        return stop_runs(self.instance, appeared)
+
+    # ------------------------------------------------------------------ daemon
+    def daemon_running(self, max_age_s: float = 45.0) -> bool:
+        """A daemon evaluates this instance's sensors (and dequeues its runs): ours, or another
+        whose heartbeat (written every 30 s) is recent."""
+        if self.daemon is not None:
+            return self.daemon.poll() is None
+        beat = self.instance.get_daemon_heartbeats().get("SENSOR")
+        return beat is not None and time.time() - beat.timestamp < max_age_s
+
+    def ensure_daemon(self) -> str:
+        """Start ``dagster-daemon`` when no daemon runs the sensors of this home; says which."""
+        if self.daemon_running():
+            via = f"runs queued through the sensor {SENSOR_NAME} of "
+            return via + (
+                "the running Dagster daemon" if self.daemon is None else "the Dagster daemon started by this command"
+            )
+        exe = Path(sys.executable).with_name("dagster-daemon")
+        cmd = [str(exe)] if exe.exists() else [shutil.which("dagster-daemon") or "dagster-daemon"]
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        out = self.log.open("ab")
+        exe_path = cmd[0] if os.path.isabs(cmd[0]) else (shutil.which(cmd[0]) or cmd[0])
+        env, served = self._embedding_env()
+        self.daemon = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _EXEC_WITH_PARENT_DEATH,
+                str(os.getpid()),
+                exe_path,
+                "run",
+                "-w",
+                str(self.workspace),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        out.close()
+        return f"runs queued through the sensor {SENSOR_NAME}; Dagster daemon started for this command (log {self.log}){served}"
+
+    def _embedding_env(self) -> tuple[dict[str, str], str]:
+        """The daemon's environment, with the embedding server's address when this command
+        starts one (local models only, and not when ``CTXWIN_EMBEDDING_SERVER`` is set already:
+        to another server, or ``off``); and a note saying so."""
+        from ctxwin_dagster.backends.embeddings.server import ENV_VAR
+
+        env = os.environ.copy()
+        if not self.embeddings.models or env.get(ENV_VAR, "").strip():
+            return env, ""
+        try:
+            env[ENV_VAR] = self.embeddings.start()
+        except RuntimeError as exc:  # the runs load the model themselves, as before
+            return env, f"; {exc}"
+        return env, f"; the runs embed through one model server ({env[ENV_VAR]}, log {self.embeddings.log})"
+
+    def stop_daemon(self) -> None:
+        if self.daemon is None:
+            self.embeddings.stop()
+            return
+        self.daemon.send_signal(signal.SIGINT)
+        try:
+            self.daemon.wait(30)
+        except subprocess.TimeoutExpired:
+            self.daemon.kill()
+            self.daemon.wait(10)
+        self.daemon = None
+        self.embeddings.stop()
+        # Its last heartbeat must not make the next command wait for a daemon that is gone.
+        self.instance.wipe_daemon_heartbeats()
+
+    # ------------------------------------------------------------------ runs
+    def submit(
+        self,
+        job_name: str,
+        *,
+        partition: str | None,
+        run_config: Mapping[str, Any],
+        tags: Mapping[str, str],
+        asset_selection: Iterable[Any] | None = None,
+        asset_check_selection: Iterable[Any] | None = None,
+    ) -> str:
+        """Ask for a run of ``job_name`` (optionally a subset of its assets) for ``partition``;
+        returns the request id (the run's ``run_key``). :meth:`run_id` gives the run once the
+        sensor has launched it."""
+        from ctxwin_dagster.defs.command_runs import COMMAND_TAG, write_request
+
+        request = write_request(
+            self.instance,
+            job_name,
+            partition=partition,
+            assets=asset_selection,
+            checks=asset_check_selection,
+            tags={k: v for k, v in tags.items() if k != COMMAND_TAG},
+            run_config=run_config,
+            command=tags.get(COMMAND_TAG),
+        )
+        self.requested[request.id] = request
+        return request.id
+
+    def run_id(self, request_id: str) -> str | None:
+        """The run launched for ``request_id``, once there is one."""
+        if request_id in self.run_ids:
+            return self.run_ids[request_id]
+        import dagster as dg
+
+        from ctxwin_dagster.defs.command_runs import RUN_KEY_TAG
+
+        runs = self.instance.get_run_records(filters=dg.RunsFilter(tags={RUN_KEY_TAG: request_id}), limit=1)
+        if not runs:
+            request = self.requested.get(request_id)
+            if (
+                request is not None
+                and not self.warned
+                and time.time() - request.created > self.SLOW_PICKUP_S
+                and self.daemon_running()
+            ):
+                self.warned = True
+                print(
+                    f"ctxwin: no run launched {self.SLOW_PICKUP_S:.0f}s after the request; is the sensor {SENSOR_NAME!r} stopped? "
+                    f"Start it in the Dagster UI (Automation) or with `dagster sensor start {SENSOR_NAME} -w {self.workspace}`",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return None
+        self.run_ids[request_id] = runs[0].dagster_run.run_id
+        self.requested.pop(request_id, None)
+        return self.run_ids[request_id]
+
+    def status(self, request_id: str) -> str:
+        """The run's status; ``REQUESTED`` until the sensor has launched it."""
+        run_id = self.run_id(request_id)
+        if run_id is None:
+            return "REQUESTED"
+        run = self.instance.get_run_by_id(run_id)
+        return run.status.value if run is not None else "FAILURE"

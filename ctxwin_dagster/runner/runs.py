@@ -1,0 +1,414 @@
+"""Which document partitions need a run, launching those runs on the instance, and following
+them on the console (documents done of total, the stage each running document is at, an ETA,
+one line per failed document, a summary)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxwin_dagster.defs.command_runs import COMMAND_TAG, command_id
+from ctxwin_dagster.runner.launch import TERMINAL, Launcher, stop_runs, workspace_file
+
+#: Materialization metadata summed per asset for the summary.
+SUMMARY_FIELDS = (
+    "n_chunks",
+    "n_rows",
+    "n_chars",
+    "n_tokens",
+    "input_tokens",
+    "input_chars",
+    "calls",
+    "cache_hits",
+    "cost_usd",
+    "paid_usd",
+    "runtime_s",
+)
+
+
+class _Stopped(Exception):
+    """SIGTERM reached the command."""
+
+
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    raise _Stopped()
+
+
+@dataclass
+class Planned:
+    """One run to launch: a partition (None: unpartitioned) and the assets it materializes."""
+
+    partition: str | None
+    selection: set[Any] | None  # None: the whole job
+    reason: str
+    tags: dict[str, str] = field(default_factory=dict)
+    request: str = ""  # the request id (the run's run_key)
+    run_id: str = ""  # once the sensor has launched it
+    submitted: float = 0.0
+    finished: float = 0.0
+    status: str = ""
+    stage: str = ""
+    steps: int = 1
+    steps_done: int = 0
+
+
+def _root_message(error: Any) -> str:
+    """The user's exception message under Dagster's wrappers, on one line."""
+    while error is not None and getattr(error, "cause", None) is not None:
+        error = error.cause
+    text = (getattr(error, "message", "") or "").strip()
+    return " ".join(text.split())
+
+
+def failure_message(instance: Any, run_id: str) -> str:
+    """``step: message`` of the run's first failed step (or of the run's failure)."""
+    from dagster import DagsterEventType
+
+    steps = instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_FAILURE, limit=1).records
+    if steps:
+        event = steps[0].event_log_entry.dagster_event
+        return f"{event.step_key}: {_root_message(event.step_failure_data.error)}"
+    runs = instance.get_records_for_run(run_id, of_type=DagsterEventType.RUN_FAILURE, limit=1).records
+    if runs:
+        entry = runs[0].event_log_entry
+        data = entry.dagster_event.event_specific_data if entry.dagster_event else None
+        return _root_message(getattr(data, "error", None)) or " ".join((entry.message or "run failed").split())
+    return "run failed (no step failed; see the run in the Dagster UI)"
+
+
+def materialization_metadata(instance: Any, run_id: str) -> dict[str, dict[str, Any]]:
+    """asset key -> metadata of its materialization in ``run_id``."""
+    from dagster import DagsterEventType
+
+    out: dict[str, dict[str, Any]] = {}
+    for rec in instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION).records:
+        mat = rec.event_log_entry.asset_materialization
+        if mat is not None:
+            out[mat.asset_key.to_user_string()] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+    return out
+
+
+def current_stage(instance: Any, run_id: str) -> tuple[str, int]:
+    """(the step the run started last, how many steps it finished)."""
+    from dagster import DagsterEventType
+
+    recs = instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_START, limit=1, ascending=False).records
+    done = len(instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_SUCCESS).records)
+    return (recs[0].event_log_entry.dagster_event.step_key if recs else "", done)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class RunPlanner:
+    """Plans, launches and follows the runs of one ``ctxwin run`` / ``ctxwin evaluate``.
+
+    Args:
+        instance: the Dagster instance of the home.
+        defs: the project's definitions (code versions, asset graph, resources).
+        home: the Dagster home (the daemon's log goes there).
+        settings: the project settings of this command (documents and QA folders).
+        run_config: the run config every run gets (resources, loggers).
+        workers: runs of this command in the queue at once.
+        workspace: the workspace file (default: :func:`workspace_file`).
+    """
+
+    def __init__(
+        self,
+        instance: Any,
+        defs: Any,
+        *,
+        home: Path,
+        settings: Any,
+        run_config: dict[str, Any],
+        workers: int,
+        workspace: Path | None = None,
+    ) -> None:
+        from ctxwin_dagster.defs.staleness import StalenessChecker
+
+        if workers < 1:
+            raise SystemExit(f"ctxwin: --workers must be at least 1; got {workers}")
+        self.instance = instance
+        self.defs = defs
+        self.home = home
+        self.settings = settings
+        self.run_config = run_config
+        self.workers = workers
+        self.workspace = workspace
+        self.index = defs.resources["lancedb"].index()
+        self.command = command_id()
+        self.checker = StalenessChecker(instance, defs.resolve_asset_graph())
+        self.totals: dict[str, dict[str, float]] = {}
+        self._has_questions: dict[str, bool] = {}
+        self.out = sys.stdout
+        self.launched: list[Planned] = []
+
+    # ------------------------------------------------------------------ planning
+    def plan(self, job_name: str, keys: list[str], *, force: bool) -> tuple[list[Planned], list[str]]:
+        """(runs to launch, partitions up to date)."""
+        from ctxwin_dagster.defs.staleness import REASON_TAG, stale_documents
+
+        job_keys = set(self.defs.resolve_job_def(job_name).asset_layer.executable_asset_keys)
+        staleness, self._has_questions = stale_documents(
+            self.instance, self.defs.resolve_asset_graph(), self.settings, self.index, job_keys, keys
+        )
+        planned: list[Planned] = []
+        fresh: list[str] = []
+        for key in keys:
+            st = staleness[key]
+            if force:
+                reason, selection = "--force", None
+            elif not st.stale:
+                fresh.append(key)
+                continue
+            else:
+                closure = self.checker.downstream_closure(st.reasons, job_keys)
+                reason, selection = st.summary(), (None if closure == job_keys else closure)
+            planned.append(Planned(key, selection, reason, {REASON_TAG: reason[:200], COMMAND_TAG: self.command}))
+        return planned, fresh
+
+    def plan_comparison(self, ran_any: bool, force: bool) -> Planned | None:
+        """The comparison's run, when its inputs or settings changed (or documents ran now)."""
+        import dagster as dg
+
+        from ctxwin_dagster.defs.materializations import latest_metadata
+        from ctxwin_dagster.defs.partitions import documents_partitions
+        from ctxwin_dagster.defs.staleness import REASON_TAG
+
+        key = dg.AssetKey("experiment_comparison")
+        scores = [k for k in self.defs.resolve_asset_graph().get(key).parent_keys]
+        st = self.checker.check([key], None, rerun_upstream=scores if (ran_any or force) else ())
+        reason = st.summary() if st.stale else ""
+        if not reason:
+            recorded = set(latest_metadata(self.instance, key).get("doc_ids") or [])
+            now = set(self.instance.get_dynamic_partitions(documents_partitions.name))
+            if recorded - now:
+                reason = f"documents removed since: {', '.join(sorted(recorded - now))}"
+        if not reason:
+            return None
+        return Planned(None, None, reason, {REASON_TAG: reason[:200], COMMAND_TAG: self.command})
+
+    # ------------------------------------------------------------------ running
+    def run(self, job_name: str, keys: list[str], *, force: bool = False) -> int:
+        started = time.perf_counter()
+        planned, fresh = self.plan(job_name, keys, force=force)
+        self.print(
+            f"{len(planned)} of {len(keys)} documents to run ({len(fresh)} up to date, skipped){'; --force' if force else ''}"
+        )
+        for p in planned:
+            self.print(f"  {p.partition}: {p.reason}")
+        if planned:
+            self.preflight()
+        failed: list[str] = []
+        workspace = self.workspace or workspace_file(self.home)
+        if not workspace.is_file():
+            raise SystemExit(f"ctxwin: no workspace file {workspace}")
+        launcher: Launcher | None = None
+        try:
+            previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        except ValueError:  # not the main thread (a test calling the CLI): SIGTERM keeps its handler
+            previous = None
+        try:
+            if planned:
+                launcher = self._launcher(workspace)
+                failed += self._follow(launcher, job_name, planned, len(keys))
+            if job_name == "all_assets_job" and len(keys) > len(failed):
+                comparison = self._comparison(keys, bool(planned), force)
+                if comparison is not None:
+                    launcher = launcher or self._launcher(workspace)
+                    failed += self._follow(launcher, "comparison_job", [comparison], 1, label="experiment_comparison")
+        except (KeyboardInterrupt, _Stopped):
+            active = [p.run_id for p in self.launched if p.run_id and not p.status]
+            stopped = stop_runs(self.instance, active)
+            self.print(f"\nstopped: {len(stopped)} unfinished run(s) canceled or terminated")
+            return 130
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            if launcher is not None:
+                launcher.__exit__(None, None, None)
+        ok = [p for p in planned if p.status == "SUCCESS"]
+        from ctxwin_dagster.core.experiment import home_experiment
+        from ctxwin_dagster.runner.homes import default_home
+
+        name = home_experiment(self.home).name
+        ui = "ctxwin dev" if name == "sample" else f"ctxwin dev {name}"
+        if Path(self.home).resolve() != default_home(name).resolve():
+            ui += f" --dagster-home {self.home}"
+        self.print(
+            f"\nSummary ({time.perf_counter() - started:.1f}s; {len(ok)} ran, {len(fresh)} up to date, {len(failed)} failed; "
+            f"the runs are in the Dagster UI: {ui}):"
+        )
+        for asset, agg in self.totals.items():
+            shown = ", ".join(
+                f"{k}={v:,.3f}" if isinstance(v, float) and not v.is_integer() else f"{k}={int(v):,}"
+                for k, v in agg.items()
+            )
+            self.print(f"  {asset:<22} {shown}")
+        if failed:
+            self.print(
+                f"failed: {', '.join(failed)} (the messages are above; tracebacks in the runs' logs in the Dagster UI)"
+            )
+        return 1 if failed else 0
+
+    def _comparison(self, keys: list[str], ran_any: bool, force: bool) -> Planned | None:
+        """The comparison's run, or None (up to date, or no questions to compare)."""
+        if not any(self._has_questions.get(k) for k in keys):
+            self.print(f"experiment_comparison: no questions in {self.settings.qa_dir} for these documents; skipped")
+            return None
+        comparison = self.plan_comparison(ran_any, force)
+        self.print(f"experiment_comparison: {comparison.reason if comparison else 'up to date, skipped'}")
+        return comparison
+
+    def _launcher(self, workspace: Path) -> Launcher:
+        from ctxwin_dagster.backends.embeddings.server import served_models
+
+        models = served_models(self._resource_config("embeddings"))
+        return Launcher(
+            self.instance, workspace, log=self.home / "ctxwin-daemon.log", embedding_models=models
+        ).__enter__()
+
+    def _resource_config(self, key: str) -> dict[str, Any]:
+        """A resource's settings for these runs: the code location's defaults and the run config."""
+        overrides = self.run_config.get("resources") or {}
+        default = self.defs.resources.get(key)
+        values = {n: getattr(default, n, None) for n in getattr(type(default), "model_fields", {})}
+        return {**values, **((overrides.get(key) or {}).get("config") or {})}
+
+    def endpoints(self) -> list[tuple[str, str, str | None, str | None]]:
+        """(role, model, base_url, api_key) of every model endpoint the runs would call."""
+        import os
+
+        conf = self._resource_config
+
+        def key_of(value: Any) -> str | None:
+            if isinstance(value, dict) and "env" in value:
+                return os.environ.get(value["env"])
+            return getattr(value, "get_value", lambda: value)() if value else None
+
+        out = []
+        for role in ("contextualizer", "answerer"):
+            c = conf(role)
+            if (c.get("model") or "").strip():
+                out.append((role, c["model"], c.get("base_url") or None, key_of(c.get("api_key"))))
+        judge = conf("judge")
+        if (judge.get("model") or "").strip():
+            out.append(
+                (
+                    "judge",
+                    judge["model"],
+                    judge.get("base_url") or None,
+                    os.environ.get(judge.get("api_key_env") or "OPENAI_API_KEY"),
+                )
+            )
+        emb = conf("embeddings")
+        if emb.get("provider") == "openai":
+            out.append(("embeddings", emb["model"], emb.get("base_url") or None, key_of(emb.get("api_key"))))
+        return out
+
+    def preflight(self) -> None:
+        """Check each configured endpoint once; stop with that one error before any run."""
+        from ctxwin_dagster.backends.planning.preflight import EndpointError, check_endpoint
+
+        seen = set()
+        for role, model, base_url, api_key in self.endpoints():
+            if (model, base_url) in seen:
+                continue
+            seen.add((model, base_url))
+            try:
+                self.print(f"checked {check_endpoint(role, model, base_url, api_key)}")
+            except EndpointError as exc:
+                raise SystemExit(f"ctxwin: {exc}; nothing was run") from None
+
+    def print(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def _follow(
+        self, launcher: Launcher, job_name: str, planned: list[Planned], total: int, *, label: str = ""
+    ) -> list[str]:
+        """Keep ``workers`` runs in flight until every planned run ended; returns the failed."""
+        graph = self.defs.resolve_asset_graph()
+        job_keys = self.defs.resolve_job_def(job_name).asset_layer.executable_asset_keys
+        for p in planned:
+            p.steps = len(p.selection) if p.selection is not None else len(job_keys)
+        pending = list(planned)
+        active: list[Planned] = []
+        failed: list[str] = []
+        done = 0
+        began = time.perf_counter()
+        last_report = 0.0
+        note = ""
+        while pending or active:
+            while pending and len(active) < self.workers:
+                p = pending.pop(0)
+                checks = None
+                if p.selection is not None:
+                    checks = [c for c in graph.asset_check_keys if c.asset_key in p.selection]
+                p.request = launcher.submit(
+                    job_name,
+                    partition=p.partition,
+                    run_config=self.run_config,
+                    tags=p.tags,
+                    asset_selection=p.selection,
+                    asset_check_selection=checks,
+                )
+                p.submitted = time.perf_counter()
+                self.launched.append(p)
+                p.steps = len(p.selection) if p.selection is not None else len(job_keys)
+                active.append(p)
+            if not note:
+                note = launcher.ensure_daemon()
+                self.print(note)
+            time.sleep(0.5)
+            changed = False
+            for p in list(active):
+                status = launcher.status(p.request)
+                p.run_id = launcher.run_ids.get(p.request, "")  # found by status() above
+                if status not in TERMINAL:
+                    stage = status.lower()
+                    if status == "STARTED":
+                        stage, p.steps_done = current_stage(self.instance, p.run_id)
+                    changed |= stage != p.stage
+                    p.stage = stage
+                    continue
+                active.remove(p)
+                p.status, p.finished, p.steps_done = status, time.perf_counter(), p.steps
+                done += 1
+                name = p.partition or label
+                if status == "SUCCESS":
+                    self._add_totals(p.run_id)
+                    self.print(f"[{done}/{len(planned)}] {name}: ok in {p.finished - p.submitted:.1f}s")
+                else:
+                    failed.append(name)
+                    self.print(f"[{done}/{len(planned)}] {name}: FAILED: {failure_message(self.instance, p.run_id)}")
+            now = time.perf_counter()
+            if active and (changed and now - last_report > 2 or now - last_report > 15):
+                last_report = now
+                steps_done = sum(p.steps_done for p in planned)
+                steps_left = sum(p.steps for p in planned) - steps_done
+                eta = (
+                    f"ETA {_duration((now - began) * steps_left / steps_done)}"
+                    if steps_done
+                    else "ETA after the first step"
+                )
+                stages = ", ".join(f"{p.partition or label} {p.stage or 'queued'}" for p in active)
+                self.print(
+                    f"  {done}/{len(planned)} done ({total - len(planned)} up to date), {_duration(now - began)} elapsed, {eta}; running: {stages}"
+                )
+            if not launcher.daemon_running() and any(p.stage in ("requested", "queued") for p in active):
+                self.print(launcher.ensure_daemon())
+        return failed
+
+    def _add_totals(self, run_id: str) -> None:
+        for asset, meta in materialization_metadata(self.instance, run_id).items():
+            agg = self.totals.setdefault(asset, {})
+            for name in SUMMARY_FIELDS:
+                value = meta.get(name)
+                if isinstance(value, int | float):
+                    agg[name] = agg.get(name, 0) + value
