@@ -13,7 +13,7 @@ from ctxwin_dagster.core.methods.sliding_qa import DEFAULT_OVERLAP_TOKENS
 from ctxwin_dagster.core.retrieval.settings import RETRIEVAL_PRESETS, RetrievalSettings
 
 
-def add_ask_arguments(parser: Any) -> None:
+def _add_arguments(parser: Any) -> None:
     """The options of ``ctxwin ask`` (an ``argparse`` parser)."""
     parser.add_argument(
         "question",
@@ -268,3 +268,14 @@ def _loop(args: Any, one: Callable[[str], bool], stdin: Any, stdout: Any, stderr
         if not args.json:
             print("", file=stdout, flush=True)
     return 1 if failures else 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``ask`` to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
+    ask = sub.add_parser(
+        "ask",
+        help="answer questions over the indexes (retrieval + context windows, or sliding windows over a document)",
+        description="Answer a question (or every question read from standard input) over the indexes that `ctxwin run` built.",
+    )
+    _add_arguments(ask)
+    ask.set_defaults(func=run_cli)

@@ -275,3 +275,66 @@ def cmd_compare(args: argparse.Namespace) -> int:
     print(text)
     print(f"written to {out}")
     return 0
+
+
+def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="documents run at once (runs in the instance's queue; default: the machine's cores)",
+    )
+    parser.add_argument("--force", action="store_true", help="run every document again, even when nothing changed")
+    parser.add_argument(
+        "--workspace",
+        help="the workspace.yaml whose code location the runs belong to (default ./workspace.yaml; see deploy/)",
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``run``, ``evaluate`` and ``compare`` to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
+    run = sub.add_parser("run", help="materialize every asset for every document (the main job)")
+    run.add_argument(
+        "--documents",
+        help="documents folder (default: the home's experiment, the sample's data/documents); another folder is "
+        "another experiment, with its own Dagster home and index in data/experiments/<name>/",
+    )
+    run.add_argument("--name", help="experiment name for --documents (default: from the folder's name)")
+    run.add_argument("--qa", help="QA folder for --documents (default data/qa)")
+    run.add_argument("--experiment", help="experiment JSON file, or a name in evaluations/experiments/")
+    run.add_argument("--doc", action="append", help="only this doc_id (repeatable)")
+    run.add_argument(
+        "--dagster-home",
+        help="Dagster home (default: the experiment's; the sample's is $DAGSTER_HOME or .dagster_home)",
+    )
+    run.add_argument("--log-level", default="WARNING", help="Dagster console log level (default WARNING)")
+    run.add_argument(
+        "--job", default="all_assets_job", choices=["all_assets_job", "t_rag_job", "cc_rag_job", "swb_rag_job"]
+    )
+    run.add_argument("--model", help="contextualizer/summarizer chat model (default: none, the extractive engine)")
+    run.add_argument(
+        "--base-url", help="OpenAI-compatible server for --model (default OpenAI; key from OPENAI_API_KEY)"
+    )
+    _add_launch_arguments(run)
+    run.set_defaults(func=cmd_run)
+
+    ev = sub.add_parser(
+        "evaluate", help="run an experiment: index, answer and score every document, then the comparison report"
+    )
+    ev.add_argument("experiment_file", nargs="?", help="experiment JSON file, or a name in evaluations/experiments/")
+    ev.add_argument("--documents", help="documents folder (overrides the experiment's)")
+    ev.add_argument("--qa", help="QA folder of JSONL files (overrides the experiment's)")
+    ev.add_argument("--name", help="experiment name when no experiment file is given")
+    ev.add_argument(
+        "--dagster-home",
+        help="the experiment's Dagster home (default data/experiments/<name>/dagster_home; `ctxwin dev <name>` opens its UI)",
+    )
+    ev.add_argument("--log-level", default="WARNING")
+    _add_launch_arguments(ev)
+    ev.set_defaults(func=cmd_evaluate)
+
+    cmp_ = sub.add_parser("compare", help="compare two experiments' reports side by side")
+    cmp_.add_argument("a")
+    cmp_.add_argument("b")
+    cmp_.add_argument("--reports-dir", default="evaluations/reports")
+    cmp_.set_defaults(func=cmd_compare)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ctxwin_dagster.core.defaults import VARIANTS
+from ctxwin_dagster.core.defaults import PAPER, VARIANTS
 from ctxwin_dagster.core.experiment import home_experiment
 
 
@@ -90,3 +90,30 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if cc:
         print(f"SWB-RAG input is {100 * totals['swb_rag']['input_chars'] / cc:.2f} % of CC-RAG's")
     return 1 if failed else 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``plan`` to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
+    plan = sub.add_parser("plan", help="calls, tokens, characters and cost per variant, without calling a model")
+    plan.add_argument(
+        "paths",
+        nargs="*",
+        help="document files or folders (default: the documents folder of $DAGSTER_HOME's experiment, the sample's data/documents)",
+    )
+    plan.add_argument(
+        "--model",
+        default=PAPER.contextualizer_model,
+        help=f"contextualizer model (limits and prices; default {PAPER.contextualizer_model}, as in the paper)",
+    )
+    plan.add_argument("--chunk-size", type=int, default=PAPER.chunk_size)
+    plan.add_argument("--chunk-overlap", type=int, default=PAPER.chunk_overlap)
+    plan.add_argument("--batch-size", type=int, default=PAPER.swb_batch_size, help="SWB-RAG chunks per batch")
+    plan.add_argument(
+        "--window-chars", type=int, default=PAPER.swb_window_chars, help="SWB-RAG characters before and after a batch"
+    )
+    plan.add_argument(
+        "--summary-tokens", type=int, default=PAPER.summary_max_tokens, help="global summary budget (tokens)"
+    )
+    plan.add_argument("--context-tokens", type=int, default=100, help="estimated tokens of one chunk context")
+    plan.add_argument("--json", action="store_true", help="print the plans as JSON")
+    plan.set_defaults(func=cmd_plan)

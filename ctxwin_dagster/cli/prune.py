@@ -203,3 +203,15 @@ def cmd_prune(args: argparse.Namespace) -> int:
         else:
             prune(home, delete=args.yes)
     return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``prune`` to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
+    prune = sub.add_parser(
+        "prune", help="delete the index rows, results and partitions of documents whose file is gone (logged, undoable)"
+    )
+    prune.add_argument("experiment", nargs="?", default="sample", help="experiment name (default: the sample)")
+    prune.add_argument("--dagster-home", help="the Dagster home (default: the experiment's)")
+    prune.add_argument("--yes", action="store_true", help="delete (without it: only list what would be deleted)")
+    prune.add_argument("--undo", action="store_true", help="put back what the last prune deleted")
+    prune.set_defaults(func=cmd_prune)

@@ -10,7 +10,7 @@ from pathlib import Path
 from ctxwin_dagster.core.experiment import DEFAULT_DOCUMENTS_DIR, DEFAULT_QA_DIR
 
 
-def add_qa_arguments(qa: argparse.ArgumentParser) -> None:
+def _add_arguments(qa: argparse.ArgumentParser) -> None:
     qsub = qa.add_subparsers(dest="qa_command", required=True)
     imp = qsub.add_parser(
         "import",
@@ -88,3 +88,9 @@ def cmd_qa_import(args: argparse.Namespace) -> int:
     print(f"wrote {len(result.items)} questions to {out}")
     sys.stdout.flush()
     return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``qa`` and its subcommands to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
+    qa = sub.add_parser("qa", help="question sets: import SQuAD JSON, CUAD JSON or CSV/JSONL tables into the QA format")
+    _add_arguments(qa)

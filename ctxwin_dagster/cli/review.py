@@ -42,3 +42,25 @@ def cmd_review(args: argparse.Namespace) -> int:
     t4 = table4(df)
     print(t4.to_markdown() if hasattr(t4, "to_markdown") else t4.to_string())
     return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``review`` and its subcommands to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
+    review = sub.add_parser(
+        "review", help="human review: export blinded answer pairs, or count the filled labels (Table 4)"
+    )
+    rsub = review.add_subparsers(dest="review_command", required=True)
+    rex = rsub.add_parser("export", help="blinded pairs of two variants' answers as CSV and a static HTML form")
+    rex.add_argument("experiment")
+    rex.add_argument("--a", default="t_rag")
+    rex.add_argument("--b", default="swb_rag")
+    rex.add_argument("--seed", type=int, default=0)
+    rex.add_argument("--out", help="default evaluations/reports/<experiment>/review_<a>_vs_<b>")
+    rex.add_argument(
+        "--results-dir", help="where the experiment's answers are (default: as its Dagster home records it)"
+    )
+    rex.add_argument("--reports-dir", default="evaluations/reports")
+    rt4 = rsub.add_parser("table4", help="Table 4 counts from a filled review CSV and its key")
+    rt4.add_argument("csv")
+    rt4.add_argument("key")
+    review.set_defaults(func=cmd_review)

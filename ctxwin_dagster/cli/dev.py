@@ -1,0 +1,71 @@
+"""``ctxwin dev``: the Dagster UI and daemon on an experiment's home."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from ctxwin_dagster.core.experiment import EXPERIMENT_FILE, SAMPLE, home_experiment
+from ctxwin_dagster.runner.homes import default_home
+
+
+def cmd_dev(args: Any) -> int:
+    """``ctxwin dev [experiment]``: the Dagster UI and daemon (``dg dev``) on the
+    experiment's home, so its runs, assets and comparison are the ones shown."""
+    import subprocess
+    import sys
+
+    from ctxwin_dagster.backends.embeddings.server import ENV_VAR, EmbeddingService, served_models
+    from ctxwin_dagster.runner.launch import prepare_home, workspace_file
+
+    home = Path(args.dagster_home) if args.dagster_home else default_home(args.experiment)
+    if args.experiment != SAMPLE and not (home / EXPERIMENT_FILE).is_file():
+        raise SystemExit(
+            f"ctxwin dev: no experiment {args.experiment!r} in {home}; run it first (ctxwin evaluate / ctxwin run --documents)"
+        )
+    home = prepare_home(str(home))
+    print(
+        f"ctxwin dev: {home_experiment(home).describe()}; Dagster home {home}; http://{args.host}:{args.port}",
+        flush=True,
+    )
+    # `dg dev` supersedes `dagster dev` (which now warns so); given the workspace file it serves
+    # exactly that code location.
+    dg = Path(sys.executable).with_name("dg")
+    cmd = [
+        str(dg) if dg.exists() else "dg",
+        "dev",
+        "-w",
+        str(workspace_file(home)),
+        "--host",
+        args.host,
+        "--port",
+        str(args.port),
+    ]
+    env = {**os.environ, "DAGSTER_HOME": str(home)}
+    # One embedding model for every run the UI and the daemon launch (see backends/embeddings/server.py).
+    models = served_models((home_experiment(home).sections or {}).get("embeddings"))
+    with EmbeddingService(models, log=home / "ctxwin-embeddings.log") as service:
+        if models and not env.get(ENV_VAR, "").strip():
+            try:
+                env[ENV_VAR] = service.start()
+                print(
+                    f"ctxwin dev: the runs embed through one model server ({env[ENV_VAR]}, log {service.log})",
+                    flush=True,
+                )
+            except RuntimeError as exc:
+                print(f"ctxwin dev: {exc}", flush=True)
+        return subprocess.call(cmd, env=env)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``dev`` to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
+    dev = sub.add_parser(
+        "dev", help="the Dagster UI (and daemon) on an experiment's home: its runs, assets and comparison"
+    )
+    dev.add_argument("experiment", nargs="?", default="sample", help="experiment name (default: the sample)")
+    dev.add_argument("--dagster-home", help="the Dagster home to open (default: the experiment's)")
+    dev.add_argument("--port", type=int, default=3000)
+    dev.add_argument("--host", default="127.0.0.1")
+    dev.set_defaults(func=cmd_dev)
