@@ -38,7 +38,12 @@ from ctxwin_dagster.backends.tasks.results import (
     ContextResult,
     SummaryResult,
 )
-from ctxwin_dagster.backends.tasks.selection import MIN_USABLE_WORDS, SentenceIndex, central_rows, mmr, top_rows
+from ctxwin_dagster.backends.tasks.selection import (
+    SentenceIndex,
+    answer_from_passages,
+    central_rows,
+    top_rows,
+)
 from ctxwin_dagster.core.budget.tokens import PromptMeter, TokenCounter, get_token_counter
 from ctxwin_dagster.core.defaults import PAPER
 from ctxwin_dagster.core.methods.prompts import (
@@ -558,48 +563,20 @@ class ExtractiveTasks:
     def _answer(self, question: str, passages: list[tuple[str, str]], doc_id: str, tpl) -> AnswerResult:
         ts = time.perf_counter()
         msgs = tpl.render(question=question, passages=format_passages(passages))
-        sents: list[tuple[int, int, str]] = []  # (passage index, start, text)
-        for p, (_cid, text) in enumerate(passages):
-            for s, e in split_sentences(text):
-                if e - s >= 10:
-                    sents.append((p, s, text[s:e]))
-        # Headings ("Prohibited AI practices") make poor answers: prefer sentences of 4+ words.
-        full = [x for x in sents if len(x[2].split()) >= MIN_USABLE_WORDS]
-        sents = full or sents
-        best = -1.0
-        answer_text, cited = NOT_IN_DOCUMENTS, []
-        if sents:
-            vecs = self._embed([question] + [t for _, _, t in sents])
-            q, sv = vecs[0], vecs[1:]
-            sims = sv @ q
-            best = float(sims.max())
-            if best >= self.answer_threshold:
-                floor = max(self.answer_threshold, best - 0.15)
-                eligible = np.flatnonzero(sims >= floor)
-                tokens = np.asarray(self.counter.count_many([sents[i][2] for i in eligible]), dtype=np.int64)
-                picked = mmr(sv[eligible], sims[eligible], tokens, 10_000, self.answer_sentences, self.mmr_lambda)
-                chosen = sorted((int(eligible[i]) for i in picked), key=lambda i: (sents[i][0], sents[i][1]))
-                pieces: list[str] = []
-                group: list[str] = []
-                group_p = -1
-                for i in chosen:
-                    p = sents[i][0]
-                    if group and p != group_p:
-                        pieces.append(" ".join(group) + f" [{passages[group_p][0]}]")
-                        group = []
-                    group.append(sents[i][2])
-                    group_p = p
-                if group:
-                    pieces.append(" ".join(group) + f" [{passages[group_p][0]}]")
-                answer_text = " ".join(pieces)
-                cited = list(dict.fromkeys(passages[sents[i][0]][0] for i in chosen))
+        answer_text, cited, best = answer_from_passages(
+            question,
+            passages,
+            self._embed,
+            self.counter.count_many,
+            threshold=self.answer_threshold,
+            sentences=self.answer_sentences,
+            mmr_lambda=self.mmr_lambda,
+        )
         not_found = answer_text == NOT_IN_DOCUMENTS
         if not_found:
             self.stats["answers_not_found"] += 1
         rec = self._record(STAGE_ANSWER, doc_id, "", tpl.id, msgs, answer_text, time.perf_counter() - ts)
-        return AnswerResult(
-            answer_text, cited, not_found, [rec], self.engine, self.model, tpl.id, [], best if sents else None
-        )
+        return AnswerResult(answer_text, cited, not_found, [rec], self.engine, self.model, tpl.id, [], best)
 
     def answer_many(self, items: Sequence[tuple[str, Sequence[tuple[str, str]], str]]) -> list[AnswerResult]:
         """:meth:`answer` for many ``(question, passages, doc_id)``."""
