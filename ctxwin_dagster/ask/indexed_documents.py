@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ctxwin_dagster.ask.results import AskError, StaleIndexError
 from ctxwin_dagster.core.retrieval.enhance import chunks_from_rows
 from ctxwin_dagster.core.text.documents import DocumentError, read_document
 from ctxwin_dagster.core.text.folder import load_id_registry, scan_documents
 from ctxwin_dagster.core.text.splitting import Chunk
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
+    from ctxwin_dagster.core.text.folder import DocumentFolder
 
 __all__ = ["IndexedDocuments"]
 
@@ -24,13 +28,13 @@ class IndexedDocuments:
     """
 
     def __init__(
-        self, index: Any | None, documents_dir: str | Path | None, *, doc_ids_file: str | Path | None = None
+        self, index: ChunkIndex | None, documents_dir: str | Path | None, *, doc_ids_file: str | Path | None = None
     ) -> None:
         self.index = index
         self.documents_dir = None if documents_dir is None else Path(documents_dir).expanduser()
         self.doc_ids_file = None if not doc_ids_file else Path(doc_ids_file)
         self._cache: dict[str, tuple[float, str, str]] = {}
-        self._folder: tuple[int, Any] | None = None
+        self._folder: tuple[int, DocumentFolder] | None = None
 
     def file(self, doc_id: str) -> Path | None:
         """The file of ``doc_id`` in the documents folder, or None."""
@@ -40,7 +44,7 @@ class IndexedDocuments:
         # file is added, removed or renamed), so asking many questions reads the folder once.
         return self._scan().path_of(doc_id)
 
-    def _scan(self) -> Any:
+    def _scan(self) -> DocumentFolder:
         assert self.documents_dir is not None
         stamp = self.documents_dir.stat().st_mtime_ns
         if self._folder is None or self._folder[0] != stamp:

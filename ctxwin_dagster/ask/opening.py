@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxwin_dagster.ask.results import AskError
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.backends.base import Embedder
+    from ctxwin_dagster.backends.tasks.results import TaskEngine
 
 
 def open_asker(
@@ -19,7 +23,7 @@ def open_asker(
     base_url: str | None,
     api_key: str | None,
     cache_dir: str | Path | None,
-    embedder: Any | None,
+    embedder: Embedder | None,
     embeddings: Mapping[str, Any] | None,
     max_concurrency: int,
     max_tokens: int | None,
@@ -58,7 +62,7 @@ def open_asker(
             max_concurrency=max_concurrency,
         )
         closers.append(chat.close)
-        tasks: Any = LLMTasks(chat, max_tokens=max_tokens) if max_tokens else LLMTasks(chat)
+        tasks: TaskEngine = LLMTasks(chat, max_tokens=max_tokens) if max_tokens else LLMTasks(chat)
     else:
         tasks = ExtractiveTasks(embedder)
     asker = cls(index=ChunkIndex(uri), embedder=embedder, tasks=tasks, documents_dir=documents)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxwin_dagster.backends.base import Ledger
+from ctxwin_dagster.backends.base import CallRecord, Ledger
 from ctxwin_dagster.core.budget.fit import FitReport
 from ctxwin_dagster.core.defaults import normalize_variant as _normalize_variant
 from ctxwin_dagster.core.methods.sliding_qa import SlidingAnswer
@@ -100,7 +100,7 @@ class AskResult:
     doc_id: str | None
     engine: str
     model: str
-    records: list[Any] = field(default_factory=list)
+    records: list[CallRecord] = field(default_factory=list)
     latency_s: float = 0.0
     fit: FitReport | None = None
     notes: list[str] = field(default_factory=list)

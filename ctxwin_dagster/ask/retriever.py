@@ -16,7 +16,7 @@ is said by one :class:`~ctxwin_dagster.core.retrieval.settings.RetrievalSettings
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -26,6 +26,10 @@ from ctxwin_dagster.core.retrieval.enhance import EnhancedContext, EnhanceMode, 
 from ctxwin_dagster.core.retrieval.focus import LexicalIndexes, dense_scorer, focus_context, query_texts
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 from ctxwin_dagster.core.text.splitting import Chunk
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.backends.base import Embedder
+    from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
 
 __all__ = ["Retriever"]
 
@@ -40,19 +44,19 @@ class Retriever:
         documents: where chunk rows and document text come from.
     """
 
-    def __init__(self, index: Any | None, embedder: Any | None, documents: IndexedDocuments) -> None:
+    def __init__(self, index: ChunkIndex | None, embedder: Embedder | None, documents: IndexedDocuments) -> None:
         if index is not None and embedder is None:
             raise ValueError(
                 "an index needs the embedder it was built with; pass embedder=LocalEmbedder() (or the index's)"
             )
         # Duck-typed (a ChunkIndex, an embedder); require_index() says when one is missing.
-        self.index: Any = index
-        self.embedder: Any = embedder
+        self.index = index
+        self.embedder = embedder
         self.documents = documents
         self.lexical = LexicalIndexes()
 
     # ----------------------------------------------------------------- checks and rows
-    def require_index(self) -> Any:
+    def require_index(self) -> ChunkIndex:
         """The index (a clear error when there is none, or no embedder for it)."""
         if self.index is None:
             raise AskError(
@@ -61,6 +65,12 @@ class Retriever:
         if self.embedder is None:
             raise AskError("searching needs the embedder the index was built with; pass embedder=")
         return self.index
+
+    def require_embedder(self) -> Embedder:
+        """The embedder of the index (the same errors as :meth:`require_index`)."""
+        self.require_index()
+        assert self.embedder is not None  # require_index() raised otherwise
+        return self.embedder
 
     def check_doc(self, variant: str, doc_id: str) -> None:
         """Raise :class:`AskError` naming the known documents when ``doc_id`` has no rows in ``variant``."""
@@ -80,15 +90,14 @@ class Retriever:
         return self.documents.chunks(variant, doc_ids)
 
     # ----------------------------------------------------------------- search
-    def embed(self, question: str) -> Any:
+    def embed(self, question: str) -> np.ndarray:
         """The question's vector, by the index's embedder."""
         if not isinstance(question, str) or not question.strip():
             raise AskError("question is empty; pass the question to answer")
-        self.require_index()
-        return self.embedder.embed([question])[0]
+        return self.require_embedder().embed([question])[0]
 
     def search(
-        self, question: str, vector: Any, *, variant: str, doc_id: str | None, k: int, hybrid: bool
+        self, question: str, vector: np.ndarray, *, variant: str, doc_id: str | None, k: int, hybrid: bool
     ) -> list[dict[str, Any]]:
         """The top-``k`` rows of ``variant`` for ``vector`` (fused with full-text search of
         ``question`` when ``hybrid``), within ``doc_id`` or every document whose file is there."""
@@ -158,7 +167,7 @@ class Retriever:
         )
 
     def _focus(
-        self, question: str, vector: Any, settings: RetrievalSettings, *, variant: str, doc_id: str | None
+        self, question: str, vector: np.ndarray, settings: RetrievalSettings, *, variant: str, doc_id: str | None
     ) -> EnhancedContext:
         k = settings.effective_k
         rows = self.search(
@@ -170,7 +179,7 @@ class Retriever:
         chunks, texts = self.chunks(variant, list(dict.fromkeys(c.doc_id for c, _ in hits)))
         q = np.asarray(vector, dtype=np.float32)
         parts = query_texts(question, settings)
-        embedder = self.embedder
+        index, embedder = self.require_index(), self.require_embedder()
         qvecs = q[None, :] if parts == [question] else np.asarray(embedder.embed(parts), dtype=np.float32)
         score = dense_scorer(lambda ts: np.asarray(embedder.embed(list(ts)), dtype=np.float32), qvecs)
         vectors: dict[str, np.ndarray] = {}
@@ -179,7 +188,7 @@ class Retriever:
         def vector_score(chunk: Chunk) -> float:
             """Cosine similarity of a chunk that only full-text search found (its stored vector)."""
             if chunk.doc_id not in loaded:
-                got = self.index.rows(variant, doc_id=chunk.doc_id, columns=["chunk_id", "vector"])
+                got = index.rows(variant, doc_id=chunk.doc_id, columns=["chunk_id", "vector"])
                 vectors.update({r["chunk_id"]: np.asarray(r["vector"], dtype=np.float32) for r in got})
                 loaded.add(chunk.doc_id)
             v = vectors.get(chunk.chunk_id)

@@ -40,6 +40,8 @@ from ctxwin_dagster.core.retrieval.window import Window
 from ctxwin_dagster.core.text.splitting import Chunk
 
 if TYPE_CHECKING:
+    from ctxwin_dagster.backends.base import Embedder
+    from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
     from ctxwin_dagster.backends.tasks.results import TaskEngine
 
 __all__ = ["ASK_MODES", "Asker"]
@@ -73,8 +75,8 @@ class Asker:
     def __init__(
         self,
         *,
-        index: Any | None,
-        embedder: Any | None,
+        index: ChunkIndex | None,
+        embedder: Embedder | None,
         tasks: TaskEngine,
         reader: WindowReader | None = None,
         documents_dir: str | Path | None = None,
@@ -112,7 +114,7 @@ class Asker:
         base_url: str | None = None,
         api_key: str | None = None,
         cache_dir: str | Path | None = DEFAULT_CACHE_DIR,
-        embedder: Any | None = None,
+        embedder: Embedder | None = None,
         embeddings: Mapping[str, Any] | None = None,
         max_concurrency: int = 8,
         max_tokens: int | None = None,

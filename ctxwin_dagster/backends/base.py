@@ -119,8 +119,12 @@ class ChatBackend(Protocol):
 class Embedder(Protocol):
     """Turns texts into L2-normalized float32 vectors of a fixed dimension."""
 
-    model: str
-    dim: int
+    # Read-only members: a plain attribute or a property (e.g. a dimension learnt from the server) will do.
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """An array of shape (len(texts), dim), rows L2-normalized."""

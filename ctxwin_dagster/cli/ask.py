@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from ctxwin_dagster.ask import ASK_MODES, Asker, AskError, AskResult, normalize_variant
 from ctxwin_dagster.core.methods.prompts import NOT_IN_DOCUMENTS
@@ -13,7 +13,7 @@ from ctxwin_dagster.core.methods.sliding_qa import DEFAULT_OVERLAP_TOKENS
 from ctxwin_dagster.core.retrieval.settings import RETRIEVAL_PRESETS, RetrievalSettings
 
 
-def _add_arguments(parser: Any) -> None:
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``ctxwin ask`` (an ``argparse`` parser)."""
     parser.add_argument(
         "question",
@@ -164,7 +164,7 @@ def format_result(result: AskResult, *, width: int = 100) -> str:
     return "\n".join(lines)
 
 
-def _ask_kwargs(args: Any) -> dict[str, Any]:
+def _ask_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """:meth:`Asker.ask`'s arguments from the command's: the retrieval options become one
     :class:`RetrievalSettings` (the named ``--retrieval``, default ``ask``, changed by them)."""
     retrieval = RetrievalSettings.named(
@@ -187,7 +187,13 @@ def _ask_kwargs(args: Any) -> dict[str, Any]:
     }
 
 
-def run_cli(args: Any, *, stdin: Any = None, stdout: Any = None, stderr: Any = None) -> int:
+def run_cli(
+    args: argparse.Namespace,
+    *,
+    stdin: TextIO | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
     """``ctxwin ask``: answer one question, or every question read from ``stdin``."""
     import json
     import sys
@@ -245,7 +251,7 @@ def run_cli(args: Any, *, stdin: Any = None, stdout: Any = None, stderr: Any = N
             return 0
 
 
-def _loop(args: Any, one: Callable[[str], bool], stdin: Any, stdout: Any, stderr: Any) -> int:
+def _loop(args: argparse.Namespace, one: Callable[[str], bool], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
     """One question from the arguments, or every question read from ``stdin``."""
     if args.question:
         return 0 if one(args.question) else 1

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
 
 from ctxwin_dagster.core.experiment import EXPERIMENT_FILE, SAMPLE, home_experiment
 from ctxwin_dagster.runner.homes import default_home
 
 
-def cmd_dev(args: Any) -> int:
+def cmd_dev(args: argparse.Namespace) -> int:
     """``ctxwin dev [experiment]``: the Dagster UI and daemon (``dg dev``) on the
     experiment's home, so its runs, assets and comparison are the ones shown."""
     import subprocess

@@ -7,10 +7,15 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.core.experiment import Experiment
+    from ctxwin_dagster.core.text.folder import DocumentFolder
+    from ctxwin_dagster.defs.resources import ProjectSettings
 
 
-def document_listing(settings: Any, *, quiet: bool = False):
+def document_listing(settings: ProjectSettings, *, quiet: bool = False) -> DocumentFolder:
     """Scan the documents folder; print the ids that differ from the file names and the files
     not taken; stop with the reason when the folder holds no usable document."""
     from ctxwin_dagster.core.text.documents import DocumentError
@@ -25,7 +30,7 @@ def document_listing(settings: Any, *, quiet: bool = False):
     return folder
 
 
-def question_listing(qa_dir: str, folder: Any) -> None:
+def question_listing(qa_dir: str, folder: DocumentFolder) -> None:
     """Load the questions once before any run (a bad QA file stops here, naming the line), check
     every reference span against its document's text (one outside it stops here too, naming
     the file and line), and print the questions whose document name matches no document, or
@@ -51,7 +56,7 @@ def question_listing(qa_dir: str, folder: Any) -> None:
         print(line)
 
 
-def _experiment_for_run(args: argparse.Namespace) -> tuple[Any, Path]:
+def _experiment_for_run(args: argparse.Namespace) -> tuple[Experiment, Path]:
     """(experiment, Dagster home) of ``ctxwin run``: the home's own experiment, or with
     ``--documents`` the experiment of that folder (its own home and index, named after it)."""
     from ctxwin_dagster.core.experiment import DEFAULT_QA_DIR, Experiment, experiment_name_for, home_experiment
@@ -78,20 +83,21 @@ def _experiment_for_run(args: argparse.Namespace) -> tuple[Any, Path]:
     return _with_models(exp, args), home
 
 
-def _with_models(exp: Any, args: argparse.Namespace) -> Any:
+def _with_models(exp: Experiment, args: argparse.Namespace) -> Experiment:
     model = getattr(args, "model", None)
     if model is None:
         return exp
     return exp.with_changes("contextualizer", model=model, base_url=getattr(args, "base_url", None) or "")
 
 
-def _replace_folder(exp: Any, **folders: str) -> Any:
+def _replace_folder(exp: Experiment, **folders: str) -> Experiment:
     from dataclasses import replace
 
-    return replace(exp, **{k: v for k, v in folders.items() if v})
+    changes: dict[str, Any] = {k: v for k, v in folders.items() if v}
+    return replace(exp, **changes)
 
 
-def _load_named_experiment(ref: str) -> Any:
+def _load_named_experiment(ref: str) -> Experiment:
     from ctxwin_dagster.core.experiment import load_experiment_file
 
     path = Path(ref)
@@ -103,7 +109,7 @@ def _load_named_experiment(ref: str) -> Any:
         raise SystemExit(f"ctxwin: {exc}; or pass --documents and --qa") from None
 
 
-def _describe_model(exp: Any) -> str:
+def _describe_model(exp: Experiment) -> str:
     chat = dict(exp.sections.get("contextualizer") or {})
     model = (chat.get("model") or "").strip()
     if not model:
@@ -129,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def run_pipeline(
-    experiment: Any,
+    experiment: Experiment,
     home: str | Path,
     *,
     job_name: str = "all_assets_job",
@@ -166,7 +172,7 @@ def run_pipeline(
                 f"ended {len(orphans)} run(s) that a killed ctxwin command left unfinished: {', '.join(o[:8] for o in orphans)}"
             )
         defs = home_definitions(home)
-        settings: Any = (defs.resources or {})["settings"]
+        settings: ProjectSettings = (defs.resources or {})["settings"]
 
         # 1. The document list, resolved before anything is launched.
         folder = document_listing(settings, quiet=not print_listing)

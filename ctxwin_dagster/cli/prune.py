@@ -24,9 +24,12 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ctxwin_dagster.core.defaults import VARIANTS
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.defs.resources import EvaluationSettings
 
 TRASH = "ctxwin_trash"
 LOG = "ctxwin_prune.log"
@@ -43,7 +46,7 @@ def _home(args: argparse.Namespace) -> Path:
     return home
 
 
-def _result_files(evaluation: Any, doc_ids: list[str]) -> list[Path]:
+def _result_files(evaluation: EvaluationSettings, doc_ids: list[str]) -> list[Path]:
     root = evaluation.results_path()
     return [
         p
@@ -59,7 +62,7 @@ def _log(home: Path, entry: dict[str, Any]) -> None:
         fh.write(json.dumps(entry, ensure_ascii=False) + "\n")
 
 
-def prune(home: Path, *, delete: bool, out: Any = sys.stdout) -> dict[str, Any]:
+def prune(home: Path, *, delete: bool, out: TextIO = sys.stdout) -> dict[str, Any]:
     """List (and with ``delete`` remove) the data of the documents of ``home`` whose file is gone."""
     from dagster import DagsterInstance
 
@@ -146,7 +149,7 @@ def prune(home: Path, *, delete: bool, out: Any = sys.stdout) -> dict[str, Any]:
     return report
 
 
-def undo(home: Path, *, out: Any = sys.stdout) -> dict[str, Any]:
+def undo(home: Path, *, out: TextIO = sys.stdout) -> dict[str, Any]:
     """Put back what the last prune of ``home`` deleted."""
     from dagster import DagsterInstance
 

@@ -22,11 +22,14 @@ evaluation for every document and asset.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
 from ctxwin_dagster.defs.staleness import StalenessChecker, stale_documents
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.defs.resources import LanceDBResource, ProjectSettings
 
 #: When stale documents are rerun (hourly, on the hour, UTC).
 CRON = "0 * * * *"
@@ -42,7 +45,7 @@ class StaleByProjectRules(dg.AutomationCondition):
         lancedb: its ``LanceDBResource`` (index rows).
     """
 
-    def __init__(self, settings: Any, lancedb: Any) -> None:
+    def __init__(self, settings: ProjectSettings, lancedb: LanceDBResource) -> None:
         self.settings = settings
         self.lancedb = lancedb
         self._computed: tuple[int, dict[dg.AssetKey, set[str]]] | None = None
@@ -87,7 +90,7 @@ class StaleByProjectRules(dg.AutomationCondition):
         return dg.AutomationResult(context, true_subset=true)
 
 
-def stale_rerun_condition(settings: Any, lancedb: Any) -> dg.AutomationCondition:
+def stale_rerun_condition(settings: ProjectSettings, lancedb: LanceDBResource) -> dg.AutomationCondition:
     """The condition of every per-document asset: on the hourly tick, stale, not running now."""
     return (
         dg.AutomationCondition.cron_tick_passed(CRON, "UTC")

@@ -162,7 +162,7 @@ def read_requests(
 ) -> tuple[list[CommandRequest], int | None]:
     """The requests recorded after the event-log id ``after`` that are not withdrawn, oldest
     first, and the id of the last event read (``after`` if there was none)."""
-    records: list[Any] = []
+    records: list[dg.EventLogRecord] = []
     last = after
     while True:
         flt = dg.AssetRecordsFilter(asset_key=REQUESTS_ASSET, after_storage_id=last)

@@ -14,7 +14,7 @@ import dagster as dg
 
 def latest_materialization(
     instance: dg.DagsterInstance, key: dg.AssetKey | str, partition: str | None = None
-) -> Any | None:
+) -> dg.EventLogRecord | None:
     """The latest materialization record of ``key`` (in ``partition``, when given), or None."""
     asset_key = dg.AssetKey(key) if isinstance(key, str) else key
     flt = dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=[partition] if partition is not None else None)
@@ -27,6 +27,7 @@ def latest_metadata(
 ) -> dict[str, Any]:
     """The plain values of that materialization's metadata (empty if there is none)."""
     record = latest_materialization(instance, key, partition)
-    if record is None:
+    materialization = record.asset_materialization if record is not None else None
+    if materialization is None:
         return {}
-    return {k: getattr(v, "value", v) for k, v in (record.asset_materialization.metadata or {}).items()}
+    return {k: getattr(v, "value", v) for k, v in (materialization.metadata or {}).items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
@@ -37,6 +37,11 @@ from ctxwin_dagster.core.text.folder import DocumentFolder, load_id_registry, sa
 from ctxwin_dagster.core.text.splitting import RecursiveSplitter
 
 if TYPE_CHECKING:
+    from ctxwin_dagster.backends.calls.cache import ResponseCache
+    from ctxwin_dagster.backends.chat.backend import OpenAIChatBackend
+    from ctxwin_dagster.backends.chat.local import LocalChatBackend
+    from ctxwin_dagster.backends.embeddings.cached import CachedEmbedder
+    from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
     from ctxwin_dagster.backends.tasks.results import TaskEngine
 
 
@@ -102,7 +107,7 @@ class ProjectSettings(dg.ConfigurableResource):
         return get_token_counter(self.token_model)
 
 
-def _cache(cache_dir: str, name: str):
+def _cache(cache_dir: str, name: str) -> ResponseCache:
     from ctxwin_dagster.backends.calls.cache import ResponseCache
 
     folder = Path(cache_dir).expanduser()
@@ -138,7 +143,7 @@ class ChatModelResource(dg.ConfigurableResource):
         default=0, ge=0, description="local models (local:NAME): cap of every reply's tokens (0: 512)"
     )
 
-    _backend: Any = PrivateAttr(default=None)
+    _backend: LocalChatBackend | OpenAIChatBackend | None = PrivateAttr(default=None)
 
     @property
     def configured(self) -> bool:
@@ -152,7 +157,7 @@ class ChatModelResource(dg.ConfigurableResource):
             self._backend.close()
             self._backend = None
 
-    def _new_backend(self):
+    def _new_backend(self) -> LocalChatBackend | OpenAIChatBackend:
         from ctxwin_dagster.backends.chat.factory import make_chat_backend
 
         return make_chat_backend(
@@ -166,7 +171,7 @@ class ChatModelResource(dg.ConfigurableResource):
             max_new_tokens=self.max_new_tokens or None,
         )
 
-    def backend(self):
+    def backend(self) -> LocalChatBackend | OpenAIChatBackend | None:
         """The run's chat backend (made on first use outside a run), or None when no model is
         configured (extractive engine)."""
         if not self.configured:
@@ -228,18 +233,18 @@ class EmbeddingsResource(dg.ConfigurableResource):
         description="the model's window in tokens when the registry does not know it (0: from the model or the registry)",
     )
 
-    _embedder: Any = PrivateAttr(default=None)
+    _embedder: CachedEmbedder | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         self._embedder = self._new_embedder()
 
-    def embedder(self):
+    def embedder(self) -> CachedEmbedder:
         """The run's embedder (one per run, with its vector cache; made on first use outside a run)."""
         if self._embedder is None:
             self._embedder = self._new_embedder()
         return self._embedder
 
-    def _new_embedder(self):
+    def _new_embedder(self) -> CachedEmbedder:
         from ctxwin_dagster.backends.embeddings.factory import make_embedder
 
         return make_embedder(
@@ -278,9 +283,9 @@ class LanceDBResource(dg.ConfigurableResource):
         description="append new rows to the indexes (LanceDB optimize) once this many are unindexed",
     )
 
-    _index: Any = PrivateAttr(default=None)
+    _index: ChunkIndex | None = PrivateAttr(default=None)
 
-    def index(self):
+    def index(self) -> ChunkIndex:
         """The run's connection to the tables (one per run; made on first use)."""
         if self._index is None:
             from ctxwin_dagster.backends.index.vectorstore import ChunkIndex, IndexPolicy

@@ -29,11 +29,16 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
 from ctxwin_dagster.defs.materializations import latest_materialization, latest_metadata
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
+    from ctxwin_dagster.core.text.folder import DocumentFolder
+    from ctxwin_dagster.defs.resources import ProjectSettings
 
 #: A run's tag naming why it was launched.
 REASON_TAG = "ctxwin/reason"
@@ -87,7 +92,9 @@ def qa_version(items: Iterable[Mapping[str, Any]]) -> str:
     return _digest(sorted((dict(i) for i in items), key=lambda i: str(i.get("question_id"))))
 
 
-def qa_versions(folder: Path, doc_ids: Iterable[str], documents: Any = None) -> tuple[dict[str, str], dict[str, bool]]:
+def qa_versions(
+    folder: Path, doc_ids: Iterable[str], documents: DocumentFolder | None = None
+) -> tuple[dict[str, str], dict[str, bool]]:
     """Per document: the :func:`qa_version` of its questions in ``folder``, and whether it has any.
 
     ``documents`` (a :class:`~ctxwin_dagster.core.text.folder.DocumentFolder`) resolves the
@@ -251,7 +258,7 @@ class StalenessChecker:
 
 
 def missing_rows(
-    instance: dg.DagsterInstance, index: Any, job_keys: Iterable[dg.AssetKey], partition: str
+    instance: dg.DagsterInstance, index: ChunkIndex, job_keys: Iterable[dg.AssetKey], partition: str
 ) -> dict[dg.AssetKey, str]:
     """Staleness the event log cannot see: an index asset whose table holds another number of
     rows for the document than its latest ``chunks`` materialization made (rows deleted or lost
@@ -276,8 +283,8 @@ def missing_rows(
 def stale_documents(
     instance: dg.DagsterInstance,
     graph: Any,
-    settings: Any,
-    index: Any,
+    settings: ProjectSettings,
+    index: ChunkIndex,
     job_keys: Iterable[dg.AssetKey],
     doc_ids: Iterable[str],
 ) -> tuple[dict[str, Staleness], dict[str, bool]]:

@@ -19,7 +19,7 @@ import fcntl
 import os
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ctxwin_dagster.core.experiment import (
     DEFAULT_HOME,
@@ -31,6 +31,9 @@ from ctxwin_dagster.core.experiment import (
     home_experiment,
 )
 from ctxwin_dagster.defs.command_runs import COMMAND_TAG, command_alive, pid_alive
+
+if TYPE_CHECKING:
+    from dagster import DagsterInstance
 
 LOCK_FILE = "ctxwin.lock"
 
@@ -72,7 +75,7 @@ class HomeLock:
     def __init__(self, home: Path, *, out: TextIO | None = None) -> None:
         self.path = home / LOCK_FILE
         self.out = out
-        self._fh: Any = None
+        self._fh: TextIO | None = None
 
     def __enter__(self) -> HomeLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -107,7 +110,7 @@ class HomeLock:
             self._fh = None
 
 
-def _worker_alive(instance: Any, run_id: str) -> bool:
+def _worker_alive(instance: DagsterInstance, run_id: str) -> bool:
     """Whether the process executing ``run_id`` (the pid its RUN_START event records) still lives here."""
     import dagster as dg
 
@@ -116,7 +119,7 @@ def _worker_alive(instance: Any, run_id: str) -> bool:
     return pid is not None and bool(pid) and pid_alive(int(pid))
 
 
-def fail_orphaned_runs(instance: Any) -> list[str]:
+def fail_orphaned_runs(instance: DagsterInstance) -> list[str]:
     """End the runs a ``ctxwin`` command launched and left unfinished when it was killed (its
     process is gone): a run still queued is canceled, a started one whose worker process is gone
     is marked failed; returns their ids. A run whose worker still lives is left to finish; runs

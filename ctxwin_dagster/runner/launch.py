@@ -27,9 +27,14 @@ import time
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxwin_dagster.defs.command_runs import SENSOR_NAME
+
+if TYPE_CHECKING:
+    from dagster import AssetCheckKey, AssetKey, DagsterInstance
+
+    from ctxwin_dagster.defs.command_runs import CommandRequest
 
 LOCATION = "ctxwin"
 DEFINITIONS_MODULE = "ctxwin_dagster.definitions"
@@ -108,7 +113,7 @@ _EXEC_WITH_PARENT_DEATH = (
 )
 
 
-def stop_runs(instance: Any, run_ids: Iterable[str]) -> list[str]:
+def stop_runs(instance: DagsterInstance, run_ids: Iterable[str]) -> list[str]:
     """Cancel queued runs and terminate started ones (the command that launched them is
     stopping); returns the ids acted on."""
     import dagster as dg
@@ -142,7 +147,9 @@ class Launcher(AbstractContextManager):
     #: After this long without a run for a request, say what may be wrong (once).
     SLOW_PICKUP_S = 60.0
 
-    def __init__(self, instance: Any, workspace: Path, *, log: Path, embedding_models: Iterable[str] = ()) -> None:
+    def __init__(
+        self, instance: DagsterInstance, workspace: Path, *, log: Path, embedding_models: Iterable[str] = ()
+    ) -> None:
         from ctxwin_dagster.backends.embeddings.server import EmbeddingService
 
         self.instance = instance
@@ -150,7 +157,7 @@ class Launcher(AbstractContextManager):
         self.log = log
         self.daemon: subprocess.Popen | None = None
         self.embeddings = EmbeddingService(list(embedding_models), log=log.with_name("ctxwin-embeddings.log"))
-        self.requested: dict[str, Any] = {}  # request id -> CommandRequest, until its run exists
+        self.requested: dict[str, CommandRequest] = {}  # request id -> CommandRequest, until its run exists
         self.run_ids: dict[str, str] = {}  # request id -> run id
         self.warned = False
 
@@ -251,8 +258,8 @@ class Launcher(AbstractContextManager):
         partition: str | None,
         run_config: Mapping[str, Any],
         tags: Mapping[str, str],
-        asset_selection: Iterable[Any] | None = None,
-        asset_check_selection: Iterable[Any] | None = None,
+        asset_selection: Iterable[AssetKey] | None = None,
+        asset_check_selection: Iterable[AssetCheckKey] | None = None,
     ) -> str:
         """Ask for a run of ``job_name`` (optionally a subset of its assets) for ``partition``;
         returns the request id (the run's ``run_key``). :meth:`run_id` gives the run once the

@@ -9,10 +9,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxwin_dagster.defs.command_runs import COMMAND_TAG, command_id
 from ctxwin_dagster.runner.launch import TERMINAL, Launcher, stop_runs, workspace_file
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    import dagster as dg
+
+    from ctxwin_dagster.defs.resources import ProjectSettings
 
 #: Materialization metadata summed per asset for the summary.
 SUMMARY_FIELDS = (
@@ -34,7 +41,7 @@ class _Stopped(Exception):
     """SIGTERM reached the command."""
 
 
-def _stop_on_sigterm(signum: int, frame: Any) -> None:
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Stopped()
 
 
@@ -43,7 +50,7 @@ class Planned:
     """One run to launch: a partition (None: unpartitioned) and the assets it materializes."""
 
     partition: str | None
-    selection: set[Any] | None  # None: the whole job
+    selection: set[dg.AssetKey] | None  # None: the whole job
     reason: str
     tags: dict[str, str] = field(default_factory=dict)
     request: str = ""  # the request id (the run's run_key)
@@ -64,14 +71,15 @@ def _root_message(error: Any) -> str:
     return " ".join(text.split())
 
 
-def failure_message(instance: Any, run_id: str) -> str:
+def failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
     """``step: message`` of the run's first failed step (or of the run's failure)."""
     from dagster import DagsterEventType
 
     steps = instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_FAILURE, limit=1).records
     if steps:
         event = steps[0].event_log_entry.dagster_event
-        return f"{event.step_key}: {_root_message(event.step_failure_data.error)}"
+        if event is not None:
+            return f"{event.step_key}: {_root_message(event.step_failure_data.error)}"
     runs = instance.get_records_for_run(run_id, of_type=DagsterEventType.RUN_FAILURE, limit=1).records
     if runs:
         entry = runs[0].event_log_entry
@@ -80,7 +88,7 @@ def failure_message(instance: Any, run_id: str) -> str:
     return "run failed (no step failed; see the run in the Dagster UI)"
 
 
-def materialization_metadata(instance: Any, run_id: str) -> dict[str, dict[str, Any]]:
+def materialization_metadata(instance: dg.DagsterInstance, run_id: str) -> dict[str, dict[str, Any]]:
     """asset key -> metadata of its materialization in ``run_id``."""
     from dagster import DagsterEventType
 
@@ -92,13 +100,14 @@ def materialization_metadata(instance: Any, run_id: str) -> dict[str, dict[str, 
     return out
 
 
-def current_stage(instance: Any, run_id: str) -> tuple[str, int]:
+def current_stage(instance: dg.DagsterInstance, run_id: str) -> tuple[str, int]:
     """(the step the run started last, how many steps it finished)."""
     from dagster import DagsterEventType
 
     recs = instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_START, limit=1, ascending=False).records
     done = len(instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_SUCCESS).records)
-    return (recs[0].event_log_entry.dagster_event.step_key if recs else "", done)
+    event = recs[0].event_log_entry.dagster_event if recs else None
+    return ((event.step_key or "") if event is not None else "", done)
 
 
 def _duration(seconds: float) -> str:
@@ -121,11 +130,11 @@ class RunPlanner:
 
     def __init__(
         self,
-        instance: Any,
-        defs: Any,
+        instance: dg.DagsterInstance,
+        defs: dg.Definitions,
         *,
         home: Path,
-        settings: Any,
+        settings: ProjectSettings,
         run_config: dict[str, Any],
         workers: int,
         workspace: Path | None = None,
@@ -141,7 +150,7 @@ class RunPlanner:
         self.run_config = run_config
         self.workers = workers
         self.workspace = workspace
-        self.index = defs.resources["lancedb"].index()
+        self.index = (defs.resources or {})["lancedb"].index()
         self.command = command_id()
         self.checker = StalenessChecker(instance, defs.resolve_asset_graph())
         self.totals: dict[str, dict[str, float]] = {}
@@ -178,7 +187,7 @@ class RunPlanner:
         import dagster as dg
 
         from ctxwin_dagster.defs.materializations import latest_metadata
-        from ctxwin_dagster.defs.partitions import documents_partitions
+        from ctxwin_dagster.defs.partitions import DOCUMENTS_PARTITION
         from ctxwin_dagster.defs.staleness import REASON_TAG
 
         key = dg.AssetKey("experiment_comparison")
@@ -187,7 +196,7 @@ class RunPlanner:
         reason = st.summary() if st.stale else ""
         if not reason:
             recorded = set(latest_metadata(self.instance, key).get("doc_ids") or [])
-            now = set(self.instance.get_dynamic_partitions(documents_partitions.name))
+            now = set(self.instance.get_dynamic_partitions(DOCUMENTS_PARTITION))
             if recorded - now:
                 reason = f"documents removed since: {', '.join(sorted(recorded - now))}"
         if not reason:
@@ -277,7 +286,7 @@ class RunPlanner:
     def _resource_config(self, key: str) -> dict[str, Any]:
         """A resource's settings for these runs: the code location's defaults and the run config."""
         overrides = self.run_config.get("resources") or {}
-        default = self.defs.resources.get(key)
+        default = (self.defs.resources or {}).get(key)
         values = {n: getattr(default, n, None) for n in getattr(type(default), "model_fields", {})}
         return {**values, **((overrides.get(key) or {}).get("config") or {})}
 
@@ -334,7 +343,7 @@ class RunPlanner:
     ) -> list[str]:
         """Keep ``workers`` runs in flight until every planned run ended; returns the failed."""
         graph = self.defs.resolve_asset_graph()
-        job_keys = self.defs.resolve_job_def(job_name).asset_layer.executable_asset_keys
+        job_keys = set(self.defs.resolve_job_def(job_name).asset_layer.executable_asset_keys)
         for p in planned:
             p.steps = len(p.selection) if p.selection is not None else len(job_keys)
         pending = list(planned)

@@ -31,7 +31,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +187,7 @@ class ResponseCache:
         return conn
 
     @staticmethod
-    def _write(conn: sqlite3.Connection, fn: Any) -> None:
+    def _write(conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], object]) -> None:
         """Run ``fn(conn)`` in one IMMEDIATE transaction: all of it is stored, or none."""
         conn.execute("BEGIN IMMEDIATE")
         try:

@@ -40,7 +40,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import openai
 import tenacity
@@ -52,6 +52,7 @@ __all__ = ["MalformedResponseError", "RetryPolicy", "error_code", "is_transient"
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class MalformedResponseError(Exception):
@@ -161,7 +162,7 @@ class RetryPolicy:
         """A tenacity ``AsyncRetrying`` with this policy (it sleeps with ``asyncio.sleep``)."""
         return tenacity.AsyncRetrying(**self._options())
 
-    def call(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    def call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
         """``fn(*args, **kwargs)``, retried by this policy."""
         return self.retrying()(fn, *args, **kwargs)
 

@@ -8,9 +8,14 @@ OpenAI or the OpenAI-compatible server at ``base_url``
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ctxwin_dagster.backends.chat.local_model import is_local_model
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
+    from ctxwin_dagster.backends.chat.backend import OpenAIChatBackend
+    from ctxwin_dagster.backends.chat.local import LocalChatBackend
 
 __all__ = ["describe_chat_model", "is_local_model", "make_chat_backend"]
 
@@ -20,12 +25,12 @@ def make_chat_backend(
     *,
     base_url: str | None = None,
     api_key: str | None = None,
-    cache: Any = None,
+    cache: ResponseCache | NullCache | None = None,
     max_concurrency: int = 8,
     max_retries: int = 5,
     timeout_s: float = 120.0,
     max_new_tokens: int | None = None,
-) -> Any:
+) -> LocalChatBackend | OpenAIChatBackend:
     """The chat backend for ``model``.
 
     ``max_new_tokens`` caps every reply of a local model (None: the backend's default, 512);

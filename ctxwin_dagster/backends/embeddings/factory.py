@@ -16,9 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxwin_dagster.backends.embeddings.local import LOCAL_MODEL_NAME
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.backends.calls.cache import ResponseCache
+    from ctxwin_dagster.backends.embeddings.cached import CachedEmbedder
 
 __all__ = ["EMBEDDING_SETTINGS", "PROVIDERS", "embedder_from_settings", "make_embedder"]
 
@@ -51,7 +55,7 @@ def make_embedder(
     cache_dir: str | Path | None = None,
     oversize: str = "pool",
     max_input_tokens: int | None = None,
-) -> Any:
+) -> CachedEmbedder:
     """The embedder of these settings.
 
     Args:
@@ -103,7 +107,7 @@ def make_embedder(
     raise ValueError(f"embeddings provider must be one of {PROVIDERS}; got {provider!r}")
 
 
-def embedder_from_settings(settings: Mapping[str, Any], *, cache_dir: str | Path | None = None) -> Any:
+def embedder_from_settings(settings: Mapping[str, Any], *, cache_dir: str | Path | None = None) -> CachedEmbedder:
     """:func:`make_embedder` from a mapping with the keys of ``EmbeddingsResource``'s fields
     (:data:`EMBEDDING_SETTINGS`; ``row_strategy`` and ``context_weight`` are accepted and do not
     change the embedder). ``cache_dir`` is used when the mapping has none.
@@ -119,7 +123,7 @@ def embedder_from_settings(settings: Mapping[str, Any], *, cache_dir: str | Path
     return make_embedder(**kwargs)
 
 
-def _cache(cache_dir: str | Path | None):
+def _cache(cache_dir: str | Path | None) -> ResponseCache | None:
     if cache_dir is None or str(cache_dir) == "":
         return None
     from ctxwin_dagster.backends.calls.cache import ResponseCache

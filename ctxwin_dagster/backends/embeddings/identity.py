@@ -16,7 +16,10 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.backends.base import Embedder
 
 __all__ = ["EmbedderIdentity", "identity_of"]
 
@@ -40,7 +43,7 @@ class EmbedderIdentity:
         return f"{self.model} ({', '.join(parts)})" if parts else self.model
 
 
-def identity_of(embedder: Any, *, dim: int | None = None) -> EmbedderIdentity:
+def identity_of(embedder: Embedder | EmbedderIdentity | str, *, dim: int | None = None) -> EmbedderIdentity:
     """The identity of ``embedder``: an :class:`EmbedderIdentity`, an embedder (its
     ``identity``, else its ``model`` and ``dim``) or a bare model name. ``dim`` (the width of
     vectors at hand) fills in or overrides a dimension the embedder does not know yet."""

@@ -51,7 +51,7 @@ _BLOCK_BATCHES = 16
 
 _MODELS: dict[tuple[str, str], Any] = {}
 _MODELS_LOCK = threading.Lock()
-_SERVED: dict[tuple[str, str], Any] = {}  # (server url, model) -> _ServedModel, or None when unusable
+_SERVED: dict[tuple[str, str], _ServedModel | None] = {}  # (server url, model) -> _ServedModel, or None when unusable
 
 
 class _ServedModel:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from ctxwin_dagster.backends.calls.endpoint import resolve_api_key
 from ctxwin_dagster.backends.calls.retry import RetryPolicy
 from ctxwin_dagster.backends.embeddings.cached import CachedEmbedder, ProgressFn
 from ctxwin_dagster.core.budget.embedding_window import EmbeddingLimits, EmbeddingTokenizer, get_embedding_limits
+
+if TYPE_CHECKING:
+    from openai import OpenAI
 
 __all__ = ["OpenAIEmbedder"]
 
@@ -100,7 +103,7 @@ class OpenAIEmbedder(CachedEmbedder):
         self._api_key = api_key
         self._send_dimensions = dim is not None and model.split("/")[-1].startswith("text-embedding-3")
         self._dim = dim if dim is not None else _OPENAI_DIMS.get(model.split("/")[-1])
-        self._client: Any = None
+        self._client: OpenAI | None = None
         self._client_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -133,7 +136,7 @@ class OpenAIEmbedder(CachedEmbedder):
         return f"{self.model}@{self._dim}" if self._send_dimensions else self.model
 
     @property
-    def client(self) -> Any:
+    def client(self) -> OpenAI:
         """The ``openai.OpenAI`` client (created on first use)."""
         with self._client_lock:
             if self._client is None:

@@ -49,11 +49,14 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ctxwin_dagster.backends.embeddings.local import ENV_VAR
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.backends.embeddings.local import LocalEmbedder
 
 __all__ = ["ENV_VAR", "READY_PREFIX", "EmbeddingService", "ModelHost", "serve", "served_models"]
 
@@ -69,7 +72,7 @@ class ModelHost:
     def __init__(self, models: list[str], *, device: str = "cpu") -> None:
         from ctxwin_dagster.backends.embeddings.local import LOCAL_MODEL_NAME, LocalEmbedder
 
-        self.embedders: dict[str, Any] = {}
+        self.embedders: dict[str, LocalEmbedder] = {}
         for name in models or [LOCAL_MODEL_NAME]:
             if name == LOCAL_MODEL_NAME:
                 emb = LocalEmbedder(device=device)
@@ -116,7 +119,7 @@ class ModelHost:
             for name, emb in self.embedders.items()
         ]
 
-    def find(self, model: str) -> Any:
+    def find(self, model: str) -> LocalEmbedder:
         emb = self.embedders.get(model)
         if emb is None and model and os.path.isdir(model):
             emb = self.embedders.get(str(Path(model).resolve()))

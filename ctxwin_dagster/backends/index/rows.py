@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.feather as feather
@@ -54,5 +53,5 @@ def write_rows(path: str | Path, rows: pa.Table) -> None:
     feather.write_feather(rows, str(path))
 
 
-def read_rows(path: str | Path) -> Any:
+def read_rows(path: str | Path) -> pa.Table:
     return feather.read_table(str(path))

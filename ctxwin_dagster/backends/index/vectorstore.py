@@ -54,7 +54,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -74,6 +74,9 @@ from ctxwin_dagster.backends.index.upkeep import (
     retry_on_conflict,
 )
 from ctxwin_dagster.core.defaults import VARIANTS
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.backends.base import Embedder
 
 __all__ = ["ChunkIndex", "EmbedderIdentity", "EmbedderMismatchError", "IndexError_", "IndexPolicy", "IndexRecord"]
 
@@ -124,7 +127,7 @@ class IndexRecord:
         }
 
     @classmethod
-    def from_metadata(cls, meta: Mapping[Any, Any] | None) -> IndexRecord | None:
+    def from_metadata(cls, meta: Mapping[bytes, bytes] | Mapping[str, str] | None) -> IndexRecord | None:
         """The record in a vector field's metadata; None for a table made before records."""
         text = {_text(k): _text(v) for k, v in (meta or {}).items()}
         model = text.get(_RECORD + "model", "")
@@ -141,7 +144,7 @@ class IndexRecord:
         return {"model": self.model, "dim": self.dim, "provider": self.provider, "row_strategy": self.row_strategy}
 
 
-def _text(value: Any) -> str:
+def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -241,7 +244,7 @@ class ChunkIndex:
         *,
         doc_sha256: str = "",
         retries: int = 8,
-        embedder: Any | None = None,
+        embedder: Embedder | EmbedderIdentity | str | None = None,
         row_strategy: str | None = None,
     ) -> dict[str, int]:
         """Make the table's rows for ``doc_id`` exactly ``rows`` (merge on ``chunk_id``).
@@ -408,7 +411,7 @@ class ChunkIndex:
         query_text: str | None = None,
         hybrid: bool = False,
         rrf_k: int = 60,
-        embedder: Any | None = None,
+        embedder: Embedder | EmbedderIdentity | str | None = None,
         doc_ids: Sequence[str] | None = None,
     ) -> list[dict[str, Any]]:
         """Top-``k`` rows by cosine similarity (``score`` = similarity), optionally fused with
@@ -489,7 +492,9 @@ class ChunkIndex:
         table = self._table(variant)
         return None if table is None else IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
 
-    def check_embedder(self, variant: str, embedder: Any, *, dim: int | None = None) -> IndexRecord | None:
+    def check_embedder(
+        self, variant: str, embedder: Embedder | EmbedderIdentity | str, *, dim: int | None = None
+    ) -> IndexRecord | None:
         """Refuse to search the table with another model than the one that built it; returns
         the table's record (None for a table without one, which is accepted: see the module's
         docstring). ``dim`` is the width of the question vectors when the embedder does not know

@@ -23,9 +23,12 @@ import os
 import sys
 import threading
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.backends.base import Embedder
 
 __all__ = ["STRING_DISTANCES", "import_ragas", "ragas_embeddings", "string_measure"]
 
@@ -119,7 +122,7 @@ def import_ragas() -> types.SimpleNamespace:
 _ADAPTER_CLASS: type | None = None
 
 
-def ragas_embeddings(embedder: Any) -> Any:
+def ragas_embeddings(embedder: Embedder) -> Any:
     """Wrap a ctxwin embedder (``embed(texts) -> (n, dim) array``) as a ragas ``BaseRagasEmbedding``.
 
     Works with :class:`~ctxwin_dagster.backends.embeddings.local.LocalEmbedder` (offline
@@ -135,7 +138,7 @@ def ragas_embeddings(embedder: Any) -> Any:
         class CtxwinRagasEmbeddings(r.BaseRagasEmbedding):  # type: ignore[name-defined]  # ragas, imported lazily as r
             """A ctxwin embedder seen by ragas."""
 
-            def __init__(self, inner: Any) -> None:
+            def __init__(self, inner: Embedder) -> None:
                 super().__init__(cache=None)
                 self.inner = inner
                 self.model = getattr(inner, "model", type(inner).__name__)

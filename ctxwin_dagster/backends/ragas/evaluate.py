@@ -40,9 +40,14 @@ import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ctxwin_dagster.backends.base import Embedder
 
 from ctxwin_dagster.backends.ragas.compat import import_ragas, string_measure
 from ctxwin_dagster.backends.ragas.judge import PAPER_METRICS, JudgeConfig, JudgeUsage, run_judge
@@ -91,12 +96,12 @@ class RagasEvaluation:
     judge_usage: dict[str, int] = field(default_factory=dict)
     ragas_version: str = ""
 
-    def to_frame(self) -> Any:
+    def to_frame(self) -> pd.DataFrame:
         import pandas as pd
 
         return pd.DataFrame(self.rows)
 
-    def summary_frame(self) -> Any:
+    def summary_frame(self) -> pd.DataFrame:
         import pandas as pd
 
         return pd.DataFrame(self.summary)
@@ -118,7 +123,7 @@ async def aevaluate_records(
     *,
     chunks: Any = None,
     judge: JudgeConfig | None = None,
-    embedder: Any = None,
+    embedder: Embedder | None = None,
     string_distance: str = "auto",
     threshold: float = 0.5,
     ks: Sequence[int] = DEFAULT_KS,
@@ -293,7 +298,7 @@ def evaluate_records(
     *,
     chunks: Any = None,
     judge: JudgeConfig | None = None,
-    embedder: Any = None,
+    embedder: Embedder | None = None,
     string_distance: str = "auto",
     threshold: float = 0.5,
     ks: Sequence[int] = DEFAULT_KS,

@@ -21,13 +21,16 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxwin_dagster.backends.calls.endpoint import resolve_api_key
 from ctxwin_dagster.backends.calls.retry import RetryPolicy
 from ctxwin_dagster.backends.chat.local_model import is_local_model
 from ctxwin_dagster.backends.ragas.compat import import_ragas, ragas_embeddings
 from ctxwin_dagster.core.evaluation.metrics.answers import reference_answers
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.backends.base import Embedder
 
 __all__ = ["JUDGE_METRICS", "PAPER_METRICS", "JudgeConfig", "JudgeUsage", "run_judge"]
 
@@ -167,7 +170,7 @@ def _has_text(value: Any) -> bool:
 
 async def run_judge(
     judge: JudgeConfig,
-    embedder: Any,
+    embedder: Embedder | None,
     records: Sequence[Mapping[str, Any]],
     base_rows: list[dict[str, Any]],
     include_unanswerable: bool,
@@ -196,7 +199,7 @@ async def run_judge(
             timeout_s=judge.timeout_s,
         )
         embedder = own_embedder
-    emb = ragas_embeddings(embedder) if judge.needs_embeddings() else None
+    emb = ragas_embeddings(embedder) if judge.needs_embeddings() and embedder is not None else None
 
     local = None
     base_url = judge.base_url

@@ -24,7 +24,7 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -53,8 +53,11 @@ from ctxwin_dagster.core.methods.prompts import (
     format_summaries,
     get_template,
 )
-from ctxwin_dagster.core.methods.swb import batch_shares, check_chunks, split_segments, swb_batch_prompts
+from ctxwin_dagster.core.methods.swb import ChunkLike, batch_shares, check_chunks, split_segments, swb_batch_prompts
 from ctxwin_dagster.core.text.sentences import split_sentences
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
 
 __all__ = ["DEFAULT_ANSWER_THRESHOLD", "ExtractiveTasks", "extractive_record"]
 
@@ -170,7 +173,7 @@ class ExtractiveTasks:
         ledger: Ledger | None = None,
         max_cached_documents: int = 4,
         max_cached_vectors: int = 50_000,
-        cache: Any | None = None,
+        cache: ResponseCache | NullCache | None = None,
     ) -> None:
         if not -1 <= answer_threshold <= 1:
             raise ValueError(f"answer_threshold is a cosine similarity in [-1, 1]; got {answer_threshold}")
@@ -401,7 +404,7 @@ class ExtractiveTasks:
         return results
 
     def contextualize_cc(
-        self, document_text: str, chunks: Sequence[Any], *, doc_id: str, title: str | None = None
+        self, document_text: str, chunks: Sequence[ChunkLike], *, doc_id: str, title: str | None = None
     ) -> list[ContextResult]:
         """Per chunk: the most related sentences of the whole document (not the chunk's own)."""
         chunks = list(chunks)
@@ -453,7 +456,7 @@ class ExtractiveTasks:
     def contextualize_swb(
         self,
         document_text: str,
-        chunks: Sequence[Any],
+        chunks: Sequence[ChunkLike],
         summary: str,
         *,
         doc_id: str,

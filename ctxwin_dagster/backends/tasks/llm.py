@@ -50,6 +50,7 @@ from ctxwin_dagster.core.methods.prompts import (
     parse_swb_contexts,
 )
 from ctxwin_dagster.core.methods.swb import (
+    ChunkLike,
     SWBBatch,
     SWBPrompts,
     batch_shares,
@@ -242,7 +243,7 @@ class LLMTasks:
         return SummaryResult(overview, segments, records, lang, self.engine, self.model, n_tokens, notes)
 
     # ----------------------------------------------------------------- CC
-    def contextualize_cc(self, document_text: str, chunks: Sequence[Any], *, doc_id: str) -> list[ContextResult]:
+    def contextualize_cc(self, document_text: str, chunks: Sequence[ChunkLike], *, doc_id: str) -> list[ContextResult]:
         """One call per chunk with the whole document (Anthropic's contextual retrieval).
 
         Raises:
@@ -297,7 +298,7 @@ class LLMTasks:
     def contextualize_swb(
         self,
         document_text: str,
-        chunks: Sequence[Any],
+        chunks: Sequence[ChunkLike],
         summary: str,
         *,
         doc_id: str,
@@ -371,7 +372,7 @@ class LLMTasks:
                     outcome[k] = partial
 
         # Per-chunk fallback for whatever is still missing.
-        fallback_jobs: list[tuple[int, Any]] = []
+        fallback_jobs: list[tuple[int, ChunkLike]] = []
         for k, batch in enumerate(batches):
             got = outcome.get(k, {})
             fallback_jobs.extend((k, c) for c in batch if c.chunk_id not in got)
@@ -479,7 +480,7 @@ class LLMTasks:
         return msgs
 
     def _fit_fallback(
-        self, msgs: list[dict[str, str]], tpl: PromptTemplate, window: str, chunk: Any
+        self, msgs: list[dict[str, str]], tpl: PromptTemplate, window: str, chunk: ChunkLike
     ) -> list[dict[str, str]]:
         limit = self._prompt_limit(self.max_tokens)
         if self.meter.count_messages(msgs) <= limit:

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxwin_dagster.backends.base import CallRecord, CallTags
+from ctxwin_dagster.core.methods.swb import ChunkLike
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
 
 #: Bump when the extractive selection changes, so cached results are not reused.
 ALGORITHM_VERSION = "1"
@@ -36,7 +40,7 @@ def record_from_dict(data: dict[str, Any]) -> CallRecord:
 class TaskMemo:
     """Get or store a task's JSON result under a content key; no cache: always a miss."""
 
-    def __init__(self, cache: Any | None, settings: Sequence[Any]) -> None:
+    def __init__(self, cache: ResponseCache | NullCache | None, settings: Sequence[Any]) -> None:
         self.cache = cache
         self.settings = [ALGORITHM_VERSION, *settings]
 
@@ -55,6 +59,6 @@ class TaskMemo:
             self.cache.put(key, value)
 
 
-def chunk_parts(chunks: Sequence[Any]) -> list[tuple[str, int, int, str, str]]:
+def chunk_parts(chunks: Sequence[ChunkLike]) -> list[tuple[str, int, int, str, str]]:
     """What of the chunks a context depends on (ids, offsets, text, section)."""
     return [(c.chunk_id, c.start, c.end, c.text, getattr(c, "section", None) or "") for c in chunks]

@@ -19,6 +19,7 @@ from ctxwin_dagster.backends.base import CallRecord, ChatBackend, Embedder, Ledg
 from ctxwin_dagster.core.budget.limits import ModelLimits
 from ctxwin_dagster.core.budget.tokens import TokenCounter
 from ctxwin_dagster.core.defaults import PAPER
+from ctxwin_dagster.core.methods.swb import ChunkLike
 
 __all__ = [
     "STAGE_ANSWER",
@@ -116,12 +117,14 @@ class Summarizer(Protocol):
 
 @runtime_checkable
 class Contextualizer(Protocol):
-    def contextualize_cc(self, document_text: str, chunks: Sequence[Any], *, doc_id: str) -> list[ContextResult]: ...
+    def contextualize_cc(
+        self, document_text: str, chunks: Sequence[ChunkLike], *, doc_id: str
+    ) -> list[ContextResult]: ...
 
     def contextualize_swb(
         self,
         document_text: str,
-        chunks: Sequence[Any],
+        chunks: Sequence[ChunkLike],
         summary: str,
         *,
         doc_id: str,

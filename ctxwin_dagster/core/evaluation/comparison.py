@@ -17,7 +17,7 @@ import pandas as pd
 
 from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.core.evaluation.metrics.aggregation import aggregate, aggregate_efficiency, scores_by_variant
-from ctxwin_dagster.core.evaluation.report import render_report
+from ctxwin_dagster.core.evaluation.report import FrameLike, render_report
 from ctxwin_dagster.core.evaluation.stats import compare_variants
 from ctxwin_dagster.core.evaluation.verdict import ExperimentSetup, verdict_markdown
 
@@ -85,7 +85,7 @@ def compare_experiment(
     title: str,
     variants: Sequence[str] = VARIANTS,
     metrics: Sequence[str] | None = None,
-    table4: Any = None,
+    table4: FrameLike = None,
     notes: Sequence[str] = (),
     setup: ExperimentSetup | None = None,
     n_boot: int = 10_000,

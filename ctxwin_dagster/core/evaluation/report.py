@@ -30,14 +30,17 @@ from __future__ import annotations
 import base64
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["render_report", "markdown_table"]
+__all__ = ["FrameLike", "render_report", "markdown_table"]
+
+#: A table as the report takes it: a DataFrame, rows as dicts, or None (an empty table).
+FrameLike: TypeAlias = "pd.DataFrame | Iterable[Mapping[str, Any]] | None"
 
 _EFFICIENCY_ORDER = (
     "n_questions",
@@ -131,7 +134,7 @@ def _html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def _frame(data: Any, name: str) -> pd.DataFrame:
+def _frame(data: FrameLike, name: str) -> pd.DataFrame:
     if data is None:
         return pd.DataFrame()
     if isinstance(data, pd.DataFrame):
@@ -142,7 +145,7 @@ def _frame(data: Any, name: str) -> pd.DataFrame:
         raise TypeError(f"{name} must be a DataFrame or a list of dicts; got {type(data).__name__}") from exc
 
 
-def _quality_long(quality: Any) -> pd.DataFrame:
+def _quality_long(quality: FrameLike) -> pd.DataFrame:
     df = _frame(quality, "quality_df")
     if df.empty:
         return pd.DataFrame(columns=["variant", "metric", "mean", "ci_low", "ci_high", "n"])
@@ -159,7 +162,7 @@ def _quality_long(quality: Any) -> pd.DataFrame:
     return df
 
 
-def _efficiency(efficiency: Any) -> pd.DataFrame:
+def _efficiency(efficiency: FrameLike) -> pd.DataFrame:
     df = _frame(efficiency, "efficiency_df")
     if df.empty:
         return df
@@ -391,13 +394,13 @@ def _efficiency_plot(e: pd.DataFrame, path: Path, title: str) -> bool:
 
 
 def render_report(
-    comparison_df: Any,
-    quality_df: Any,
-    efficiency_df: Any,
+    comparison_df: FrameLike,
+    quality_df: FrameLike,
+    efficiency_df: FrameLike,
     out_dir: str | Path,
     *,
     title: str,
-    table4: Any = None,
+    table4: FrameLike = None,
     notes: Sequence[str] = (),
     verdict: str = "",
 ) -> dict[str, Any]:

@@ -37,12 +37,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from ctxwin_dagster.core.defaults import PAPER
 from ctxwin_dagster.core.methods.prompts import PromptTemplate, detect_language, format_chunk_batch, get_template
 
 __all__ = [
+    "ChunkLike",
     "SWBBatch",
     "SWBPrompts",
     "batch_shares",
@@ -51,6 +52,23 @@ __all__ = [
     "swb_batch_prompts",
     "swb_batches",
 ]
+
+
+class ChunkLike(Protocol):
+    """What the contextualizers read of a chunk: a :class:`~ctxwin_dagster.core.text.splitting.Chunk`,
+    or any object with these attributes (:func:`check_chunks` checks them at run time)."""
+
+    @property
+    def chunk_id(self) -> str: ...
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def end(self) -> int: ...
+
+    @property
+    def text(self) -> str: ...
 
 
 def split_segments(text: str, segment_chars: int) -> list[tuple[int, int]]:
@@ -85,7 +103,7 @@ def split_segments(text: str, segment_chars: int) -> list[tuple[int, int]]:
     return spans
 
 
-def check_chunks(document_text: str, chunks: Sequence[Any]) -> None:
+def check_chunks(document_text: str, chunks: Sequence[ChunkLike]) -> None:
     """Raise unless every chunk has ``chunk_id``, ``start``, ``end`` and ``text``, lies inside
     the document and has an id of its own."""
     seen: set[str] = set()
@@ -105,7 +123,7 @@ def check_chunks(document_text: str, chunks: Sequence[Any]) -> None:
         seen.add(c.chunk_id)
 
 
-def swb_batches(chunks: Sequence[Any], batch_size: int) -> list[list[Any]]:
+def swb_batches(chunks: Sequence[ChunkLike], batch_size: int) -> list[list[ChunkLike]]:
     """Consecutive batches of ``batch_size`` chunks (in document order)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1; got {batch_size}")
@@ -141,7 +159,7 @@ class SWBBatch:
     """
 
     index: int
-    chunks: tuple[Any, ...]
+    chunks: tuple[ChunkLike, ...]
     before: str
     after: str
     window: tuple[int, int]
@@ -157,7 +175,7 @@ class SWBPrompts:
     summary: str
     batches: list[SWBBatch]
 
-    def render(self, chunks: Sequence[Any], before: str, after: str) -> list[dict[str, str]]:
+    def render(self, chunks: Sequence[ChunkLike], before: str, after: str) -> list[dict[str, str]]:
         """The batch prompt for ``chunks`` with the given surrounding text (e.g. cut to fit a model)."""
         return self.template.render(
             summary=self.summary,
@@ -170,7 +188,7 @@ class SWBPrompts:
 
 def swb_batch_prompts(
     document_text: str,
-    chunks: Sequence[Any],
+    chunks: Sequence[ChunkLike],
     summary: str,
     *,
     batch_size: int = PAPER.swb_batch_size,

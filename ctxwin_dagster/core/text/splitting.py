@@ -44,7 +44,10 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.core.text.documents import Document
 
 __all__ = [
     "DEFAULT_SEPARATORS",
@@ -525,7 +528,7 @@ def _drop_contained(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return kept
 
 
-def with_pages(chunks: Sequence[Chunk], document: Any) -> list[Chunk]:
+def with_pages(chunks: Sequence[Chunk], document: Document) -> list[Chunk]:
     """Chunks whose ``section`` starts with the page they begin on (``"page 12"`` or
     ``"page 12 > Article 5"``), for documents that have pages (PDFs; ``document.page_at``), so
     a citation can name the page.
