@@ -19,6 +19,9 @@ import pytest
 from ctxwin_dagster.testing.projects import make_project, run_ctxwin
 from ctxwin_dagster.testing.webserver import dagster_webserver, graphql
 
+# Runs the pipeline through Dagster (a daemon, a webserver, or in process): the slow tier.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("squad_Normans", "cuad_todos_medical_reseller")
 

@@ -15,6 +15,9 @@ from ctxwin_dagster.core.experiment import Experiment
 from ctxwin_dagster.definitions import build_definitions
 from ctxwin_dagster.defs.automation import SENSOR_NAME
 
+# Runs the pipeline through Dagster (a daemon, a webserver, or in process): the slow tier.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 DONE, NEW = "squad_1973_oil_crisis", "squad_Normans"
 HOUR = dt.datetime(2026, 11, 25, 10, 0, tzinfo=dt.UTC)
