@@ -37,6 +37,8 @@ from typing import Any, TypeAlias
 import numpy as np
 import pandas as pd
 
+from ctxwin_dagster.core.evaluation.stats import format_p
+
 __all__ = ["FrameLike", "render_report", "markdown_table"]
 
 #: A table as the report takes it: a DataFrame, rows as dicts, or None (an empty table).
@@ -94,10 +96,7 @@ def _fmt(v: Any, digits: int = 3) -> str:
 
 
 def _fmt_p(p: Any) -> str:
-    if _is_missing(p):
-        return "—"
-    p = float(p)
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
+    return "—" if _is_missing(p) else format_p(p)
 
 
 def _md_cell(text: str) -> str:

@@ -41,7 +41,30 @@ from scipy import stats as sps
 
 from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci, scores_by_variant
 
-__all__ = ["COLUMNS", "compare_variants", "paired_test", "rank_biserial", "bonferroni"]
+__all__ = ["COLUMNS", "bonferroni", "compare_variants", "format_p", "paired_test", "rank_biserial"]
+
+
+def format_p(p: Any, alpha: float = 0.05) -> str:
+    """A p-value as reports print it: three decimals, ``<0.001`` below that, and more decimals
+    where three would put it on the other side of ``alpha`` (0.0497 is not printed as 0.050, which
+    would read as not significant). ``—`` for a missing value.
+
+    >>> format_p(0.0102), format_p(0.0497), format_p(0.0503), format_p(0.0004), format_p(None)
+    ('0.010', '0.0497', '0.050', '<0.001', '—')
+    """
+    try:
+        value = float(p)
+    except (TypeError, ValueError):
+        return "—"
+    if math.isnan(value):
+        return "—"
+    if value < 0.001:
+        return "<0.001"
+    digits = 3
+    while digits < 10 and (float(f"{value:.{digits}f}") < alpha) != (value < alpha):
+        digits += 1
+    return f"{value:.{digits}f}"
+
 
 #: The columns of :func:`compare_variants`'s DataFrame, in order.
 COLUMNS: tuple[str, ...] = (

@@ -17,8 +17,6 @@ Nothing here is written by hand for a particular result: change the numbers and 
 Example::
 
     >>> import pandas as pd
-
-from .defaults import VARIANT_LABELS
     >>> tests = pd.DataFrame([{"metric": "mrr", "variant_a": "t_rag", "variant_b": "swb_rag", "mean_a": 0.70,
     ...     "mean_b": 0.74, "mean_diff": 0.04, "p_bonferroni": 0.001, "significant": True}])
     >>> print(verdict_markdown(tests, None, ExperimentSetup()).splitlines()[2])
@@ -34,6 +32,7 @@ from typing import Any
 import pandas as pd
 
 from ctxwin_dagster.core.defaults import VARIANT_LABELS
+from ctxwin_dagster.core.evaluation.stats import format_p
 
 __all__ = ["ExperimentSetup", "verdict_markdown"]
 
@@ -71,11 +70,8 @@ class ExperimentSetup:
 
 
 def _p(p: Any) -> str:
-    try:
-        p = float(p)
-    except (TypeError, ValueError):
-        return "p=—"
-    return "p<0.001" if p < 0.001 else f"p={p:.3f}"
+    text = format_p(p)
+    return "p=—" if text == "—" else ("p" + text if text.startswith("<") else "p=" + text)
 
 
 def _pair_sentence(rows: pd.DataFrame, a: str, b: str) -> str:

@@ -105,6 +105,17 @@ def test_verdict_changes_with_the_numbers():
     assert "no significant difference on any of the 1 metrics" in verdict_markdown(tests, None, ExperimentSetup())
 
 
+def test_a_p_value_just_under_the_threshold_is_not_printed_as_the_threshold():
+    """The rule is p < 0.05: a significant 0.0497 must not read "p=0.050" in the verdict or the table."""
+    from ctxwin_dagster.core.evaluation.report import _fmt_p
+
+    row = {"metric": "mrr", "variant_a": "t_rag", "variant_b": "swb_rag", "mean_a": 0.773, "mean_b": 0.803}
+    tests = pd.DataFrame([{**row, "mean_diff": 0.03, "p_bonferroni": 0.0497, "significant": True, "n_comparisons": 3}])
+    text = verdict_markdown(tests, None, ExperimentSetup())
+    assert "SWB-RAG is better on mrr (0.803 vs 0.773, +0.030, p=0.0497)" in text
+    assert _fmt_p(0.0497) == "0.0497" and _fmt_p(0.0503) == "0.050" and _fmt_p(float("nan")) == "—"
+
+
 def test_evaluation_measures_what_ctxwin_ask_gives():
     settings = EvaluationSettings().retrieval_settings()
     assert settings == RetrievalSettings.named("ask") and settings.enhance_mode == "focus"
