@@ -39,7 +39,7 @@ import pandas as pd
 
 from ctxwin_dagster.core.evaluation.stats import format_p
 
-__all__ = ["FrameLike", "render_report", "markdown_table"]
+__all__ = ["FrameLike", "efficiency_panels", "markdown_table", "render_report"]
 
 #: A table as the report takes it: a DataFrame, rows as dicts, or None (an empty table).
 FrameLike: TypeAlias = "pd.DataFrame | Iterable[Mapping[str, Any]] | None"
@@ -348,15 +348,24 @@ def _quality_plot(q: pd.DataFrame, path: Path, title: str) -> bool:
     return True
 
 
-def _efficiency_plot(e: pd.DataFrame, path: Path, title: str) -> bool:
-    from matplotlib.figure import Figure
-
+def efficiency_panels(e: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(the efficiency measures drawn as panels, the measures zero for every variant). A measure
+    that is zero everywhere (the cost when no model was priced) is named under the figure, not
+    drawn as empty axes."""
     cols = [
-        c
+        str(c)
         for c in e.columns
         if not str(c).startswith("n_missing_") and c != "n_questions" and pd.api.types.is_numeric_dtype(e[c])
     ]
     cols = [c for c in cols if e[c].notna().any()]
+    zero = [c for c in cols if not pd.to_numeric(e[c], errors="coerce").fillna(0).abs().gt(0).any()]
+    return [c for c in cols if c not in zero], zero
+
+
+def _efficiency_plot(e: pd.DataFrame, path: Path, title: str) -> bool:
+    from matplotlib.figure import Figure
+
+    cols, zero = efficiency_panels(e)
     if e.empty or not cols:
         return False
     ncols = min(3, len(cols))
@@ -382,7 +391,9 @@ def _efficiency_plot(e: pd.DataFrame, path: Path, title: str) -> bool:
         ax.tick_params(axis="x", labelrotation=20, labelsize=8)
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(title)
-    fig.tight_layout()
+    if zero:
+        fig.text(0.01, 0.005, "zero for every variant, not drawn: " + ", ".join(map(str, zero)), fontsize=8)
+    fig.tight_layout(rect=(0, 0.04 if zero else 0, 1, 1))
     fig.savefig(path, format="png")
     return True
 

@@ -175,3 +175,17 @@ def test_report_with_wide_quality_and_without_data(tmp_path):
 
 def test_markdown_table_escapes_pipes():
     assert markdown_table(["a|b"], [["x|y"]]).splitlines()[2] == "| x\\|y |"
+
+
+def test_a_measure_zero_for_every_variant_is_named_not_drawn_as_empty_axes(tmp_path):
+    """Nothing priced (the offline engine): the cost panels would be empty axes around 0."""
+    from ctxwin_dagster.core.evaluation.report import _efficiency_plot, efficiency_panels
+
+    e = pd.DataFrame(
+        {"calls": [3, 5], "cost_usd": [0.0, 0.0], "paid_usd": [0.0, None], "input_chars": [1200, 900]},
+        index=["t_rag", "swb_rag"],
+    )
+    assert efficiency_panels(e) == (["calls", "input_chars"], ["cost_usd", "paid_usd"])
+    assert _efficiency_plot(e, tmp_path / "e.png", "t") and (tmp_path / "e.png").stat().st_size > 0
+    e.loc["swb_rag", "cost_usd"] = 0.002
+    assert efficiency_panels(e)[0] == ["calls", "cost_usd", "input_chars"]
