@@ -228,6 +228,10 @@ def _quality_table(q: pd.DataFrame) -> tuple[list[str], list[list[str]], str]:
     return headers, rows, note
 
 
+#: The paired tests' columns in the report the Dagster UI shows (the files have them all).
+_COMPACT_PAIRED = ["metric", "A vs B", "pairs", "Δ (B−A)", "95% CI of Δ", "p (Bonferroni)", "effect size"]
+
+
 def _comparison_table(c: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     headers = [
         "metric",
@@ -480,7 +484,9 @@ def render_report(
         md.append("")
     for heading, headers, rows, note in sections:
         md.extend([f"## {heading}", ""])
-        if rows is not None:
+        if rows is not None and heading == "Paired tests":
+            md.extend(["\x00paired", ""])
+        elif rows is not None:
             md.extend([markdown_table(headers, rows), ""])
         if note:
             md.extend([note, ""])
@@ -495,6 +501,16 @@ def render_report(
         return "" if path is None else "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
     markdown, inline = template, template
+    if not comparison.empty:
+        # The Dagster UI shows the report in a dialog: there the paired tests keep the columns a
+        # verdict rests on, and the files keep all of them.
+        markdown = markdown.replace("\x00paired", markdown_table(ch, cr))
+        keep = [ch.index(h) for h in _COMPACT_PAIRED]
+        inline = inline.replace(
+            "\x00paired",
+            markdown_table(_COMPACT_PAIRED, [[row[i] for i in keep] for row in cr])
+            + f"\n\nAll the columns (pairs dropped, the test, the raw p, notes): {md_path.name}, {html_path.name}.",
+        )
     for key, alt in alts.items():
         path = paths[f"{key}_png"]
         if path is not None:

@@ -110,8 +110,16 @@ def test_report_writes_markdown_html_and_valid_pngs(inputs, tmp_path):
     assert "![Quality per variant](quality.png)" in md and "![Efficiency per variant](efficiency.png)" in md
     # every comparison row is in the table
     assert md.count(" vs swb_rag |") == len(comparison)
+    # The report the Dagster UI shows: the paired tests in 7 columns, the files with all 14
+    inline = out["markdown_inline"]
+    paired = [line for line in inline.splitlines() if " vs swb_rag |" in line]
+    assert len(paired) == len(comparison) and all(line.count("|") == 8 for line in paired)
+    assert "| metric | A vs B | pairs | Δ (B−A) | 95% CI of Δ | p (Bonferroni) | effect size |" in inline
+    assert "report.md, report.html" in inline and md.count("| dropped (NaN) |") == 1
+    assert all(line.count("|") == 15 for line in md.splitlines() if " vs swb_rag |" in line)
     html = paths["html"].read_text(encoding="utf-8")
     assert html.count("data:image/png;base64,") == 2
+    assert "<th>dropped (NaN)</th>" in html
     assert "<table>" in html and "T vs CC vs SWB" in html and "swb_rag preferred" in html
 
 
