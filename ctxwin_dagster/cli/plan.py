@@ -10,6 +10,22 @@ from ctxwin_dagster.core.defaults import PAPER, VARIANTS
 from ctxwin_dagster.core.experiment import home_experiment
 
 
+def plan_model(given: str | None) -> tuple[str, str]:
+    """(the model a plan prices, why that one): ``--model``, else the contextualizer of the
+    experiment of ``$DAGSTER_HOME``, else the paper's model, said plainly, since an experiment
+    without a chat model makes its contexts offline at no cost."""
+    if given:
+        return given, "given with --model"
+    chat = dict(home_experiment().sections.get("contextualizer") or {})
+    configured = str(chat.get("model") or "").strip()
+    if configured:
+        return configured, "the experiment's contextualizer"
+    return PAPER.contextualizer_model, (
+        "the paper's model: this experiment has no chat model, so its contexts are made offline at no cost; "
+        "pass --model to price another"
+    )
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     import json
 
@@ -18,8 +34,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from ctxwin_dagster.core.text.documents import DocumentError, doc_id_from_path, read_document
     from ctxwin_dagster.core.text.folder import scan_documents
 
-    if is_local_model(args.model):
-        register_local_model(args.model)  # its own tokenizer and window, without loading the weights
+    model, why = plan_model(args.model)
+    if is_local_model(model):
+        register_local_model(model)  # its own tokenizer and window, without loading the weights
 
     paths: list[tuple[Path, str]] = []
     for item in args.paths or [home_experiment().documents_dir]:
@@ -43,7 +60,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             plan_document(
                 doc.text,
                 doc_id=doc.doc_id,
-                model=args.model,
+                model=model,
                 chunk_size=args.chunk_size,
                 chunk_overlap=args.chunk_overlap,
                 batch_size=args.batch_size,
@@ -56,7 +73,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(json.dumps(plans, indent=2))
         return 1 if failed else 0
     print(
-        f"Plan for {len(plans)} documents with contextualizer {args.model} (no model is called; outputs and cost are estimates)"
+        f"Plan for {len(plans)} documents with contextualizer {model} ({why}; no model is called; outputs and cost are estimates)"
     )
     for enc, exact in sorted({(p["encoding"], p["tokens_exact"]) for p in plans}):
         print(
@@ -102,8 +119,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     plan.add_argument(
         "--model",
-        default=PAPER.contextualizer_model,
-        help=f"contextualizer model (limits and prices; default {PAPER.contextualizer_model}, as in the paper)",
+        help="contextualizer model whose limits and prices the plan uses (default: the experiment's contextualizer; "
+        f"with none configured, the paper's {PAPER.contextualizer_model}, and the plan says so)",
     )
     plan.add_argument("--chunk-size", type=int, default=PAPER.chunk_size)
     plan.add_argument("--chunk-overlap", type=int, default=PAPER.chunk_overlap)

@@ -57,3 +57,17 @@ def test_plan_command_json(tmp_path):
     assert [p["doc_id"] for p in plans] == ["a"]
     assert plans[0]["cc_rag"]["calls"] == plans[0]["chunks"] > 1
     assert plans[0]["t_rag"]["calls"] == 0
+
+
+def test_the_plan_says_which_model_it_prices_and_why(tmp_path, monkeypatch):
+    """No model given and none configured: the paper's model, said plainly; a configured
+    contextualizer is the default; ``--model`` wins."""
+    from ctxwin_dagster.cli.plan import plan_model
+    from ctxwin_dagster.core.experiment import Experiment
+
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    model, why = plan_model(None)
+    assert model == "gemini-1.5-flash" and "no chat model" in why and "--model" in why
+    Experiment(name="priced", sections={"contextualizer": {"model": "gpt-4o-mini"}}).save(tmp_path)
+    assert plan_model(None) == ("gpt-4o-mini", "the experiment's contextualizer")
+    assert plan_model("gpt-4o")[0] == "gpt-4o"
