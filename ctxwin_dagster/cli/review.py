@@ -37,17 +37,38 @@ def cmd_review(args: argparse.Namespace) -> int:
         print(
             f"{result['n_questions']} blinded pairs: fill {result['csv']} (or open {result['html']}); keep {result['key']} away from reviewers"
         )
+        if result["identical"]:
+            print(f"{result['identical']} pairs of identical answers are recorded as ties without asking anyone")
         return 0
-    df = import_review(args.csv, args.key)
-    t4 = table4(df)
-    print(t4.to_markdown() if hasattr(t4, "to_markdown") else t4.to_string())
+    if args.review_command == "table4":
+        print(table4(import_review(args.csv, args.key)).to_markdown())
+        return 0
+    return _import(args.key, args.csv)
+
+
+def _import(key: str, csvs: list[str]) -> int:
+    """``ctxwin review import KEY CSV…``: Table 4 of each reviewer's filled CSV and, with two or
+    more, how far they agree (raw and Cohen's kappa per pair of reviewers)."""
+    from ctxwin_dagster.core.evaluation.review import agreement, import_review, table4
+
+    frames = {}
+    for path in csvs:
+        df = import_review(path, key)
+        frames[path] = df
+        asked = len(df) - df.attrs["n_identical"]
+        print(f"## {path}: {asked} judged, {df.attrs['n_identical']} identical pairs counted as ties\n")
+        print(table4(df).to_markdown() + "\n")
+    if len(frames) > 1:
+        print("## Agreement (questions both reviewers judged)\n")
+        print(agreement(frames).to_markdown(index=False, floatfmt=".3f"))
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``review`` and its subcommands to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
     review = sub.add_parser(
-        "review", help="human review: export blinded answer pairs, or count the filled labels (Table 4)"
+        "review",
+        help="human review: export blinded answer pairs, import the judgments (Table 4 and the reviewers' agreement)",
     )
     rsub = review.add_subparsers(dest="review_command", required=True)
     rex = rsub.add_parser("export", help="blinded pairs of two variants' answers as CSV and a static HTML form")
@@ -63,4 +84,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     rt4 = rsub.add_parser("table4", help="Table 4 counts from a filled review CSV and its key")
     rt4.add_argument("csv")
     rt4.add_argument("key")
+    rim = rsub.add_parser(
+        "import",
+        help="the judgments of one or more reviewers: Table 4 of each, and their agreement (Cohen's kappa)",
+    )
+    rim.add_argument("key", help="the key.json written by `ctxwin review export`")
+    rim.add_argument("csv", nargs="+", help="filled review CSVs, one per reviewer")
     review.set_defaults(func=cmd_review)

@@ -66,27 +66,38 @@ def test_evaluate_own_corpus_and_compare_experiments(tmp_path):
     }
     assert eff["neighbors"]["t_rag"]["context_chars_per_question"] > eff["plain"]["t_rag"]["context_chars_per_question"]
 
-    # human review round trip through the command line
+    # human review round trip through the command line: identical answers are ties nobody is asked
     exported = _ctxwin(["review", "export", "plain", "--a", "t_rag", "--b", "swb_rag", "--out", "review"], tmp_path)
     assert exported.returncode == 0, exported.stderr
     import csv
 
+    key = json.loads((tmp_path / "review" / "key.json").read_text(encoding="utf-8"))
     path = tmp_path / "review" / "review.csv"
     with path.open(newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == 8
-    for i, row in enumerate(rows):
-        row["label"] = "both wrong" if i < 3 else "both good"
-        row["complexity"] = "simple"
-    with path.open("w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    counted = _ctxwin(["review", "table4", "review/review.csv", "review/key.json"], tmp_path)
+    asked, ties = len(rows), len(key["identical"])
+    assert asked + ties == 8 and set(key["sides"]) == {r["question_id"] for r in rows}
+    assert f"{asked} blinded pairs" in exported.stdout
+    assert all(r["doc_id"] == "squad_Normans" and r["reference_answer"] for r in rows)
+    wrong = min(3, asked)
+    for name, first in (("ann", "both wrong"), ("bob", "A better")):
+        for i, row in enumerate(rows):
+            row["label"] = first if i < wrong else "both good"
+            row["complexity"] = "simple"
+        with (tmp_path / "review" / f"{name}.csv").open("w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    counted = _ctxwin(["review", "table4", "review/ann.csv", "review/key.json"], tmp_path)
     assert counted.returncode == 0, counted.stderr
     simple = next(line for line in counted.stdout.splitlines() if line.startswith("| simple"))
     cells = [c.strip() for c in simple.strip("|").split("|")]
-    assert cells[1:6] == ["0", "0", "5", "3", "8"]
+    assert cells[1:6] == ["0", "0", str(asked - wrong), str(wrong), str(asked)]
+    total = next(line for line in counted.stdout.splitlines() if line.startswith("| total"))
+    assert [c.strip() for c in total.strip("|").split("|")][5:7] == ["8", str(ties)]
+    both = _ctxwin(["review", "import", "review/key.json", "review/ann.csv", "review/bob.csv"], tmp_path)
+    assert both.returncode == 0, both.stderr
+    assert "## Agreement" in both.stdout and "| review/ann.csv | review/bob.csv |" in both.stdout
 
 
 def test_bad_experiment_file_names_the_fix(tmp_path):

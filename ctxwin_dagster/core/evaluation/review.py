@@ -2,17 +2,26 @@
 
 :func:`export_review` writes, into ``out_dir``:
 
-* ``review.csv`` — one row per question, in random order: ``question_id, question, answer_A,
-  answer_B, label, complexity``. Which variant is "A" is drawn per question; ``label`` is empty
-  for the reviewer to fill, ``complexity`` is pre-filled when the records carry one;
-* ``review.html`` — the same as a static form (no server): the reviewer picks a label and a
-  complexity per question and presses "Download CSV", which saves a ``review.csv`` with the
-  same columns (inline JavaScript, nothing is sent anywhere);
-* ``key.json`` — which variant is A and B per question. Keep it away from the reviewer.
+* ``review.csv`` — one row per question whose two answers differ, in random order:
+  ``question_id, doc_id, question, reference_answer, answer_A, answer_B, cited_A, cited_B,
+  label, complexity``. Which variant is "A" is drawn per question; the answers' citation
+  markers are numbered ``[1]``, ``[2]`` … and ``cited_*`` lists those passages with their
+  document offsets; ``label`` is empty for the reviewer to fill, ``complexity`` is pre-filled
+  when the records carry one;
+* ``review.html`` — the same as a static form (no server): per question the document's name,
+  the reference answer, both answers and each answer's cited passages, with the sentences the
+  answer took from them highlighted. The reviewer picks a label and a complexity per question
+  and presses "Download CSV", which saves a ``review.csv`` with the same columns (inline
+  JavaScript, nothing is sent anywhere);
+* ``key.json`` — which variant is A and B per question, and the questions whose two answers are
+  identical: those are recorded as ties ("both equal") without asking anyone, and counted.
+  Keep the key away from the reviewer.
 
 :func:`import_review` reads a filled CSV with the key, validates every row (errors name the
-file, the row and the fix) and un-blinds it; :func:`table4` counts, per complexity,
-"<variant_a> preferred / <variant_b> preferred / both equal / both wrong".
+file, the row and the fix) and un-blinds it, the identical pairs added as ties; :func:`table4`
+counts, per complexity, "<variant_a> preferred / <variant_b> preferred / both equal / both
+wrong" (and how many of the ties were identical answers); :func:`agreement` gives the agreement
+of several reviewers of the same export (raw, and Cohen's kappa per pair of reviewers).
 
 Labels: ``"A better"``, ``"B better"``, ``"both good"``, ``"both wrong"``. Complexity:
 ``"simple"``, ``"complex"``.
@@ -30,6 +39,8 @@ Example::
     >>> _ = paths["csv"].write_text(text.replace(",,simple", ",both good,simple"), encoding="utf-8")
     >>> int(table4(import_review(paths["csv"], paths["key"])).loc["simple", "both equal"])
     1
+    >>> export_review(a, a, variant_a="t_rag", variant_b="swb_rag", out_dir=out, seed=1)["identical"]
+    1
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ import csv
 import html
 import json
 import random
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -49,6 +61,7 @@ __all__ = [
     "CSV_COLUMNS",
     "LABELS",
     "ReviewFormatError",
+    "agreement",
     "export_review",
     "import_review",
     "table4",
@@ -56,8 +69,25 @@ __all__ = [
 
 LABELS: tuple[str, ...] = ("A better", "B better", "both good", "both wrong")
 COMPLEXITIES: tuple[str, ...] = ("simple", "complex")
-CSV_COLUMNS: tuple[str, ...] = ("question_id", "question", "answer_A", "answer_B", "label", "complexity")
-KEY_VERSION = 1
+CSV_COLUMNS: tuple[str, ...] = (
+    "question_id",
+    "doc_id",
+    "question",
+    "reference_answer",
+    "answer_A",
+    "answer_B",
+    "cited_A",
+    "cited_B",
+    "label",
+    "complexity",
+)
+KEY_VERSION = 2
+#: The label of a pair of identical answers, recorded as a tie without asking anyone.
+IDENTICAL = "identical"
+#: The complexity of a tie whose records carry none (nobody was asked).
+UNRATED = "unrated"
+#: An inline citation as the answerers write it: ``[chunk_id]`` (hex ids of 12 or more characters).
+_CITATION = re.compile(r"\s*\[([0-9a-f]{12,})\]")
 _MAX_PROBLEMS = 20
 
 
@@ -85,6 +115,56 @@ def _answer_text(r: Mapping[str, Any]) -> str:
     return answer
 
 
+def _plain(answer: str) -> str:
+    """The answer without its citation markers and extra spaces: what makes two answers the same."""
+    return " ".join(_CITATION.sub(" ", answer).split())
+
+
+def _cited(r: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """(the answer with its citations numbered [1], [2] …, the cited passages). A passage is the
+    retrieved chunk a marker names, with its document offsets and ``marks``: the spans of the
+    answer's sentences found word for word in it (what the answer took from it)."""
+    from ctxwin_dagster.core.text.sentences import split_sentences
+
+    answer = _answer_text(r)
+    chunks = {str(c.get("chunk_id")): c for c in (r.get("retrieved") or []) if isinstance(c, Mapping)}
+    numbers: dict[str, int] = {}
+    quoted: dict[str, list[str]] = {}
+    parts = _CITATION.split(answer)  # text, id, text, id, …, text
+    for i in range(1, len(parts), 2):
+        cid = parts[i]
+        numbers.setdefault(cid, len(numbers) + 1)
+        said = parts[i - 1]
+        quoted.setdefault(cid, []).extend(said[s:e].strip() for s, e in split_sentences(said))
+    shown = _CITATION.sub(lambda m: f" [{numbers[m.group(1)]}]", answer).strip()
+    passages = []
+    for cid, n in numbers.items():
+        chunk = chunks.get(cid) or {}
+        text = str(chunk.get("text") or "")
+        marks = sorted({(i, i + len(q)) for q in quoted.get(cid, []) if len(q) >= 10 and (i := text.find(q)) >= 0})
+        passages.append(
+            {
+                "n": n,
+                "chunk_id": cid,
+                "doc_id": str(chunk.get("doc_id") or r.get("doc_id") or ""),
+                "start": chunk.get("start"),
+                "end": chunk.get("end"),
+                "text": text,
+                "marks": marks,
+            }
+        )
+    return shown, passages
+
+
+def _cited_cell(passages: list[dict[str, Any]]) -> str:
+    """The cited passages as one CSV cell: ``[n] doc_id start–end: text`` per passage."""
+    out = []
+    for p in passages:
+        where = f"{p['start']}–{p['end']}" if p["start"] is not None else "(not among the retrieved chunks)"
+        out.append(f"[{p['n']}] {p['doc_id']} {where}: {' '.join(p['text'].split())}")
+    return "\n".join(out)
+
+
 def _complexity(ra: Mapping[str, Any], rb: Mapping[str, Any]) -> str:
     for r in (ra, rb):
         c = r.get("complexity") or (r.get("meta") or {}).get("complexity")
@@ -107,8 +187,10 @@ def export_review(
 ) -> dict[str, Any]:
     """Write the blinded review files for the questions both variants answered.
 
-    Returns ``{"csv", "html", "key"}`` paths plus ``n_questions`` and ``unpaired`` (question ids
-    answered by only one variant, left out of the review and listed in ``key.json`` too).
+    Returns ``{"csv", "html", "key"}`` paths plus ``n_questions`` (the pairs to judge),
+    ``identical`` (pairs of identical answers, recorded as ties in ``key.json`` and not asked)
+    and ``unpaired`` (question ids answered by only one variant, left out of the review and
+    listed in ``key.json`` too).
     """
     if not variant_a or not variant_b or variant_a == variant_b:
         raise ValueError(f"variant_a and variant_b must be two different names; got {variant_a!r}, {variant_b!r}")
@@ -121,19 +203,29 @@ def export_review(
     rng = random.Random(seed)
     order = common[:]
     rng.shuffle(order)
-    rows, sides = [], {}
+    rows, sides, passages, identical = [], {}, {}, {}
     for qid in order:
         ra, rb = a[qid], b[qid]
         swap = rng.random() < 0.5
+        question = str(ra.get("question") or rb.get("question") or "")
+        if _plain(_answer_text(ra)) == _plain(_answer_text(rb)):
+            identical[qid] = {"question": question, "complexity": _complexity(ra, rb)}
+            continue
         side_a, side_b = (variant_b, variant_a) if swap else (variant_a, variant_b)
         first, second = (rb, ra) if swap else (ra, rb)
         sides[qid] = {"A": side_a, "B": side_b}
+        (answer_a, cited_a), (answer_b, cited_b) = _cited(first), _cited(second)
+        passages[qid] = (cited_a, cited_b)
         rows.append(
             {
                 "question_id": qid,
-                "question": str(ra.get("question") or rb.get("question") or ""),
-                "answer_A": _answer_text(first),
-                "answer_B": _answer_text(second),
+                "doc_id": str(ra.get("doc_id") or rb.get("doc_id") or ""),
+                "question": question,
+                "reference_answer": str(ra.get("reference_answer") or rb.get("reference_answer") or ""),
+                "answer_A": answer_a,
+                "answer_B": answer_b,
+                "cited_A": _cited_cell(cited_a),
+                "cited_B": _cited_cell(cited_b),
                 "label": "",
                 "complexity": _complexity(ra, rb),
             }
@@ -152,11 +244,19 @@ def export_review(
         "seed": seed,
         "n_questions": len(rows),
         "sides": sides,
+        "identical": identical,
         "unpaired": unpaired,
     }
     key_path.write_text(json.dumps(key, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    html_path.write_text(_html_form(rows, title or "Answer review"), encoding="utf-8")
-    return {"csv": csv_path, "html": html_path, "key": key_path, "n_questions": len(rows), "unpaired": unpaired}
+    html_path.write_text(_html_form(rows, passages, title or "Answer review", len(identical)), encoding="utf-8")
+    return {
+        "csv": csv_path,
+        "html": html_path,
+        "key": key_path,
+        "n_questions": len(rows),
+        "identical": len(identical),
+        "unpaired": unpaired,
+    }
 
 
 _JS = r"""
@@ -167,7 +267,7 @@ function buildCsv(){
     var lab=document.querySelector('input[name="label_'+i+'"]:checked');
     var cx=document.getElementById('complexity_'+i).value;
     if(!lab||!cx){missing++;}
-    lines.push([it.question_id,it.question,it.answer_A,it.answer_B,lab?lab.value:'',cx].map(q).join(','));
+    lines.push(cols.map(function(c){return c==='label'?(lab?lab.value:''):(c==='complexity'?cx:it[c]);}).map(q).join(','));
   });
   return {csv:lines.join('\r\n')+'\r\n', missing:missing};
 }
@@ -183,30 +283,75 @@ function downloadCsv(ev){
 """
 
 
-def _html_form(rows: list[dict[str, str]], title: str) -> str:
+def _highlighted(text: str, marks: list[tuple[int, int]]) -> str:
+    out, at = [], 0
+    for s, e in marks:
+        if s < at:
+            continue
+        out.append(html.escape(text[at:s]) + "<mark>" + html.escape(text[s:e]) + "</mark>")
+        at = e
+    return "".join(out) + html.escape(text[at:])
+
+
+def _answer_block(side: str, answer: str, passages: list[dict[str, Any]]) -> str:
     esc = html.escape
-    items = json.dumps(rows, ensure_ascii=False).replace("</", "<\\/").replace("<!--", "<\\!--")
+    parts = [f"<div><b>{side}</b><p class=answer>{esc(answer)}</p>"]
+    for p in passages:
+        where = (
+            f"{esc(p['doc_id'])}, characters {p['start']}–{p['end']}"
+            if p["start"] is not None
+            else "not among the retrieved chunks"
+        )
+        parts.append(
+            f"<details open><summary>[{p['n']}] {where}</summary>"
+            f"<div class=passage>{_highlighted(p['text'], p['marks'])}</div></details>"
+        )
+    return "".join(parts) + "</div>"
+
+
+def _html_form(
+    rows: list[dict[str, str]],
+    passages: Mapping[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]],
+    title: str,
+    n_identical: int,
+) -> str:
+    esc = html.escape
+    items = [{c: row[c] for c in CSV_COLUMNS if c not in ("label", "complexity")} for row in rows]
+    items_json = json.dumps(items, ensure_ascii=False).replace("</", "<\\/").replace("<!--", "<\\!--")
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{esc(title)}</title>",
-        "<style>body{font-family:sans-serif;max-width:60em;margin:auto;padding:1em}"
+        "<style>body{font-family:sans-serif;max-width:72em;margin:auto;padding:1em}"
         "fieldset{margin:1em 0;border:1px solid #bbb}.ans{display:flex;gap:1em}"
-        ".ans div{flex:1;white-space:pre-wrap;background:#f6f6f6;padding:.5em}"
-        "label{margin-right:1em}</style></head><body>",
+        ".ans>div{flex:1;min-width:0}.answer{white-space:pre-wrap;background:#f6f6f6;padding:.5em}"
+        ".passage{white-space:pre-wrap;font-size:90%;max-height:16em;overflow:auto;border-left:3px solid #ccc;"
+        "padding:.25em .5em;color:#333}mark{background:#ffe58a}.ref{background:#eef6ee;padding:.25em .5em}"
+        ".doc{color:#555;font-size:90%}label{margin-right:1em}</style></head><body>",
         f"<h1>{esc(title)}</h1>",
-        "<p>For each question, compare answer A and answer B, pick a label and the question's "
-        "complexity, then press <b>Download CSV</b> and send the file back. The page never "
-        "sends anything; nothing is saved until you download.</p>",
-        '<form id="review" onsubmit="return downloadCsv(event)">',
+        "<p>For each question, compare answer A and answer B against the reference answer and the "
+        "passages each answer cites (the sentences it took from them are highlighted), pick a label "
+        "and the question's complexity, then press <b>Download CSV</b> and send the file back. The page "
+        "never sends anything; nothing is saved until you download.</p>",
     ]
+    if n_identical:
+        parts.append(
+            f"<p>{n_identical} question(s) where both answers are identical are not shown: they count as "
+            "ties (both equal) without a judgment.</p>"
+        )
+    parts.append('<form id="review" onsubmit="return downloadCsv(event)">')
     for i, row in enumerate(rows):
+        cited_a, cited_b = passages[row["question_id"]]
         parts.append(f'<fieldset data-question-id="{esc(row["question_id"])}">')
         parts.append(f"<legend>{i + 1}. {esc(row['question'])}</legend>")
+        parts.append(f"<p class=doc>Document: <b>{esc(row['doc_id'])}</b></p>")
+        reference = row["reference_answer"] or "(none: the document does not answer it)"
+        parts.append(f"<p class=ref>Reference answer: {esc(reference)}</p>")
         parts.append(
             '<div class="ans">'
-            f"<div><b>A</b><br>{esc(row['answer_A'])}</div>"
-            f"<div><b>B</b><br>{esc(row['answer_B'])}</div></div><p>"
+            + _answer_block("A", row["answer_A"], cited_a)
+            + _answer_block("B", row["answer_B"], cited_b)
+            + "</div><p>"
         )
         for label in LABELS:
             parts.append(
@@ -220,7 +365,7 @@ def _html_form(rows: list[dict[str, str]], title: str) -> str:
         parts.append("</select></label></p></fieldset>")
     parts.append('<p><button type="button" onclick="downloadCsv()">Download CSV</button> <span id="status"></span></p>')
     parts.append("</form>")
-    parts.append(f"<script>\nvar ITEMS={items};\n{_JS % {'cols': json.dumps(list(CSV_COLUMNS))}}</script>")
+    parts.append(f"<script>\nvar ITEMS={items_json};\n{_JS % {'cols': json.dumps(list(CSV_COLUMNS))}}</script>")
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
@@ -242,7 +387,9 @@ def import_review(csv_path: str | Path, key_path: str | Path, *, allow_missing: 
 
     Returns one row per question: ``question_id, question, complexity, label, answer_A,
     answer_B, variant_A, variant_B, outcome`` where ``outcome`` is ``"<variant> preferred"``,
-    ``"both equal"`` or ``"both wrong"``; ``df.attrs`` holds ``variant_a`` and ``variant_b``.
+    ``"both equal"`` or ``"both wrong"``. The key's identical pairs are added as ties (label
+    ``"identical"``, outcome ``"both equal"``, complexity ``"unrated"`` unless the records gave
+    one). ``df.attrs`` holds ``variant_a``, ``variant_b``, ``n_missing`` and ``n_identical``.
     """
     csv_path, key_path = Path(csv_path), Path(key_path)
     try:
@@ -326,6 +473,21 @@ def import_review(csv_path: str | Path, key_path: str | Path, *, allow_missing: 
                 "outcome": outcome,
             }
         )
+    # Identical answers were not asked: they are ties, counted as such.
+    for qid, tie in sorted((key.get("identical") or {}).items()):
+        out_rows.append(
+            {
+                "question_id": qid,
+                "question": tie.get("question", ""),
+                "complexity": tie.get("complexity") or UNRATED,
+                "label": IDENTICAL,
+                "answer_A": "",
+                "answer_B": "",
+                "variant_A": va,
+                "variant_B": vb,
+                "outcome": "both equal",
+            }
+        )
     absent = sorted(set(sides) - set(seen))
     if absent and not allow_missing:
         shown = ", ".join(repr(q) for q in absent[:10]) + (" …" if len(absent) > 10 else "")
@@ -355,15 +517,18 @@ def import_review(csv_path: str | Path, key_path: str | Path, *, allow_missing: 
     df.attrs["variant_a"] = va
     df.attrs["variant_b"] = vb
     df.attrs["n_missing"] = len(absent)
+    df.attrs["n_identical"] = int((df["label"] == IDENTICAL).sum())
     return df
 
 
 def table4(df: pd.DataFrame, *, variant_a: str | None = None, variant_b: str | None = None) -> pd.DataFrame:
-    """The paper's Table 4: counts per complexity (rows ``simple``, ``complex``, ``total``).
+    """The paper's Table 4: counts per complexity (rows ``simple``, ``complex``, ``unrated`` when
+    a tie has no complexity, ``total``).
 
     Columns: ``"<variant_a> preferred"``, ``"<variant_b> preferred"``, ``"both equal"``,
-    ``"both wrong"``, ``"n"``. The variant names come from ``df.attrs`` (set by
-    :func:`import_review`) unless given.
+    ``"both wrong"``, ``"n"``, and ``"identical (not asked)"``: how many of the ties were pairs of
+    identical answers. The variant names come from ``df.attrs`` (set by :func:`import_review`)
+    unless given.
     """
     va = variant_a or df.attrs.get("variant_a")
     vb = variant_b or df.attrs.get("variant_b")
@@ -373,10 +538,50 @@ def table4(df: pd.DataFrame, *, variant_a: str | None = None, variant_b: str | N
     unknown = sorted(set(df["outcome"]) - set(columns))
     if unknown:
         raise ValueError(f"outcomes {unknown} are not among {columns}; is the key of another pair of variants?")
-    table = pd.DataFrame(0, index=list(COMPLEXITIES) + ["total"], columns=columns + ["n"], dtype=int)
-    for complexity, outcome in zip(df["complexity"], df["outcome"]):
+    levels = list(COMPLEXITIES) + ([UNRATED] if (df["complexity"] == UNRATED).any() else [])
+    table = pd.DataFrame(0, index=levels + ["total"], columns=columns + ["n", "identical (not asked)"], dtype=int)
+    labels = df["label"] if "label" in df.columns else pd.Series([""] * len(df))
+    for complexity, outcome, label in zip(df["complexity"], df["outcome"], labels):
         table.loc[complexity, outcome] += 1
-    table.loc["total", columns] = table.loc[list(COMPLEXITIES), columns].sum()
+        if label == IDENTICAL:
+            table.loc[complexity, "identical (not asked)"] += 1
+    table.loc["total", columns + ["identical (not asked)"]] = table.loc[
+        levels, columns + ["identical (not asked)"]
+    ].sum()
     table["n"] = table[columns].sum(axis=1)
     table.index.name = "complexity"
     return table
+
+
+def agreement(reviews: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """How far several reviewers of one export agree: per pair of reviewers, on the questions
+    both judged (identical answers left out: nobody judged them), the share of the same outcome
+    and Cohen's kappa (agreement beyond chance; ``scikit-learn``'s ``cohen_kappa_score``).
+
+    ``reviews`` maps a reviewer's name (e.g. the CSV file) to :func:`import_review`'s frame.
+    Columns: ``reviewer_1, reviewer_2, n, agreement, kappa`` (kappa NaN when both gave one
+    outcome throughout, where it is undefined).
+    """
+    from itertools import combinations
+
+    from sklearn.metrics import cohen_kappa_score
+
+    asked = {name: df[df["label"] != IDENTICAL].set_index("question_id")["outcome"] for name, df in reviews.items()}
+    rows = []
+    for (n1, s1), (n2, s2) in combinations(asked.items(), 2):
+        common = s1.index.intersection(s2.index)
+        a, b = s1.loc[common].tolist(), s2.loc[common].tolist()
+        same = sum(x == y for x, y in zip(a, b))
+        kappa = float("nan")
+        if common.size and len(set(a) | set(b)) > 1:
+            kappa = float(cohen_kappa_score(a, b))
+        rows.append(
+            {
+                "reviewer_1": n1,
+                "reviewer_2": n2,
+                "n": int(common.size),
+                "agreement": same / common.size if common.size else float("nan"),
+                "kappa": kappa,
+            }
+        )
+    return pd.DataFrame(rows, columns=["reviewer_1", "reviewer_2", "n", "agreement", "kappa"])

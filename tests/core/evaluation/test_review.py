@@ -15,6 +15,7 @@ from ctxwin_dagster.core.evaluation.review import (
     CSV_COLUMNS,
     LABELS,
     ReviewFormatError,
+    agreement,
     export_review,
     import_review,
     table4,
@@ -115,7 +116,15 @@ def test_round_trip_table4_counts_exactly_as_filled(exported):
         assert r["outcome"] == expected and r["complexity"] == complexity
 
     t4 = table4(df)
-    assert list(t4.columns) == ["t_rag preferred", "swb_rag preferred", "both equal", "both wrong", "n"]
+    assert list(t4.columns) == [
+        "t_rag preferred",
+        "swb_rag preferred",
+        "both equal",
+        "both wrong",
+        "n",
+        "identical (not asked)",
+    ]
+    assert list(t4.index) == ["simple", "complex", "total"] and t4.loc["total", "identical (not asked)"] == 0
     expected = {c: {k: 0 for k in ("t_rag", "swb_rag", "equal", "wrong")} for c in ("simple", "complex")}
     for outcome, complexity in truth.values():
         expected[complexity][outcome] += 1
@@ -253,3 +262,81 @@ def test_html_form_javascript_builds_an_importable_csv(exported, tmp_path):
     assert list(df["label"]) == [LABELS[i % 4] for i in range(N)]
     assert list(df["answer_A"]) == [r["answer_A"] for r in rows]  # commas, quotes and newlines survive
     assert table4(df).loc["total", "n"] == N
+
+
+def _cited_record(variant: str, qid: str, answer: str, text: str, cid: str = "a1b2c3d4e5f6a7b8") -> dict:
+    return {
+        "question_id": qid,
+        "doc_id": "Contract (2024).txt",
+        "question": "Which law governs?",
+        "reference_answer": "the laws of Israel",
+        "answer": answer,
+        "variant": variant,
+        "retrieved": [{"chunk_id": cid, "doc_id": "Contract_2024", "start": 100, "end": 100 + len(text), "text": text}],
+    }
+
+
+def test_the_form_shows_the_document_the_reference_and_the_cited_passages_highlighted(tmp_path):
+    chunk = (
+        "11.1 Notices are in writing. This Agreement is governed by the laws of Israel. 11.2 Either party may end it."
+    )
+    said = "This Agreement is governed by the laws of Israel."
+    a = [_cited_record("t_rag", "q1", f"{said} [a1b2c3d4e5f6a7b8]", chunk)]
+    b = [_cited_record("swb_rag", "q1", "11.2 Either party may end it. [a1b2c3d4e5f6a7b8]", chunk)]
+    out = export_review(a, b, variant_a="t_rag", variant_b="swb_rag", out_dir=tmp_path, seed=0)
+    row = read_rows(out["csv"])[0]
+    assert row["doc_id"] == "Contract (2024).txt" and row["reference_answer"] == "the laws of Israel"
+    answers_shown = {row["answer_A"], row["answer_B"]}
+    assert f"{said} [1]" in answers_shown  # one marker style: numbered, no hashes
+    assert all("a1b2c3d4" not in x for x in answers_shown)
+    assert row["cited_A"].startswith("[1] Contract_2024 100–") and "laws of Israel" in row["cited_A"]
+    html = out["html"].read_text(encoding="utf-8")
+    assert "Document: <b>Contract (2024).txt</b>" in html and "Reference answer: the laws of Israel" in html
+    assert f"<mark>{said}</mark>" in html and "<mark>11.2 Either party may end it.</mark>" in html
+    assert "Contract_2024, characters 100–" in html
+
+
+def test_identical_answers_are_ties_without_asking_and_are_counted(tmp_path):
+    a = answers("t_rag")
+    b = [dict(r, answer=r["answer"].replace("swb_rag", "t_rag")) for r in answers("swb_rag")]
+    for r in b[:8]:  # the first 8 differ
+        r["answer"] = "another " + r["answer"]
+    b[9]["answer"] = "  " + a[9]["answer"].replace("\n", "  \n ") + " [0123456789abcdef]"  # same words, a marker
+    out = export_review(a, b, variant_a="t_rag", variant_b="swb_rag", out_dir=tmp_path, seed=1)
+    assert out["n_questions"] == 8 and out["identical"] == 4
+    rows = read_rows(out["csv"])
+    assert len(rows) == 8 and not {"q08", "q09", "q10", "q11"} & {r["question_id"] for r in rows}
+    assert "4 question(s) where both answers are identical" in out["html"].read_text(encoding="utf-8")
+    for r in rows:
+        r["label"], r["complexity"] = "A better", r["complexity"] or "simple"
+    write_rows(out["csv"], rows)
+    df = import_review(out["csv"], out["key"])
+    assert len(df) == 12 and df.attrs["n_identical"] == 4
+    t4 = table4(df)
+    # q09 carries complexity "complex" (9 % 3 == 0); q08, q10 and q11 none: unrated
+    assert t4.loc["complex", "identical (not asked)"] == 1 and t4.loc["unrated", "both equal"] == 3
+    assert t4.loc["total", "both equal"] == 4 and t4.loc["total", "n"] == 12
+    assert t4.loc["total", "identical (not asked)"] == 4
+
+
+def test_agreement_of_two_reviewers_is_raw_and_cohens_kappa(exported, tmp_path):
+    rows = read_rows(exported["csv"])
+    frames = {}
+    for name, labels in {
+        "ann": ["A better"] * 6 + ["B better"] * 6,
+        "bob": ["A better"] * 3 + ["B better"] * 9,
+    }.items():
+        filled = [dict(r, label=label, complexity="simple") for r, label in zip(rows, labels)]
+        path = tmp_path / f"{name}.csv"
+        write_rows(path, filled)
+        frames[name] = import_review(path, exported["key"])
+    table = agreement(frames)
+    row = table.iloc[0]
+    assert (row["reviewer_1"], row["reviewer_2"], row["n"]) == ("ann", "bob", 12)
+    assert row["agreement"] == pytest.approx(9 / 12)
+    # kappa on the un-blinded outcomes (by variant), computed by hand
+    a = frames["ann"].set_index("question_id")["outcome"]
+    b = frames["bob"].set_index("question_id")["outcome"].loc[a.index]
+    p_o = (a == b).mean()
+    p_e = sum((a == o).mean() * (b == o).mean() for o in set(a) | set(b))
+    assert row["kappa"] == pytest.approx((p_o - p_e) / (1 - p_e))
