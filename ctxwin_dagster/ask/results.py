@@ -15,7 +15,15 @@ from ctxwin_dagster.core.retrieval.enhance import EnhancedContext
 from ctxwin_dagster.core.retrieval.window import Window
 from ctxwin_dagster.core.text.splitting import Chunk
 
-__all__ = ["AskError", "AskResult", "Citation", "StaleIndexError", "normalize_variant", "sliding_result"]
+__all__ = [
+    "AskError",
+    "AskResult",
+    "Citation",
+    "StaleIndexError",
+    "cite_sentences",
+    "normalize_variant",
+    "sliding_result",
+]
 
 
 class AskError(ValueError):
@@ -46,7 +54,9 @@ class Citation:
 
     ``chunk_id`` is the indexed chunk the span was cited by (retrieve mode: the best hit of
     the cited window) or the first indexed chunk overlapping it (sliding mode); None when the
-    index has no chunk there. ``excerpt`` is the start of the span's text.
+    index has no chunk there. ``excerpt`` is the start of the span's text. ``marker`` is the
+    number the answer cites it by (``[1]``, ``[2]`` …; several spans can share one: the sentences
+    of one statement), 0 when the answer carries no markers (sliding mode).
     """
 
     chunk_id: str | None
@@ -54,6 +64,7 @@ class Citation:
     start: int
     end: int
     excerpt: str = ""
+    marker: int = 0
 
     def as_tuple(self) -> tuple[str | None, str, int, int]:
         return (self.chunk_id, self.doc_id, self.start, self.end)
@@ -65,6 +76,7 @@ class Citation:
             "start": self.start,
             "end": self.end,
             "excerpt": self.excerpt,
+            "marker": self.marker,
         }
 
 
@@ -193,6 +205,7 @@ class AskResult:
             "retrieved": [],
             "contexts": [],
             "context_spans": [[w["start"], w["end"], w["doc_id"]] for w in self.windows],
+            "citations": [c.to_dict() for c in self.citations],
             "latency_s": self.latency_s,
             "input_tokens": totals["input_tokens"],
             "output_tokens": totals["output_tokens"],
@@ -216,23 +229,74 @@ def _excerpt(text: str, n: int = 160) -> str:
     return flat if len(flat) <= n else flat[: n - 1].rstrip() + "…"
 
 
-def _cited_excerpt(window_text: str, answer: str, label: str) -> str:
-    """The window's text where the answer's statement citing ``label`` is found (an extractive
-    answer quotes it), else the window's start."""
-    marker = f"[{label}"
-    i = answer.find(marker)
-    while i >= 0:
-        before = answer[:i]
-        cut = max(before.rfind("]"), 0)
-        statement = before[cut:].strip(" ]\n")
-        probe = statement[:60].strip()
-        if len(probe) >= 12:
-            words = [re.escape(x) for x in probe.split()]
-            m = re.search(r"\s+".join(words), window_text)
-            if m is not None:
-                return _excerpt(window_text[m.start() :])
-        i = answer.find(marker, i + 1)
-    return _excerpt(window_text)
+#: A bracketed citation in an answer: ``[id]`` or ``[id1, id2]`` (as the answer prompt asks).
+_BRACKET = re.compile(r"\[([^\[\]\n]{1,200})\]")
+
+
+def _label_of(part: str, labels: Sequence[str]) -> str | None:
+    part = part.strip()
+    if part in labels:
+        return part
+    hits = [x for x in labels if len(part) >= 8 and x.startswith(part)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def cite_sentences(answer: str, windows: Mapping[str, Window]) -> tuple[str, list[Citation]]:
+    """Number an answer's citations and point each at the exact sentences it stands for.
+
+    ``windows`` maps each passage label the answer may cite (a chunk id) to its window. Every
+    bracket that cites known labels becomes ``[n]`` (``[n, m]``), numbered in the order the labels
+    first appear, so the answer and the list of spans use one marker style; brackets naming no
+    passage are left as they are. For each cited label, the answer's statement before the
+    bracket (since the previous one) is split into sentences and each is looked up, white space
+    aside, in the label's window: a sentence found there is cited with its own document offsets
+    (sentences found one after another become one span). A statement found nowhere (a model that
+    paraphrases) cites its whole window.
+
+    >>> w = Window("d", 100, 158, "Notices are in writing. The laws of Israel govern it. End.", 1.0, ("c1",))
+    >>> text, cites = cite_sentences("The laws of Israel govern it. [c1]", {"c1": w})
+    >>> text, [(c.marker, c.start, c.end) for c in cites]
+    ('The laws of Israel govern it. [1]', [(1, 124, 153)])
+    """
+    from ctxwin_dagster.core.text.sentences import split_sentences
+
+    labels = list(windows)
+    numbers: dict[str, int] = {}
+    spans: dict[tuple[int, str], list[tuple[int, int]]] = {}
+    out: list[str] = []
+    at = 0
+    for m in _BRACKET.finditer(answer):
+        cited = [label for part in re.split(r"[,;]\s*", m.group(1)) if (label := _label_of(part, labels))]
+        if not cited:
+            continue
+        statement = answer[at : m.start()]
+        out.append(statement)
+        for label in dict.fromkeys(cited):
+            n = numbers.setdefault(label, len(numbers) + 1)
+            text = windows[label].text
+            found = spans.setdefault((n, label), [])
+            for s, e in split_sentences(statement):
+                words = statement[s:e].split()
+                if len(" ".join(words)) < 10:
+                    continue
+                hit = re.search(r"\s+".join(re.escape(x) for x in words), text)
+                if hit is not None:
+                    found.append((hit.start(), hit.end()))
+        out.append("[" + ", ".join(str(numbers[label]) for label in dict.fromkeys(cited)) + "]")
+        at = m.end()
+    out.append(answer[at:])
+    citations: list[Citation] = []
+    for (n, label), found in spans.items():
+        w = windows[label]
+        merged: list[list[int]] = []
+        for s, e in sorted(set(found)):
+            if merged and (s <= merged[-1][1] or not w.text[merged[-1][1] : s].strip()):
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        for s, e in merged or [[0, len(w.text)]]:
+            citations.append(Citation(label, w.doc_id, w.start + s, w.start + e, _excerpt(w.text[s:e]), n))
+    return "".join(out), citations
 
 
 def _window_dict(w: Window) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -13,8 +14,8 @@ from ctxwin_dagster.ask.results import (
     AskError,
     AskResult,
     Citation,
-    _cited_excerpt,
     _window_dict,
+    cite_sentences,
     normalize_variant,
     sliding_result,
 )
@@ -293,15 +294,24 @@ class Asker:
         return result
 
     def _passages(self, ctx: EnhancedContext) -> tuple[list[tuple[str, str]], dict[str, tuple[Window, str]]]:
-        """Passages labelled by the best hit in each window, and label -> (window, label)."""
+        """Passages labelled by the best hit in each window, and label -> (window, its chunk id).
+
+        Labels are unique: several sentence windows can come from one chunk, and a citation must
+        name the window it quotes. A window whose best chunk labels an earlier window takes its
+        next chunk, else the chunk id with ``~2``, ``~3`` … after it.
+        """
         rank = {cid: i for i, (cid, _) in enumerate(ctx.hits)}
         passages: list[tuple[str, str]] = []
         by_label: dict[str, tuple[Window, str]] = {}
         for w in ctx.windows:
-            inside = [c for c in w.chunk_ids if c in rank]
-            label = min(inside, key=rank.__getitem__) if inside else w.chunk_ids[0]
+            ordered = sorted(w.chunk_ids, key=lambda c: (rank.get(c, len(rank)), w.chunk_ids.index(c)))
+            chunk = next((c for c in ordered if c not in by_label), ordered[0])
+            label, k = chunk, 1
+            while label in by_label:
+                k += 1
+                label = f"{chunk}~{k}"
             passages.append((label, w.text))
-            by_label[label] = (w, label)
+            by_label[label] = (w, chunk)
         return passages, by_label
 
     def _fit(self, question: str, ctx: EnhancedContext) -> FitReport:
@@ -345,18 +355,17 @@ class Asker:
                 f"{dropped} of {len(passages)} windows did not fit {self.model} and were left out (the least relevant)"
             )
         citations: list[Citation] = []
+        answer = res.text
         if not res.not_found:
-            for cid in res.cited_chunk_ids:
-                if cid in by_label:
-                    w, label = by_label[cid]
-                    citations.append(Citation(label, w.doc_id, w.start, w.end, _cited_excerpt(w.text, res.text, label)))
+            answer, cited = cite_sentences(res.text, {label: w for label, (w, _) in by_label.items()})
+            citations = [dataclasses.replace(c, chunk_id=by_label[c.chunk_id][1]) for c in cited if c.chunk_id]
             if not citations:
                 notes.append("the answer cites none of the passages")
         if res.unknown_citations:
             notes.append(f"the answer cites unknown ids: {list(res.unknown_citations)}")
         return AskResult(
             question=question,
-            answer=res.text,
+            answer=answer,
             not_found=bool(res.not_found),
             citations=citations,
             windows=[_window_dict(w) for w in ctx.windows],

@@ -130,7 +130,7 @@ def format_result(result: AskResult, *, width: int = 100) -> str:
         lines.append("Cited spans:")
         for i, c in enumerate(result.citations, 1):
             chunk = f" [chunk {c.chunk_id[:12]}]" if c.chunk_id else ""
-            lines.append(f"  [{i}] {c.doc_id}:{c.start}-{c.end}{chunk}")
+            lines.append(f"  [{c.marker or i}] {c.doc_id}:{c.start}-{c.end}{chunk}")
             if c.excerpt:
                 lines.append(f'      "{c.excerpt}"')
     if result.fit is not None:

@@ -122,11 +122,15 @@ def _plain(answer: str) -> str:
 
 def _cited(r: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     """(the answer with its citations numbered [1], [2] …, the cited passages). A passage is the
-    retrieved chunk a marker names, with its document offsets and ``marks``: the spans of the
-    answer's sentences found word for word in it (what the answer took from it)."""
+    context window (or, in records written before answers carried numbered citations, the
+    retrieved chunk) a marker points into, with its document offsets and ``marks``: the spans of
+    the sentences the answer took from it."""
     from ctxwin_dagster.core.text.sentences import split_sentences
 
     answer = _answer_text(r)
+    numbered = [c for c in (r.get("citations") or []) if isinstance(c, Mapping) and c.get("marker")]
+    if numbered:
+        return answer, _passages_of_citations(numbered, r)
     chunks = {str(c.get("chunk_id")): c for c in (r.get("retrieved") or []) if isinstance(c, Mapping)}
     numbers: dict[str, int] = {}
     quoted: dict[str, list[str]] = {}
@@ -154,6 +158,40 @@ def _cited(r: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:
             }
         )
     return shown, passages
+
+
+def _passages_of_citations(citations: list[Mapping[str, Any]], r: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The passages of an answer's numbered citations: per marker, the context window that holds
+    its spans, the spans marked; a span in no window is shown by itself."""
+    windows = [
+        (int(span[0]), int(span[1]), str(span[2]), str(text))
+        for span, text in zip(r.get("context_spans") or [], r.get("contexts") or [])
+        if len(span) >= 3
+    ]
+    by_marker: dict[int, list[Mapping[str, Any]]] = {}
+    for c in citations:
+        by_marker.setdefault(int(c["marker"]), []).append(c)
+    passages = []
+    for n, group in sorted(by_marker.items()):
+        first = group[0]
+        doc, start, end = str(first.get("doc_id") or ""), int(first["start"]), int(first["end"])
+        window = next((w for w in windows if w[2] == doc and w[0] <= start and end <= w[1]), None)
+        if window is None:
+            text = str(first.get("excerpt") or "")
+            passages.append(
+                {"n": n, "chunk_id": first.get("chunk_id"), "doc_id": doc, "start": start, "end": end, "text": text}
+                | {"marks": [(0, len(text))]}
+            )
+            continue
+        ws, we, _, text = window
+        marks = sorted(
+            (int(c["start"]) - ws, int(c["end"]) - ws) for c in group if ws <= int(c["start"]) and int(c["end"]) <= we
+        )
+        passages.append(
+            {"n": n, "chunk_id": first.get("chunk_id"), "doc_id": doc, "start": ws, "end": we, "text": text}
+            | {"marks": marks}
+        )
+    return passages
 
 
 def _cited_cell(passages: list[dict[str, Any]]) -> str:
@@ -271,6 +309,11 @@ function buildCsv(){
   });
   return {csv:lines.join('\r\n')+'\r\n', missing:missing};
 }
+window.addEventListener('load',function(){
+  document.querySelectorAll('.passage').forEach(function(p){
+    var m=p.querySelector('mark'); if(m){p.scrollTop=Math.max(0,m.offsetTop-24);}
+  });
+});
 function downloadCsv(ev){
   if(ev){ev.preventDefault();}
   var r=buildCsv();
@@ -325,7 +368,7 @@ def _html_form(
         "<style>body{font-family:sans-serif;max-width:72em;margin:auto;padding:1em}"
         "fieldset{margin:1em 0;border:1px solid #bbb}.ans{display:flex;gap:1em}"
         ".ans>div{flex:1;min-width:0}.answer{white-space:pre-wrap;background:#f6f6f6;padding:.5em}"
-        ".passage{white-space:pre-wrap;font-size:90%;max-height:16em;overflow:auto;border-left:3px solid #ccc;"
+        ".passage{position:relative;white-space:pre-wrap;font-size:90%;max-height:16em;overflow:auto;border-left:3px solid #ccc;"
         "padding:.25em .5em;color:#333}mark{background:#ffe58a}.ref{background:#eef6ee;padding:.25em .5em}"
         ".doc{color:#555;font-size:90%}label{margin-right:1em}</style></head><body>",
         f"<h1>{esc(title)}</h1>",

@@ -241,7 +241,7 @@ def test_html_form_javascript_builds_an_importable_csv(exported, tmp_path):
     script = html.split("<script>", 1)[1].split("</script>", 1)[0]
     harness = tmp_path / "run.js"
     harness.write_text(
-        "var checked={}, selects={};\n"
+        "var checked={}, selects={}, window={addEventListener:function(){}};\n"
         'var document={querySelector:function(sel){var m=/name="label_(\\d+)"/.exec(sel);'
         "var v=checked[m[1]]; return v?{value:v}:null;},"
         "getElementById:function(id){return {value: selects[id]||''};}};\n"
@@ -340,3 +340,39 @@ def test_agreement_of_two_reviewers_is_raw_and_cohens_kappa(exported, tmp_path):
     p_o = (a == b).mean()
     p_e = sum((a == o).mean() * (b == o).mean() for o in set(a) | set(b))
     assert row["kappa"] == pytest.approx((p_o - p_e) / (1 - p_e))
+
+
+def test_numbered_citations_mark_their_sentences_inside_the_window_given(tmp_path):
+    """Answers as ``ctxwin ask`` writes them now: ``[1]`` markers, and citations with exact offsets."""
+    window = (
+        "11.1 Notices are in writing. This Agreement is governed by the laws of Israel. 11.2 Either party may end it."
+    )
+    start = window.index("This Agreement")
+    end = start + len("This Agreement is governed by the laws of Israel.")
+
+    def record(variant: str, answer: str, cites: list[tuple[int, int]]) -> dict:
+        return {
+            "question_id": "q1",
+            "doc_id": "contract",
+            "question": "Which law governs?",
+            "reference_answer": "the laws of Israel",
+            "answer": answer,
+            "contexts": [window],
+            "context_spans": [[1000, 1000 + len(window), "contract"]],
+            "citations": [
+                {"chunk_id": "c", "doc_id": "contract", "start": 1000 + s, "end": 1000 + e, "excerpt": "", "marker": 1}
+                for s, e in cites
+            ],
+        }
+
+    a = [record("t_rag", "This Agreement is governed by the laws of Israel. [1]", [(start, end)])]
+    b = [record("swb_rag", "11.2 Either party may end it. [1]", [(window.index("11.2 Either"), len(window))])]
+    out = export_review(a, b, variant_a="t_rag", variant_b="swb_rag", out_dir=tmp_path, seed=0)
+    html = out["html"].read_text(encoding="utf-8")
+    assert "<mark>This Agreement is governed by the laws of Israel.</mark>" in html
+    assert "<mark>11.2 Either party may end it.</mark>" in html
+    assert html.count(f"contract, characters 1000–{1000 + len(window)}") == 2
+    row = read_rows(out["csv"])[0]
+    assert all(
+        row[c].startswith(f"[1] contract 1000–{1000 + len(window)}: 11.1 Notices") for c in ("cited_A", "cited_B")
+    )
