@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -187,6 +189,27 @@ def _ask_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+class SlowSteps:
+    """Says on ``stream`` what a step is doing once it has taken longer than ``after`` seconds,
+    so a slow start (loading the embedding model) is never a silent wait."""
+
+    def __init__(self, stream: TextIO, *, after: float = 1.0) -> None:
+        self.stream, self.after = stream, after
+
+    @contextlib.contextmanager
+    def step(self, text: str) -> Iterator[None]:
+        def say() -> None:
+            print(f"ctxwin ask: {text}…", file=self.stream, flush=True)
+
+        timer = threading.Timer(self.after, say)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+
+
 def run_cli(
     args: argparse.Namespace,
     *,
@@ -201,25 +224,27 @@ def run_cli(
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
+    steps = SlowSteps(stderr)
     try:
         kwargs = _ask_kwargs(args)
         normalize_variant(kwargs["variant"])
         exp = experiment_of(args)
         answerer = dict(exp.sections.get("answerer") or {})
         model = args.model if args.model is not None else (answerer.get("model") or None)
-        asker = Asker.open(
-            lancedb=args.lancedb or exp.lancedb_uri,
-            documents=(exp.documents_dir if args.documents is None else args.documents) or None,
-            model=model,
-            base_url=args.base_url if args.model is not None else (answerer.get("base_url") or None),
-            cache_dir=(exp.cache_dir if args.cache_dir is None else args.cache_dir) or None,
-            max_tokens=getattr(args, "max_tokens", None),
-            embeddings={
-                **(exp.sections.get("embeddings") or {}),
-                "cache_dir": (exp.cache_dir if args.cache_dir is None else args.cache_dir) or None,
-            },
-            doc_ids_file=home / "ctxwin_doc_ids.json" if (home := experiment_home(args)).is_dir() else None,
-        )
+        with steps.step(f"opening the index ({args.lancedb or exp.lancedb_uri}) and loading the models"):
+            asker = Asker.open(
+                lancedb=args.lancedb or exp.lancedb_uri,
+                documents=(exp.documents_dir if args.documents is None else args.documents) or None,
+                model=model,
+                base_url=args.base_url if args.model is not None else (answerer.get("base_url") or None),
+                cache_dir=(exp.cache_dir if args.cache_dir is None else args.cache_dir) or None,
+                max_tokens=getattr(args, "max_tokens", None),
+                embeddings={
+                    **(exp.sections.get("embeddings") or {}),
+                    "cache_dir": (exp.cache_dir if args.cache_dir is None else args.cache_dir) or None,
+                },
+                doc_ids_file=home / "ctxwin_doc_ids.json" if (home := experiment_home(args)).is_dir() else None,
+            )
     except (AskError, ValueError) as exc:
         print(f"ctxwin ask: {exc}", file=stderr)
         return 2
@@ -231,7 +256,8 @@ def run_cli(
 
     def one(question: str) -> bool:
         try:
-            result = asker.ask(question, progress=progress, **kwargs)
+            with steps.step("searching and answering"):
+                result = asker.ask(question, progress=progress, **kwargs)
         except (AskError, ValueError) as exc:
             print(f"ctxwin ask: {exc}", file=stderr)
             return False
