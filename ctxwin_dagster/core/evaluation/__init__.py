@@ -7,4 +7,5 @@
 * :mod:`.comparison` — an experiment's comparison of the variants, as report files;
 * :mod:`.report` — the report's Markdown and plots;
 * :mod:`.review` — human review: blinded answer pairs and the paper's Table 4.
+* :mod:`.review_form` — the static HTML form a reviewer fills in.
 """

@@ -46,7 +46,6 @@ Example::
 from __future__ import annotations
 
 import csv
-import html
 import json
 import random
 import re
@@ -55,6 +54,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from ctxwin_dagster.core.evaluation.review_form import COMPLEXITIES, CSV_COLUMNS, LABELS, html_form
 
 __all__ = [
     "COMPLEXITIES",
@@ -67,20 +68,6 @@ __all__ = [
     "table4",
 ]
 
-LABELS: tuple[str, ...] = ("A better", "B better", "both good", "both wrong")
-COMPLEXITIES: tuple[str, ...] = ("simple", "complex")
-CSV_COLUMNS: tuple[str, ...] = (
-    "question_id",
-    "doc_id",
-    "question",
-    "reference_answer",
-    "answer_A",
-    "answer_B",
-    "cited_A",
-    "cited_B",
-    "label",
-    "complexity",
-)
 KEY_VERSION = 2
 #: The label of a pair of identical answers, recorded as a tie without asking anyone.
 IDENTICAL = "identical"
@@ -286,7 +273,7 @@ def export_review(
         "unpaired": unpaired,
     }
     key_path.write_text(json.dumps(key, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    html_path.write_text(_html_form(rows, passages, title or "Answer review", len(identical)), encoding="utf-8")
+    html_path.write_text(html_form(rows, passages, title or "Answer review", len(identical)), encoding="utf-8")
     return {
         "csv": csv_path,
         "html": html_path,
@@ -295,122 +282,6 @@ def export_review(
         "identical": len(identical),
         "unpaired": unpaired,
     }
-
-
-_JS = r"""
-function q(s){return '"'+String(s==null?'':s).replace(/"/g,'""')+'"';}
-function buildCsv(){
-  var cols=%(cols)s, lines=[cols.join(',')], missing=0;
-  ITEMS.forEach(function(it,i){
-    var lab=document.querySelector('input[name="label_'+i+'"]:checked');
-    var cx=document.getElementById('complexity_'+i).value;
-    if(!lab||!cx){missing++;}
-    lines.push(cols.map(function(c){return c==='label'?(lab?lab.value:''):(c==='complexity'?cx:it[c]);}).map(q).join(','));
-  });
-  return {csv:lines.join('\r\n')+'\r\n', missing:missing};
-}
-window.addEventListener('load',function(){
-  document.querySelectorAll('.passage').forEach(function(p){
-    var m=p.querySelector('mark'); if(m){p.scrollTop=Math.max(0,m.offsetTop-24);}
-  });
-});
-function downloadCsv(ev){
-  if(ev){ev.preventDefault();}
-  var r=buildCsv();
-  document.getElementById('status').textContent=r.missing?(r.missing+' question(s) still lack a label or a complexity.'):'All questions labelled.';
-  var blob=new Blob(['\ufeff'+r.csv],{type:'text/csv;charset=utf-8'});
-  var a=document.createElement('a'); a.href=URL.createObjectURL(blob); a.download='review.csv';
-  document.body.appendChild(a); a.click(); a.remove();
-  return false;
-}
-"""
-
-
-def _highlighted(text: str, marks: list[tuple[int, int]]) -> str:
-    out, at = [], 0
-    for s, e in marks:
-        if s < at:
-            continue
-        out.append(html.escape(text[at:s]) + "<mark>" + html.escape(text[s:e]) + "</mark>")
-        at = e
-    return "".join(out) + html.escape(text[at:])
-
-
-def _answer_block(side: str, answer: str, passages: list[dict[str, Any]]) -> str:
-    esc = html.escape
-    parts = [f"<div><b>{side}</b><p class=answer>{esc(answer)}</p>"]
-    for p in passages:
-        where = (
-            f"{esc(p['doc_id'])}, characters {p['start']}–{p['end']}"
-            if p["start"] is not None
-            else "not among the retrieved chunks"
-        )
-        parts.append(
-            f"<details open><summary>[{p['n']}] {where}</summary>"
-            f"<div class=passage>{_highlighted(p['text'], p['marks'])}</div></details>"
-        )
-    return "".join(parts) + "</div>"
-
-
-def _html_form(
-    rows: list[dict[str, str]],
-    passages: Mapping[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]],
-    title: str,
-    n_identical: int,
-) -> str:
-    esc = html.escape
-    items = [{c: row[c] for c in CSV_COLUMNS if c not in ("label", "complexity")} for row in rows]
-    items_json = json.dumps(items, ensure_ascii=False).replace("</", "<\\/").replace("<!--", "<\\!--")
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{esc(title)}</title>",
-        "<style>body{font-family:sans-serif;max-width:72em;margin:auto;padding:1em}"
-        "fieldset{margin:1em 0;border:1px solid #bbb}.ans{display:flex;gap:1em}"
-        ".ans>div{flex:1;min-width:0}.answer{white-space:pre-wrap;background:#f6f6f6;padding:.5em}"
-        ".passage{position:relative;white-space:pre-wrap;font-size:90%;max-height:16em;overflow:auto;border-left:3px solid #ccc;"
-        "padding:.25em .5em;color:#333}mark{background:#ffe58a}.ref{background:#eef6ee;padding:.25em .5em}"
-        ".doc{color:#555;font-size:90%}label{margin-right:1em}</style></head><body>",
-        f"<h1>{esc(title)}</h1>",
-        "<p>For each question, compare answer A and answer B against the reference answer and the "
-        "passages each answer cites (the sentences it took from them are highlighted), pick a label "
-        "and the question's complexity, then press <b>Download CSV</b> and send the file back. The page "
-        "never sends anything; nothing is saved until you download.</p>",
-    ]
-    if n_identical:
-        parts.append(
-            f"<p>{n_identical} question(s) where both answers are identical are not shown: they count as "
-            "ties (both equal) without a judgment.</p>"
-        )
-    parts.append('<form id="review" onsubmit="return downloadCsv(event)">')
-    for i, row in enumerate(rows):
-        cited_a, cited_b = passages[row["question_id"]]
-        parts.append(f'<fieldset data-question-id="{esc(row["question_id"])}">')
-        parts.append(f"<legend>{i + 1}. {esc(row['question'])}</legend>")
-        parts.append(f"<p class=doc>Document: <b>{esc(row['doc_id'])}</b></p>")
-        reference = row["reference_answer"] or "(none: the document does not answer it)"
-        parts.append(f"<p class=ref>Reference answer: {esc(reference)}</p>")
-        parts.append(
-            '<div class="ans">'
-            + _answer_block("A", row["answer_A"], cited_a)
-            + _answer_block("B", row["answer_B"], cited_b)
-            + "</div><p>"
-        )
-        for label in LABELS:
-            parts.append(
-                f'<label><input type="radio" name="label_{i}" value="{esc(label)}" required> {esc(label)}</label>'
-            )
-        parts.append(f'</p><p><label>Complexity <select id="complexity_{i}" name="complexity_{i}">')
-        parts.append('<option value="">(choose)</option>')
-        for c in COMPLEXITIES:
-            selected = " selected" if row["complexity"] == c else ""
-            parts.append(f'<option value="{c}"{selected}>{c}</option>')
-        parts.append("</select></label></p></fieldset>")
-    parts.append('<p><button type="button" onclick="downloadCsv()">Download CSV</button> <span id="status"></span></p>')
-    parts.append("</form>")
-    parts.append(f"<script>\nvar ITEMS={items_json};\n{_JS % {'cols': json.dumps(list(CSV_COLUMNS))}}</script>")
-    parts.append("</body></html>\n")
-    return "\n".join(parts)
 
 
 def _canonical(value: str, allowed: tuple[str, ...]) -> str | None:
