@@ -9,11 +9,17 @@ sample in ``data/`` and the fixtures under ``tests/fixtures/`` (see their README
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# `ctxwin ask` starts a background ask server that outlives the command (ctxwin_dagster/ask/server.py).
+# Tests answer in their own process, and their subprocesses inherit this; the server's own tests
+# turn it on and stop every server they start.
+os.environ["CTXWIN_ASK_SERVER"] = "off"
 
 
 @pytest.fixture(scope="session")

@@ -36,9 +36,15 @@ Example::
     ...     result.answer, result.citations[0].as_tuple()
 """
 
-from ctxwin_dagster.ask.results import AskError, AskResult, Citation, StaleIndexError, normalize_variant
-from ctxwin_dagster.ask.retriever import Retriever
-from ctxwin_dagster.ask.service import ASK_MODES, Asker
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.ask.results import AskError, AskResult, Citation, StaleIndexError, normalize_variant
+    from ctxwin_dagster.ask.retriever import Retriever
+    from ctxwin_dagster.ask.service import ASK_MODES, Asker
 
 __all__ = [
     "ASK_MODES",
@@ -50,3 +56,18 @@ __all__ = [
     "StaleIndexError",
     "normalize_variant",
 ]
+
+#: Where each public name lives. They are imported on first use, so a module of this package
+#: (the ask server's client, say) can be imported without the retrieval and model stack.
+_HOMES = {
+    "ASK_MODES": "service",
+    "Asker": "service",
+    "Retriever": "retriever",
+    **dict.fromkeys(("AskError", "AskResult", "Citation", "StaleIndexError", "normalize_variant"), "results"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

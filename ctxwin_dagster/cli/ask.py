@@ -6,13 +6,15 @@ import argparse
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
-from ctxwin_dagster.ask import ASK_MODES, Asker, AskError, AskResult, normalize_variant
-from ctxwin_dagster.core.methods.prompts import NOT_IN_DOCUMENTS
-from ctxwin_dagster.core.methods.sliding_qa import DEFAULT_OVERLAP_TOKENS
-from ctxwin_dagster.core.retrieval.settings import RETRIEVAL_PRESETS, RetrievalSettings
+from ctxwin_dagster.ask.session import AskerSpec, ask_kwargs, format_result, question_options
+
+#: The choices of --mode and --retrieval (kept here so the command starts without the asking stack;
+#: a test holds them to ``ASK_MODES`` and ``RETRIEVAL_PRESETS``).
+MODES = ("retrieve", "sliding", "auto")
+RETRIEVALS = ("ask", "focus-dense", "paper")
+DEFAULT_OVERLAP = 200
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +29,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mode",
         default="retrieve",
-        choices=ASK_MODES,
+        choices=MODES,
         help="retrieve (default), sliding (read the whole document) or auto",
     )
     group = parser.add_mutually_exclusive_group()
@@ -41,7 +43,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-enhance", action="store_true", help="give the retrieved chunks only")
     parser.add_argument(
         "--retrieval",
-        choices=sorted(RETRIEVAL_PRESETS),
+        choices=RETRIEVALS,
         help="named retrieval setting (default ask: hybrid sentence focus; "
         "focus-dense: the earlier vectors-only focus; paper: top-4 chunks as they are), changed by the options given",
     )
@@ -58,7 +60,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overlap-tokens",
         type=int,
-        default=DEFAULT_OVERLAP_TOKENS,
+        default=DEFAULT_OVERLAP,
         help="sliding-window overlap in tokens (default 200)",
     )
     parser.add_argument(
@@ -90,103 +92,18 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--base-url", help="OpenAI-compatible server for --model (default OpenAI; key from OPENAI_API_KEY)"
     )
-
-
-def experiment_home(args: argparse.Namespace) -> Path:
-    from ctxwin_dagster.runner.homes import default_home
-
-    return (
-        Path(args.dagster_home)
-        if getattr(args, "dagster_home", None)
-        else default_home(getattr(args, "experiment", None) or "sample")
+    server = parser.add_mutually_exclusive_group()
+    server.add_argument(
+        "--no-server",
+        action="store_true",
+        help="open the index and the models in this process instead of asking the experiment's ask server "
+        "(also: CTXWIN_ASK_SERVER=off)",
     )
-
-
-def experiment_of(args: argparse.Namespace):
-    """The experiment ``ctxwin ask`` asks: the one kept in the Dagster home of ``--experiment``
-    (or ``--dagster-home``), the sample by default: the same settings its runs used."""
-    from ctxwin_dagster.core.experiment import EXPERIMENT_FILE, home_experiment
-
-    name = getattr(args, "experiment", None) or "sample"
-    home = experiment_home(args)
-    if name != "sample" and not (home / EXPERIMENT_FILE).is_file():
-        raise AskError(
-            f"no experiment {name!r} in {home}; build it first (ctxwin evaluate / ctxwin run --documents), or pass --lancedb"
-        )
-    return home_experiment(home)
-
-
-def format_result(result: AskResult, *, width: int = 100) -> str:
-    """A human-readable rendering: the answer, the cited spans with excerpts, the cost."""
-    import textwrap
-
-    lines = [f"Answer ({result.variant or '-'} · {result.mode_used} · {result.engine}: {result.model}):"]
-    body = (
-        result.answer
-        if not result.not_found
-        else f"{NOT_IN_DOCUMENTS} — the documents given to the model do not hold the answer"
+    server.add_argument(
+        "--stop-server",
+        action="store_true",
+        help="stop the experiment's ask server (it stops by itself after 15 idle minutes)",
     )
-    for para in body.splitlines() or [""]:
-        lines.extend(textwrap.wrap(para, width=width, initial_indent="  ", subsequent_indent="  ") or ["  "])
-    if result.citations:
-        lines.append("Cited spans:")
-        for i, c in enumerate(result.citations, 1):
-            chunk = f" [chunk {c.chunk_id[:12]}]" if c.chunk_id else ""
-            lines.append(f"  [{c.marker or i}] {c.doc_id}:{c.start}-{c.end}{chunk}")
-            if c.excerpt:
-                lines.append(f'      "{c.excerpt}"')
-    if result.fit is not None:
-        f = result.fit
-        lines.append(
-            f"Fit: {f.prompt_tokens:,} prompt tokens of {f.limit:,} available for {f.model} ({'fits' if f.fits else f'over by {f.overflow:,}'})"
-        )
-    if result.mode_used == "sliding" and result.sliding is not None:
-        s = result.sliding
-        lines.append(
-            f"Windows: {s.n_read} of {s.n_windows} read, {s.n_found} held an answer{' (stopped early)' if s.stopped_early else ''}"
-        )
-    else:
-        lines.append(f"Context: {len(result.windows)} windows, {result.context_chars:,} characters")
-    t = result.totals
-    cost, paid = result.cost_usd, result.paid_usd
-    if cost is None:
-        cost_text = "cost unknown (no price for the model)"
-    elif paid is not None and abs(cost - paid) > 5e-7:
-        cost_text = f"cost of the work ${cost:.4f}, paid ${paid:.4f}"
-    else:
-        cost_text = f"${cost:.4f}"
-    if result.engine == "extractive":
-        cost_text += " (extractive engine, offline)"
-    lines.append(
-        f"Cost: {cost_text} · {t['calls']} call{'' if t['calls'] == 1 else 's'}, {t['cache_hits']} cached · {t['input_tokens']:,} input / "
-        f"{t['output_tokens']:,} output tokens · {result.latency_s:.2f} s"
-    )
-    for note in result.notes:
-        lines.append(f"Note: {note}")
-    return "\n".join(lines)
-
-
-def _ask_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """:meth:`Asker.ask`'s arguments from the command's: the retrieval options become one
-    :class:`RetrievalSettings` (the named ``--retrieval``, default ``ask``, changed by them)."""
-    retrieval = RetrievalSettings.named(
-        getattr(args, "retrieval", None) or "ask",
-        enhance_mode="none" if args.no_enhance else None,
-        num_neighbors=args.neighbors,
-        context_window_size=args.window_chars,
-        focus_chars=args.focus_chars,
-        k=args.k,
-        hybrid=args.hybrid,
-    )
-    return {
-        "variant": args.variant,
-        "doc_id": args.doc or None,
-        "mode": args.mode,
-        "retrieval": retrieval,
-        "window_tokens": args.window_tokens,
-        "overlap_tokens": args.overlap_tokens,
-        "early_stop": args.early_stop,
-    }
 
 
 class SlowSteps:
@@ -217,39 +134,98 @@ def run_cli(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> int:
-    """``ctxwin ask``: answer one question, or every question read from ``stdin``."""
-    import json
+    """``ctxwin ask``: answer one question, or every question read from ``stdin``.
+
+    The questions go to the experiment's ask server (:mod:`ctxwin_dagster.ask.server`), started
+    on first use, unless ``--no-server`` or ``CTXWIN_ASK_SERVER=off``; then this process opens
+    the index and the models itself."""
     import sys
+
+    from ctxwin_dagster.ask import server
+    from ctxwin_dagster.ask.results import AskError
 
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     steps = SlowSteps(stderr)
     try:
-        kwargs = _ask_kwargs(args)
-        normalize_variant(kwargs["variant"])
-        exp = experiment_of(args)
-        answerer = dict(exp.sections.get("answerer") or {})
-        model = args.model if args.model is not None else (answerer.get("model") or None)
-        with steps.step(f"opening the index ({args.lancedb or exp.lancedb_uri}) and loading the models"):
-            asker = Asker.open(
-                lancedb=args.lancedb or exp.lancedb_uri,
-                documents=(exp.documents_dir if args.documents is None else args.documents) or None,
-                model=model,
-                base_url=args.base_url if args.model is not None else (answerer.get("base_url") or None),
-                cache_dir=(exp.cache_dir if args.cache_dir is None else args.cache_dir) or None,
-                max_tokens=getattr(args, "max_tokens", None),
-                embeddings={
-                    **(exp.sections.get("embeddings") or {}),
-                    "cache_dir": (exp.cache_dir if args.cache_dir is None else args.cache_dir) or None,
-                },
-                doc_ids_file=home / "ctxwin_doc_ids.json" if (home := experiment_home(args)).is_dir() else None,
-            )
+        options = question_options(args)
+        ask_kwargs(options)  # contradicting options fail here, before anything is opened
+        spec = AskerSpec.from_args(args)
+    except (AskError, ValueError) as exc:
+        print(f"ctxwin ask: {exc}", file=stderr)
+        return 2
+    if getattr(args, "stop_server", False):
+        pid = server.stop(spec)
+        print(
+            f"ctxwin ask: stopped the ask server (pid {pid})" if pid else "ctxwin ask: no ask server runs", file=stderr
+        )
+        return 0
+    client = None
+    if not getattr(args, "no_server", False) and server.enabled() and server.state_file(spec) is not None:
+        client = server.find(spec)
+        if client is None:
+            with steps.step("starting the ask server, which keeps the index and the models loaded"):
+                client = server.start(spec, log=stderr)
+    if client is not None:
+        return _ask_server(args, client, options, stdin, stdout, stderr, steps)
+    return _ask_here(args, spec, options, stdin, stdout, stderr, steps)
+
+
+def _ask_server(args, client, options, stdin, stdout, stderr, steps: SlowSteps) -> int:
+    """Every question to the ask server; its reply printed as it is."""
+
+    def one(question: str) -> bool:
+        with steps.step(f"the ask server (pid {client.pid}) is answering (it loads the models on its first question)"):
+            reply = client.ask(question, options, as_json=bool(args.json))
+        if reply.err:
+            print(reply.err, file=stderr, flush=True)
+        if reply.out:
+            print(reply.out, file=stdout, flush=True)
+        if reply.status == 2:
+            raise _OpenFailed
+        return reply.status == 0
+
+    try:
+        return _loop(args, one, stdin, stdout, stderr)
+    except _OpenFailed:
+        return 2
+    except BrokenPipeError:
+        return _broken_pipe()
+
+
+class _OpenFailed(Exception):
+    """The index or the models could not be opened (already said)."""
+
+
+def _broken_pipe() -> int:
+    """``ctxwin ask … | head``: the reader went away; exit quietly."""
+    import os
+    import sys
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
+def _ask_here(args, spec: AskerSpec, options, stdin, stdout, stderr, steps: SlowSteps) -> int:
+    """Every question answered in this process (the index and the models opened here)."""
+    import json
+
+    from ctxwin_dagster.ask.results import AskError
+
+    kwargs = ask_kwargs(options)
+    try:
+        with steps.step(f"opening the index ({spec.lancedb}) and loading the models"):
+            asker = spec.open()
     except (AskError, ValueError) as exc:
         print(f"ctxwin ask: {exc}", file=stderr)
         return 2
     if kwargs["doc_id"]:
-        kwargs["doc_id"] = asker.documents.resolve(kwargs["doc_id"])
+        try:
+            kwargs["doc_id"] = asker.documents.resolve(kwargs["doc_id"])
+        except AskError as exc:
+            print(f"ctxwin ask: {exc}", file=stderr)
+            return 2
 
     def progress(done: int, total: int) -> None:
         print(f"\r  reading windows {done}/{total}…", end="" if done < total else "\n", file=stderr, flush=True)
@@ -270,11 +246,8 @@ def run_cli(
     with asker:
         try:
             return _loop(args, one, stdin, stdout, stderr)
-        except BrokenPipeError:  # e.g. `ctxwin ask … | head`: the reader went away
-            import os
-
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0
+        except BrokenPipeError:
+            return _broken_pipe()
 
 
 def _loop(args: argparse.Namespace, one: Callable[[str], bool], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:

@@ -6,8 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from ctxwin_dagster.core.experiment import EXPERIMENT_FILE, SAMPLE, home_experiment
-from ctxwin_dagster.runner.homes import default_home
+from ctxwin_dagster.core.experiment import EXPERIMENT_FILE, SAMPLE, default_home, home_experiment
 
 
 def cmd_dev(args: argparse.Namespace) -> int:

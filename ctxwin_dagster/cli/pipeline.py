@@ -59,8 +59,13 @@ def question_listing(qa_dir: str, folder: DocumentFolder) -> None:
 def _experiment_for_run(args: argparse.Namespace) -> tuple[Experiment, Path]:
     """(experiment, Dagster home) of ``ctxwin run``: the home's own experiment, or with
     ``--documents`` the experiment of that folder (its own home and index, named after it)."""
-    from ctxwin_dagster.core.experiment import DEFAULT_QA_DIR, Experiment, experiment_name_for, home_experiment
-    from ctxwin_dagster.runner.homes import default_home
+    from ctxwin_dagster.core.experiment import (
+        DEFAULT_QA_DIR,
+        Experiment,
+        default_home,
+        experiment_name_for,
+        home_experiment,
+    )
 
     if getattr(args, "experiment", None):
         exp = _load_named_experiment(args.experiment)
@@ -204,8 +209,7 @@ def run_pipeline(
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    from ctxwin_dagster.core.experiment import Experiment
-    from ctxwin_dagster.runner.homes import default_home
+    from ctxwin_dagster.core.experiment import Experiment, default_home
 
     if args.experiment_file:
         exp = _load_named_experiment(args.experiment_file)

@@ -36,7 +36,7 @@ LOG = "ctxwin_prune.log"
 
 
 def _home(args: argparse.Namespace) -> Path:
-    from ctxwin_dagster.runner.homes import default_home
+    from ctxwin_dagster.core.experiment import default_home
 
     home = Path(args.dagster_home) if args.dagster_home else default_home(args.experiment)
     if args.experiment != "sample" and not (home / "ctxwin_experiment.json").is_file():

@@ -8,8 +8,7 @@ from pathlib import Path
 
 def _results_dir(name: str) -> str:
     """Where the experiment ``name`` keeps its answers: as its home records it, else the default."""
-    from ctxwin_dagster.core.experiment import DEFAULT_RESULTS_DIR, EXPERIMENT_FILE, home_experiment
-    from ctxwin_dagster.runner.homes import default_home
+    from ctxwin_dagster.core.experiment import DEFAULT_RESULTS_DIR, EXPERIMENT_FILE, default_home, home_experiment
 
     home = default_home(name)
     if not (home / EXPERIMENT_FILE).is_file():

@@ -35,6 +35,7 @@ __all__ = [
     "DEFAULT_CACHE_DIR",
     "DEFAULT_DOCUMENTS_DIR",
     "DEFAULT_HOME",
+    "default_home",
     "DEFAULT_LANCEDB_URI",
     "DEFAULT_QA_DIR",
     "DEFAULT_REPORTS_DIR",
@@ -284,3 +285,10 @@ def experiment_name_for(documents_dir: str | Path) -> str:
     if name == SAMPLE:
         name = "sample_folder"
     return name if _NAME.match(name) else "documents"
+
+
+def default_home(name: str) -> Path:
+    """The Dagster home of the experiment ``name`` (the sample's: ``$DAGSTER_HOME`` or ``.dagster_home``)."""
+    if name == SAMPLE:
+        return Path(os.environ.get("DAGSTER_HOME") or DEFAULT_HOME)
+    return Path(EXPERIMENTS_DIR) / name / "dagster_home"

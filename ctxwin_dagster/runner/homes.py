@@ -22,10 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from ctxwin_dagster.core.experiment import (
-    DEFAULT_HOME,
     EXPERIMENT_FILE,
-    EXPERIMENTS_DIR,
-    SAMPLE,
     Experiment,
     ExperimentConflict,
     home_experiment,
@@ -36,13 +33,6 @@ if TYPE_CHECKING:
     from dagster import DagsterInstance
 
 LOCK_FILE = "ctxwin.lock"
-
-
-def default_home(name: str) -> Path:
-    """The Dagster home of the experiment ``name`` (the sample's: ``$DAGSTER_HOME`` or ``.dagster_home``)."""
-    if name == SAMPLE:
-        return Path(os.environ.get("DAGSTER_HOME") or DEFAULT_HOME)
-    return Path(EXPERIMENTS_DIR) / name / "dagster_home"
 
 
 def bind_experiment(home: Path, experiment: Experiment) -> Experiment:

@@ -243,8 +243,7 @@ class RunPlanner:
             if launcher is not None:
                 launcher.__exit__(None, None, None)
         ok = [p for p in planned if p.status == "SUCCESS"]
-        from ctxwin_dagster.core.experiment import home_experiment
-        from ctxwin_dagster.runner.homes import default_home
+        from ctxwin_dagster.core.experiment import default_home, home_experiment
 
         name = home_experiment(self.home).name
         ui = "ctxwin dev" if name == "sample" else f"ctxwin dev {name}"

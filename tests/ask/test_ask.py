@@ -5,11 +5,9 @@ embedder (no dependency on `ctxwin run`)."""
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,6 @@ import pytest
 from ctxwin_dagster.ask import Asker, AskError, StaleIndexError, normalize_variant
 from ctxwin_dagster.backends.calls.cache import ResponseCache
 from ctxwin_dagster.backends.chat.backend import OpenAIChatBackend
-from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
 from ctxwin_dagster.backends.tasks.extractive import ExtractiveTasks
 from ctxwin_dagster.backends.tasks.llm import LLMTasks
 from ctxwin_dagster.cli.ask import format_result, run_cli
@@ -25,7 +22,6 @@ from ctxwin_dagster.core.budget.limits import ModelLimits
 from ctxwin_dagster.core.evaluation.qa.items import load_qa_jsonl
 from ctxwin_dagster.core.methods.prompts import NOT_IN_DOCUMENTS
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
-from ctxwin_dagster.core.text.splitting import RecursiveSplitter
 from ctxwin_dagster.testing import FakeOpenAIServer
 
 pytestmark = pytest.mark.slow
@@ -34,31 +30,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "data" / "documents"
 QA = ROOT / "data" / "qa" / "squad_sample.jsonl"
 DOC_IDS = ("squad_Normans", "squad_1973_oil_crisis", "cuad_todos_medical_reseller")
-
-
-@pytest.fixture(scope="module")
-def workspace(tmp_path_factory, embedder):
-    """A documents folder with three sample documents and their T-RAG and SWB-RAG tables."""
-    root = tmp_path_factory.mktemp("ask")
-    docs = root / "documents"
-    docs.mkdir()
-    index = ChunkIndex(str(root / "lancedb"))
-    splitter = RecursiveSplitter(chunk_size=1000, chunk_overlap=100)
-    for doc_id in DOC_IDS:
-        src = DOCS / f"{doc_id}.txt"
-        shutil.copy(src, docs / src.name)
-        data = src.read_bytes()
-        text = data.decode("utf-8")
-        sha = hashlib.sha256(data).hexdigest()
-        chunks = splitter.split(text, doc_id=doc_id, doc_sha256=sha)
-        rows = [
-            {**c.to_dict(), "doc_sha256": sha, "context": "", "context_engine": "", "embedded_text": c.text}
-            for c in chunks
-        ]
-        vectors = embedder.embed([r["embedded_text"] for r in rows])
-        for variant in ("t_rag", "swb_rag"):
-            index.replace_document(variant, doc_id, rows, vectors, doc_sha256=sha)
-    return {"root": root, "documents": docs, "lancedb": root / "lancedb", "index": index}
 
 
 @pytest.fixture(scope="module")
