@@ -30,7 +30,7 @@ def test_the_command_starts_light_and_its_choices_are_the_askers():
     from ctxwin_dagster.core.methods.sliding_qa import DEFAULT_OVERLAP_TOKENS
     from ctxwin_dagster.core.retrieval.settings import RETRIEVAL_PRESETS
 
-    assert ask.MODES == ASK_MODES and ask.RETRIEVALS == tuple(sorted(RETRIEVAL_PRESETS))
+    assert ask.MODES == ASK_MODES and tuple(sorted(RETRIEVAL_PRESETS)) == ask.RETRIEVALS
     assert ask.DEFAULT_OVERLAP == DEFAULT_OVERLAP_TOKENS
     loaded = subprocess.run(
         [sys.executable, "-c", "import sys, ctxwin_dagster.cli; print(sorted(sys.modules))"],
