@@ -24,11 +24,13 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ctxwin_dagster.backends.base import CallRecord, CallTags, Embedder, Ledger
+from ctxwin_dagster.backends.tasks.answering import NOT_FOUND_MODEL, AnswerRule, answer_from_passages
 from ctxwin_dagster.backends.tasks.memo import TaskMemo, chunk_parts, record_from_dict, record_to_dict
 from ctxwin_dagster.backends.tasks.results import (
     STAGE_ANSWER,
@@ -40,14 +42,12 @@ from ctxwin_dagster.backends.tasks.results import (
 )
 from ctxwin_dagster.backends.tasks.selection import (
     SentenceIndex,
-    answer_from_passages,
     central_rows,
     top_rows,
 )
 from ctxwin_dagster.core.budget.tokens import PromptMeter, TokenCounter, get_token_counter
 from ctxwin_dagster.core.defaults import PAPER
 from ctxwin_dagster.core.methods.prompts import (
-    NOT_IN_DOCUMENTS,
     detect_language,
     format_passages,
     format_summaries,
@@ -124,27 +124,32 @@ class ExtractiveTasks:
       section (when known).
     * **contextualize_swb** — the same, drawing only from the summary and the batch's
       before/after window (and the batch's other chunks) — what the SWB prompt shows the model.
-    * **answer** — the passage sentences most similar to the question, each group citing its
-      chunk id in brackets; :data:`~ctxwin_dagster.core.methods.prompts.NOT_IN_DOCUMENTS` when the best
-      similarity is below ``answer_threshold``.
+    * **answer** — the passage sentences that answer the question, each group citing its chunk id
+      in brackets, with the list a picked sentence introduces;
+      :data:`~ctxwin_dagster.core.methods.prompts.NOT_IN_DOCUMENTS` when the passages do not hold
+      the answer (:mod:`.answering` says how both are decided, on a tuning split).
 
     Every task also renders the prompt the LLM engine would send and records a
     :class:`CallRecord` (``backend="extractive"``, cost 0) with its counted input tokens and
     characters, and output tokens counted from the extractive output, in :attr:`ledger`.
 
-    ``answer_threshold`` default (:data:`DEFAULT_ANSWER_THRESHOLD` = 0.40): on 2,000 SQuAD 2.0
-    dev questions with the top-4 chunks (1,000/100) of their own article as passages, the best
-    question–sentence cosine is ≥ 0.40 for 97.9 % of the answerable questions, while the same
-    questions against another article's chunks (unrelated passages) fall below it 98.0 % of the
-    time. SQuAD's unanswerable questions are adversarial (written against the paragraph) and
-    95 % of them pass: similarity alone cannot tell those apart.
+    ``answer_threshold`` default (:data:`DEFAULT_ANSWER_THRESHOLD` = 0.40) is the floor of the
+    answer rule: on 2,000 SQuAD 2.0 dev questions with the top-4 chunks (1,000/100) of their own
+    article as passages, the best question–sentence cosine is ≥ 0.40 for 97.9 % of the answerable
+    questions, while the same questions against another article's chunks (unrelated passages)
+    fall below it 98.0 % of the time. Above it, the rule's not-found model decides (SQuAD's
+    unanswerable questions are adversarial, written against the paragraph, and 95 % of them
+    pass the floor).
 
     Args:
         embedder: an :class:`~ctxwin_dagster.backends.base.Embedder` (e.g. ``LocalEmbedder``).
         counter: the token counter for prompts, budgets and outputs; default
             ``cl100k_base`` (the offline encoding).
         model_label: the ``model`` of results and records.
-        answer_threshold: see above.
+        answer_threshold: see above (the rule's ``floor``).
+        answer_sentences: at most this many sentences answer (the rule's ``sentences``).
+        answer_rule: the whole :class:`~.answering.AnswerRule`; its ``floor`` and ``sentences``
+            are ``answer_threshold`` and ``answer_sentences``.
         context_sentences / context_tokens: the size of a context.
         mmr_lambda: relevance vs. diversity in MMR (1 = relevance only).
         ledger: where records go; a new :class:`Ledger` when None.
@@ -169,6 +174,7 @@ class ExtractiveTasks:
         context_sentences: int = 3,
         context_tokens: int = 100,
         answer_sentences: int = 3,
+        answer_rule: AnswerRule | None = None,
         mmr_lambda: float = 0.7,
         ledger: Ledger | None = None,
         max_cached_documents: int = 4,
@@ -190,6 +196,7 @@ class ExtractiveTasks:
         self.context_sentences = context_sentences
         self.context_tokens = context_tokens
         self.answer_sentences = answer_sentences
+        self.answer_rule = replace(answer_rule or AnswerRule(), floor=answer_threshold, sentences=answer_sentences)
         self.mmr_lambda = mmr_lambda
         self.ledger = ledger if ledger is not None else Ledger()
         self.max_cached_documents = max(1, max_cached_documents)
@@ -207,6 +214,8 @@ class ExtractiveTasks:
                 context_sentences,
                 context_tokens,
                 answer_sentences,
+                repr(self.answer_rule),
+                NOT_FOUND_MODEL,
                 mmr_lambda,
                 self.counter.info.name,
                 getattr(embedder, "model", type(embedder).__name__),
@@ -550,7 +559,7 @@ class ExtractiveTasks:
             return AnswerResult(
                 hit["text"], hit["cited"], hit["not_found"], recs, self.engine, self.model, tpl.id, [], hit["score"]
             )
-        result = self._answer(question, passages, doc_id, tpl)
+        result = self._answer(question, passages, doc_id, tpl, english=lang == "en")
         self.memo.put(
             key,
             {
@@ -563,23 +572,18 @@ class ExtractiveTasks:
         )
         return result
 
-    def _answer(self, question: str, passages: list[tuple[str, str]], doc_id: str, tpl) -> AnswerResult:
+    def _answer(
+        self, question: str, passages: list[tuple[str, str]], doc_id: str, tpl, *, english: bool
+    ) -> AnswerResult:
         ts = time.perf_counter()
         msgs = tpl.render(question=question, passages=format_passages(passages))
-        answer_text, cited, best = answer_from_passages(
-            question,
-            passages,
-            self._embed,
-            self.counter.count_many,
-            threshold=self.answer_threshold,
-            sentences=self.answer_sentences,
-            mmr_lambda=self.mmr_lambda,
-        )
-        not_found = answer_text == NOT_IN_DOCUMENTS
-        if not_found:
+        found = answer_from_passages(question, passages, self._embed, rule=self.answer_rule, english=english)
+        if found.not_found:
             self.stats["answers_not_found"] += 1
-        rec = self._record(STAGE_ANSWER, doc_id, "", tpl.id, msgs, answer_text, time.perf_counter() - ts)
-        return AnswerResult(answer_text, cited, not_found, [rec], self.engine, self.model, tpl.id, [], best)
+        rec = self._record(STAGE_ANSWER, doc_id, "", tpl.id, msgs, found.text, time.perf_counter() - ts)
+        return AnswerResult(
+            found.text, found.cited, found.not_found, [rec], self.engine, self.model, tpl.id, [], found.best
+        )
 
     def answer_many(self, items: Sequence[tuple[str, Sequence[tuple[str, str]], str]]) -> list[AnswerResult]:
         """:meth:`answer` for many ``(question, passages, doc_id)``."""

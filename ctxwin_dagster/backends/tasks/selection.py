@@ -4,25 +4,21 @@ A :class:`SentenceIndex` holds a text's sentences (spans from
 :func:`~ctxwin_dagster.core.text.sentences.split_sentences`) with their embeddings and token
 counts; :func:`mmr` picks rows by relevance against redundancy within a token budget;
 :func:`central_rows` and :func:`top_rows` are the two ways the engine uses it (a summary of a
-span of sentences; a context or answer from the most relevant candidates). NumPy only: the
-embeddings are computed by the engine.
+span of sentences; a context from the most relevant candidates). NumPy only: the embeddings are
+computed by the engine. The answer is :mod:`.answering`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
-from ctxwin_dagster.core.methods.prompts import NOT_IN_DOCUMENTS
-from ctxwin_dagster.core.text.sentences import split_sentences
 
 __all__ = [
     "MIN_USABLE_CHARS",
     "MIN_USABLE_WORDS",
     "SentenceIndex",
-    "answer_from_passages",
     "central_rows",
     "mmr",
     "top_rows",
@@ -136,56 +132,3 @@ def top_rows(
     top = top[np.lexsort((top, -relevance[top]))]  # by relevance, ties by position
     picked = mmr(vectors[top], relevance[top], tokens[top], budget, max_items, lam)
     return [int(top[i]) for i in picked]
-
-
-def answer_from_passages(
-    question: str,
-    passages: Sequence[tuple[str, str]],
-    embed: Callable[[Sequence[str]], np.ndarray],
-    count_many: Callable[[Sequence[str]], Sequence[int]],
-    *,
-    threshold: float,
-    sentences: int,
-    mmr_lambda: float,
-) -> tuple[str, list[str], float | None]:
-    """The extractive answer: the passage sentences closest to the question.
-
-    Sentences of ``passages`` (``(chunk_id, text)``) are embedded with the question (``embed``
-    returns unit vectors); when the best one reaches ``threshold``, up to ``sentences`` of those
-    within 0.15 of it are picked by MMR, put in passage order and cited by their chunk id
-    (``"… [chunk_id]"``). Returns ``(text, cited chunk ids, best similarity)``: the text is
-    :data:`NOT_IN_DOCUMENTS` below the threshold, and the similarity None without sentences.
-    """
-    sents: list[tuple[int, int, str]] = []  # (passage index, start, text)
-    for p, (_cid, text) in enumerate(passages):
-        for s, e in split_sentences(text):
-            if e - s >= 10:
-                sents.append((p, s, text[s:e]))
-    # Headings ("Prohibited AI practices") make poor answers: prefer sentences of 4+ words.
-    sents = [x for x in sents if len(x[2].split()) >= MIN_USABLE_WORDS] or sents
-    if not sents:
-        return NOT_IN_DOCUMENTS, [], None
-    vecs = embed([question] + [t for _, _, t in sents])
-    q, sv = vecs[0], vecs[1:]
-    sims = sv @ q
-    best = float(sims.max())
-    if best < threshold:
-        return NOT_IN_DOCUMENTS, [], best
-    eligible = np.flatnonzero(sims >= max(threshold, best - 0.15))
-    tokens = np.asarray(count_many([sents[i][2] for i in eligible]), dtype=np.int64)
-    picked = mmr(sv[eligible], sims[eligible], tokens, 10_000, sentences, mmr_lambda)
-    chosen = sorted((int(eligible[i]) for i in picked), key=lambda i: (sents[i][0], sents[i][1]))
-    pieces: list[str] = []
-    group: list[str] = []
-    group_p = -1
-    for i in chosen:
-        p = sents[i][0]
-        if group and p != group_p:
-            pieces.append(" ".join(group) + f" [{passages[group_p][0]}]")
-            group = []
-        group.append(sents[i][2])
-        group_p = p
-    if group:
-        pieces.append(" ".join(group) + f" [{passages[group_p][0]}]")
-    cited = list(dict.fromkeys(passages[sents[i][0]][0] for i in chosen))
-    return " ".join(pieces), cited, best

@@ -5,9 +5,10 @@
   backend's response cache, retries and accounting), an unusable reply is retried once with a
   reminder, and several answers are merged with one ``window_synthesize`` call.
 * :class:`ExtractiveWindowReader` — the offline default: each window is answered by *selecting
-  its sentence most similar to the question* with the embedding model (``all-MiniLM-L6-v2``);
-  the confidence is that cosine similarity, and a window whose best sentence stays below
-  ``threshold`` says ``NO_ANSWER``. The merge picks the best-supported answer
+  its sentences that answer the question* with the extractive engine's rule
+  (:mod:`~ctxwin_dagster.backends.tasks.answering`: the embedding model ``all-MiniLM-L6-v2``
+  plus BM25, lists kept whole); the confidence is the best cosine similarity, and a window the
+  rule finds no answer in says ``NO_ANSWER``. The merge picks the best-supported answer
   (:func:`~ctxwin_dagster.core.methods.sliding_qa.best_supported`). Deterministic, no network, cost 0,
   and labelled ``engine="extractive"`` everywhere. It still renders and counts the prompts the
   LLM reader would send, so input volumes are reported the same way offline.
@@ -24,6 +25,7 @@ Example (offline)::
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import Counter
@@ -33,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ctxwin_dagster.backends.base import CallRecord, CallTags, ChatBackend, ChatRequest, Embedder, Ledger
+from ctxwin_dagster.backends.tasks.answering import AnswerRule, answer_from_passages
 from ctxwin_dagster.backends.tasks.extractive import DEFAULT_ANSWER_THRESHOLD, extractive_record
 from ctxwin_dagster.backends.tasks.llm import check_sampling
 from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
@@ -233,9 +236,11 @@ class ExtractiveWindowReader:
     Args:
         embedder: an :class:`~ctxwin_dagster.backends.base.Embedder` (e.g. ``LocalEmbedder``).
         threshold: the cosine similarity below which a window says ``NO_ANSWER`` (default
-            :data:`~ctxwin_dagster.backends.tasks.extractive.DEFAULT_ANSWER_THRESHOLD`, calibrated on SQuAD).
-        answer_sentences: the answer is the best sentence plus up to this many − 1 more of the
-            window's sentences within ``0.05`` of it, in document order.
+            :data:`~ctxwin_dagster.backends.tasks.extractive.DEFAULT_ANSWER_THRESHOLD`, calibrated on SQuAD):
+            the floor of the answer rule.
+        answer_sentences: at most this many sentences answer in a window.
+        rule: the rest of the :class:`~.answering.AnswerRule` (ranking, the not-found model,
+            lists); its ``floor`` and ``sentences`` are ``threshold`` and ``answer_sentences``.
         counter: counts the prompts the LLM reader would send (default ``cl100k_base``).
         ledger: where records go; a new :class:`Ledger` when None.
         model_label: the ``model`` of findings and records.
@@ -249,7 +254,8 @@ class ExtractiveWindowReader:
         embedder: Embedder,
         *,
         threshold: float = DEFAULT_ANSWER_THRESHOLD,
-        answer_sentences: int = 2,
+        answer_sentences: int = 3,
+        rule: AnswerRule | None = None,
         counter: TokenCounter | None = None,
         ledger: Ledger | None = None,
         model_label: str = "extractive/all-MiniLM-L6-v2",
@@ -264,6 +270,7 @@ class ExtractiveWindowReader:
         self.embedder = embedder
         self.threshold = threshold
         self.answer_sentences = answer_sentences
+        self.rule = dataclasses.replace(rule or AnswerRule(), floor=threshold, sentences=answer_sentences)
         self.counter = counter or get_token_counter(None)
         self.meter = PromptMeter(self.counter)
         self.ledger = ledger if ledger is not None else Ledger()
@@ -305,47 +312,38 @@ class ExtractiveWindowReader:
         total: int,
         summary: str | None = None,
     ) -> list[WindowFinding]:
-        """Per window: the sentence closest to the question; ``NO_ANSWER`` below the threshold."""
+        """Per window: the extractive answer (:mod:`.answering`'s rule) or ``NO_ANSWER``."""
         t0 = time.perf_counter()
-        per_window = []
         texts: list[str] = [question]
         for w in windows:
-            sents = [(s, e) for s, e in split_sentences(w.text, offset=w.start) if e - s >= 10]
-            per_window.append(sents)
-            texts.extend(w.text[s - w.start : e - w.start] for s, e in sents)
-        vecs = self._embed(texts)
-        q, sv = vecs[0], vecs[1:]
+            texts.extend(w.text[s:e] for s, e in split_sentences(w.text) if e - s >= 10)
+        self._embed(texts)  # one batch for every window; each window's answer reads the cache
         embed_s = (time.perf_counter() - t0) / max(1, len(windows))
         out: list[WindowFinding] = []
-        pos = 0
-        for w, n, sents in zip(windows, numbers, per_window, strict=True):
+        for w, n in zip(windows, numbers, strict=True):
             ts = time.perf_counter()
-            sims = sv[pos : pos + len(sents)] @ q if sents else np.zeros(0, np.float32)
-            pos += len(sents)
             lang = detect_language(question + "\n" + w.text[:20_000])
             tpl = get_template("window_answer", lang)
             msgs = tpl.render(
                 summary_block=summary_block(summary, lang), window=n, windows=total, text=w.text, question=question
             )
-            if len(sims) == 0 or float(sims.max()) < self.threshold:
-                best = float(sims.max()) if len(sims) else 0.0
+            found = answer_from_passages(
+                question, [(f"W{n}", w.text)], self._embed, rule=self.rule, english=lang == "en"
+            )
+            if found.not_found or found.top is None:
+                best = found.best or 0.0
                 output = f'{{"answer": "{NO_ANSWER}", "confidence": {max(0.0, best):.4f}, "evidence": ""}}'
                 rec = self._record(msgs, tpl.id, output, embed_s + time.perf_counter() - ts)
                 out.append(no_answer_finding(w, n, records=(rec,)))
                 continue
-            order = np.argsort(-sims, kind="stable")
-            best_i = int(order[0])
-            best = float(sims[best_i])
-            chosen = [i for i in order[: self.answer_sentences] if sims[i] >= best - 0.05]
-            chosen = sorted(int(i) for i in chosen)
-            answer = " ".join(w.text[sents[i][0] - w.start : sents[i][1] - w.start] for i in chosen)
-            s, e = sents[best_i]
-            evidence = w.text[s - w.start : e - w.start]
-            confidence = min(1.0, max(0.0, best))
-            output = _json_answer(answer, confidence, evidence)
+            s, e = w.start + found.top.start, w.start + found.top.end
+            confidence = min(1.0, max(0.0, found.best or 0.0))
+            output = _json_answer(found.plain, confidence, found.top.text)
             rec = self._record(msgs, tpl.id, output, embed_s + time.perf_counter() - ts)
             out.append(
-                WindowFinding(n, w.doc_id, w.start, w.end, True, answer, confidence, evidence, (s, e), None, (rec,))
+                WindowFinding(
+                    n, w.doc_id, w.start, w.end, True, found.plain, confidence, found.top.text, (s, e), None, (rec,)
+                )
             )
         return out
 
