@@ -59,7 +59,7 @@ from ctxwin_dagster.backends.tasks.answering import (  # noqa: E402
     answer_signals,
 )
 from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
-from ctxwin_dagster.core.evaluation.metrics.answers import answer_f1  # noqa: E402
+from ctxwin_dagster.core.evaluation.metrics.answers import answer_f1, strip_citations  # noqa: E402
 from ctxwin_dagster.core.evaluation.qa.corpora import cuad_to_qa, squad_to_qa  # noqa: E402
 from ctxwin_dagster.core.evaluation.qa.items import QAItem  # noqa: E402
 from ctxwin_dagster.core.retrieval.focus import LexicalIndexes, query_texts  # noqa: E402
@@ -158,7 +158,7 @@ def measure(cases: list[Case], answerer: Answerer, rule: AnswerRule) -> dict:
             r["nf"].append(float(res.not_found))
             continue
         refs = q.meta.get("answer_texts") or [q.reference_answer]
-        text = _strip_markers(res.text)
+        text = strip_citations(res.text)
         r["f1"].append(0.0 if res.not_found else answer_f1(text, refs))
         r["answered"].append(float(not res.not_found))
         spans = [(case.offsets[p.passage] + p.start, case.offsets[p.passage] + p.end) for p in res.picks]
@@ -172,12 +172,6 @@ def measure(cases: list[Case], answerer: Answerer, rule: AnswerRule) -> dict:
             if v
         }
     return out
-
-
-def _strip_markers(text: str) -> str:
-    import re
-
-    return re.sub(r"\s*\[[^\[\]\n]{1,200}\]", "", text)
 
 
 def fit(cases: list[Case], answerer: Answerer, rule: AnswerRule) -> tuple[tuple[float, tuple[float, ...]], dict]:

@@ -221,7 +221,7 @@ def _scores_asset(variant: str):
         partitions_def=documents_partitions,
         group_name="evaluation",
         kinds={"python", "ragas"},
-        code_version="1",
+        code_version="2",  # 2: answer F1 and exact match leave citation markers out
         description=(
             f"RAGAS scores of the {variant} answers: non-LLM and ID-based context metrics always, the "
             f"paper's five LLM metrics with a judge; plus span recall, hit@k and MRR."

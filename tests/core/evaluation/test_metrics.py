@@ -12,7 +12,7 @@ from ctxwin_dagster.core.evaluation.metrics.aggregation import (
     bootstrap_mean_ci,
     scores_by_variant,
 )
-from ctxwin_dagster.core.evaluation.metrics.answers import answer_f1, exact_match, normalize_answer
+from ctxwin_dagster.core.evaluation.metrics.answers import answer_f1, exact_match, normalize_answer, strip_citations
 from ctxwin_dagster.core.evaluation.metrics.scoring import (
     RecordError,
     is_answerable,
@@ -77,6 +77,19 @@ def test_answer_f1_matches_squad_arithmetic():
     assert answer_f1("curie", ["Marie", "Curie"]) == 1.0  # best over references
     # repeated tokens count with their multiplicity (Counter intersection)
     assert answer_f1("the the paris paris", "paris") == pytest.approx(2 * 0.5 * 1 / 1.5)
+
+
+def test_citation_markers_are_not_words_of_the_answer():
+    from ctxwin_dagster.core.evaluation.metrics.scoring import score_record
+
+    hexid = "a7f76ab74c881991fabf7461db1c82a0"
+    assert strip_citations(f"Paris [1]. Lyon [1, 2]; Nice [{hexid}] [W3] [sic] [Article 5]") == (
+        "Paris. Lyon; Nice [sic] [Article 5]"
+    )
+    base = {"question_id": "q", "doc_id": "d", "variant": "t_rag", "question": "Where?", "not_found": False}
+    rec = {**base, "answer": "France [1]", "reference_answer": "France", "reference_spans": [[0, 6]]}
+    scores = score_record(rec)
+    assert scores["answer_f1"] == 1.0 and scores["exact_match"] == 1.0
 
 
 def test_exact_match():

@@ -10,10 +10,26 @@ import string
 from collections import Counter
 from collections.abc import Sequence
 
-__all__ = ["answer_f1", "exact_match", "normalize_answer", "reference_answers"]
+__all__ = ["answer_f1", "exact_match", "normalize_answer", "reference_answers", "strip_citations"]
 
 _PUNCT = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+
+
+#: A citation marker an answer carries: ``[1]``, ``[1, 2]``, a chunk id (8 to 64 hex digits) or a
+#: sliding window ``[W3]``, alone or several in one bracket. Other brackets ("[sic]") are words.
+_MARKER = re.compile(r"\s*\[(?:\d{1,4}|[0-9a-f]{8,64}|W\d{1,5})(?:\s*[,;]\s*(?:\d{1,4}|[0-9a-f]{8,64}|W\d{1,5}))*\]")
+
+
+def strip_citations(text: str) -> str:
+    """The answer without its citation markers, which are not words of the answer.
+
+    Example::
+
+        >>> strip_citations("Rollo led them [1]. He was Norse [1, 2] [sic].")
+        'Rollo led them. He was Norse [sic].'
+    """
+    return _MARKER.sub("", str(text or ""))
 
 
 def normalize_answer(text: str) -> str:

@@ -27,7 +27,8 @@ Metrics per question (see :func:`score_record`):
   ``hit@k`` and ``mrr`` over ``retrieved`` (a chunk is relevant when it overlaps a reference
   span), ``id_context_precision`` / ``id_context_recall`` (reference chunk ids = the chunks
   overlapping a reference span), ``answer_f1`` and ``exact_match`` against
-  ``reference_answer`` (SQuAD normalization; a ``not_found`` answer scores 0), ``abstained``;
+  ``reference_answer`` (SQuAD normalization, citation markers left out; a ``not_found`` answer
+  scores 0), ``abstained``;
 * unanswerable questions: ``not_found_correct`` (1.0 when the model said it was not found).
 
 A metric that does not apply to a question is ``None`` (never NaN); one that applies but whose
@@ -59,7 +60,7 @@ from typing import Any
 
 import numpy as np
 
-from ctxwin_dagster.core.evaluation.metrics.answers import answer_f1, exact_match, reference_answers
+from ctxwin_dagster.core.evaluation.metrics.answers import answer_f1, exact_match, reference_answers, strip_citations
 
 __all__ = [
     "ANSWERABLE_METRICS",
@@ -397,7 +398,7 @@ def score_record(
                     out["id_context_recall"] = len(set(ref_ids) & set(ids)) / len(set(ref_ids))
         refs = [r for r in reference_answers(record.get("reference_answer")) if r.strip()]
         if refs:
-            prediction = "" if not_found else str(record.get("answer") or "")
+            prediction = "" if not_found else strip_citations(str(record.get("answer") or ""))
             out["answer_f1"] = 0.0 if not_found else answer_f1(prediction, refs)
             out["exact_match"] = 0.0 if not_found else exact_match(prediction, refs)
         out["abstained"] = float(not_found)
