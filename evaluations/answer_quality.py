@@ -132,7 +132,9 @@ class Answerer:
         return np.stack([self.vectors[t] for t in texts])
 
     def answer(self, case: Case, rule: AnswerRule):
-        return answer_from_passages(case.item.question, case.passages, self.embed, rule=rule)
+        """The answer under ``rule``; passages are labelled 1, 2, … as ``ctxwin ask`` numbers them."""
+        passages = [(str(i + 1), text) for i, (_, text) in enumerate(case.passages)]
+        return answer_from_passages(case.item.question, passages, self.embed, rule=rule)
 
     def signals(self, case: Case, rule: AnswerRule) -> dict[str, float] | None:
         """The not-found signals of a case, as answer_from_passages computes them."""
