@@ -144,11 +144,17 @@ def start(spec: AskerSpec, *, log=None) -> Client | None:
     path = state_file(spec)
     if path is None:
         return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()  # a dead server's
     logfile = path.with_suffix(".log")
-    with open(logfile, "ab") as out:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # a dead server's
+        out = open(logfile, "ab")  # noqa: SIM115 - closed once the server holds its own copy
+    except OSError as exc:
+        if log is not None:
+            print(f"ctxwin ask: no ask server ({exc}); answering in this process", file=log)
+        return None
+    with out:
         proc = subprocess.Popen(
             [
                 sys.executable,

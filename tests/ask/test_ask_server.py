@@ -113,3 +113,17 @@ def test_off_in_the_environment_answers_in_process(workspace, tmp_path):
     done = _ask(workspace, tmp_path / "cache", env, "Who was the Norse leader?", "--doc", "squad_Normans")
     assert done.returncode == 0 and "Answer (" in done.stdout
     assert not (tmp_path / "cache" / "ask-servers").exists()
+
+
+def test_a_cache_folder_that_cannot_be_written_means_no_server_and_says_so(tmp_path):
+    import io
+
+    from ctxwin_dagster.ask import server
+    from ctxwin_dagster.ask.session import AskerSpec
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    spec = AskerSpec(str(tmp_path / "lancedb"), None, None, None, str(blocker), None, "{}", None)
+    said = io.StringIO()
+    assert server.start(spec, log=said) is None and server.find(spec) is None
+    assert "answering in this process" in said.getvalue() and str(blocker) in said.getvalue()
