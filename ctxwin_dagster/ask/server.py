@@ -197,7 +197,11 @@ def stop(spec: AskerSpec) -> int | None:
 
 # ------------------------------------------------------------------------------ server
 def _index_signature(lancedb: str) -> tuple[tuple[str, int], ...]:
-    """Changes when a run writes a table (LanceDB adds a manifest to ``<table>.lance/_versions``)."""
+    """Changes when a run writes a table (LanceDB adds a manifest to ``<table>.lance/_versions``).
+    An object store's index (``s3://…``) has none here: its server opens it once, and
+    ``ctxwin ask --stop-server`` makes the next question open it again."""
+    if "://" in lancedb:
+        return ()
     root = Path(lancedb)
     out = []
     for table in sorted(root.glob("*.lance")):

@@ -86,7 +86,10 @@ class AskerSpec:
         home = experiment_home(args)
 
         def absolute(path: str | Path | None) -> str | None:
-            return str(Path(path).resolve()) if path else None
+            """A folder made absolute; an object store's URI (``s3://…``) as it is."""
+            if not path:
+                return None
+            return str(path) if "://" in str(path) else str(Path(path).resolve())
 
         return cls(
             lancedb=absolute(getattr(args, "lancedb", None) or exp.lancedb_uri) or "",

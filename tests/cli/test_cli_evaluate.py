@@ -31,14 +31,17 @@ def test_evaluate_own_corpus_and_compare_experiments(tmp_path):
         for line in (ROOT / "data" / "qa" / "squad_sample.jsonl").read_text(encoding="utf-8").splitlines()
         if '"squad_Normans"' in line
     ]
-    (qa / "questions.jsonl").write_text("\n".join(lines[:8]) + "\n", encoding="utf-8")
+    # 24 questions: the offline answers are short, so most pairs of variants answer alike, and the
+    # review round trip below needs some that differ
+    n = 24
+    (qa / "questions.jsonl").write_text("\n".join(lines[:n]) + "\n", encoding="utf-8")
 
     plain = _ctxwin(["evaluate", "--name", "plain", "--documents", str(docs), "--qa", str(qa)], tmp_path)
     assert plain.returncode == 0, plain.stdout[-3000:] + plain.stderr[-3000:]
     report = tmp_path / "evaluations" / "reports" / "plain"
     assert (report / "report.html").is_file() and (report / "report.md").is_file()
     payload = json.loads((report / "comparison.json").read_text())
-    assert payload["n_questions"] == {"t_rag": 8, "cc_rag": 8, "swb_rag": 8}
+    assert payload["n_questions"] == {"t_rag": n, "cc_rag": n, "swb_rag": n}
 
     exp = {
         "name": "neighbors",
@@ -67,7 +70,9 @@ def test_evaluate_own_corpus_and_compare_experiments(tmp_path):
     assert eff["neighbors"]["t_rag"]["context_chars_per_question"] > eff["plain"]["t_rag"]["context_chars_per_question"]
 
     # human review round trip through the command line: identical answers are ties nobody is asked
-    exported = _ctxwin(["review", "export", "plain", "--a", "t_rag", "--b", "swb_rag", "--out", "review"], tmp_path)
+    # (the neighbors experiment: with sentence focus, the offline engine answers these 24 alike in
+    # T-RAG and SWB-RAG; with chunk windows their retrievals differ, and so do 8 of the answers)
+    exported = _ctxwin(["review", "export", "neighbors", "--a", "t_rag", "--b", "swb_rag", "--out", "review"], tmp_path)
     assert exported.returncode == 0, exported.stderr
     import csv
 
@@ -76,9 +81,12 @@ def test_evaluate_own_corpus_and_compare_experiments(tmp_path):
     with path.open(newline="", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
     asked, ties = len(rows), len(key["identical"])
-    assert asked + ties == 8 and set(key["sides"]) == {r["question_id"] for r in rows}
+    assert asked + ties == n and set(key["sides"]) == {r["question_id"] for r in rows}
+    assert asked >= 1, "every pair answered alike: nothing to review"
     assert f"{asked} blinded pairs" in exported.stdout
-    assert all(r["doc_id"] == "squad_Normans" and r["reference_answer"] for r in rows)
+    refs = {q["question_id"]: q.get("reference_answer") or "" for q in map(json.loads, lines[:n])}
+    assert all(r["doc_id"] == "squad_Normans" and r["reference_answer"] == refs[r["question_id"]] for r in rows)
+    assert any(r["reference_answer"] for r in rows)  # the answerable ones show theirs
     wrong = min(3, asked)
     for name, first in (("ann", "both wrong"), ("bob", "A better")):
         for i, row in enumerate(rows):
@@ -94,7 +102,7 @@ def test_evaluate_own_corpus_and_compare_experiments(tmp_path):
     cells = [c.strip() for c in simple.strip("|").split("|")]
     assert cells[1:6] == ["0", "0", str(asked - wrong), str(wrong), str(asked)]
     total = next(line for line in counted.stdout.splitlines() if line.startswith("| total"))
-    assert [c.strip() for c in total.strip("|").split("|")][5:7] == ["8", str(ties)]
+    assert [c.strip() for c in total.strip("|").split("|")][5:7] == [str(n), str(ties)]
     both = _ctxwin(["review", "import", "review/key.json", "review/ann.csv", "review/bob.csv"], tmp_path)
     assert both.returncode == 0, both.stderr
     assert "## Agreement" in both.stdout and "| review/ann.csv | review/bob.csv |" in both.stdout
