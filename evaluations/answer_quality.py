@@ -56,16 +56,13 @@ from ctxwin_dagster.backends.tasks.answering import (  # noqa: E402
     SIGNALS,
     AnswerRule,
     answer_from_passages,
-    answer_signals,
 )
 from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
 from ctxwin_dagster.core.evaluation.metrics.answers import answer_f1, strip_citations  # noqa: E402
 from ctxwin_dagster.core.evaluation.qa.corpora import cuad_to_qa, squad_to_qa  # noqa: E402
 from ctxwin_dagster.core.evaluation.qa.items import QAItem  # noqa: E402
 from ctxwin_dagster.core.retrieval.focus import LexicalIndexes, query_texts  # noqa: E402
-from ctxwin_dagster.core.retrieval.lexical import TextBM25  # noqa: E402
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings  # noqa: E402
-from ctxwin_dagster.core.text.sentences import split_sentences  # noqa: E402
 
 CUAD_CONTRACTS = 80  # 40 tune + 40 report
 
@@ -138,15 +135,7 @@ class Answerer:
 
     def signals(self, case: Case, rule: AnswerRule) -> dict[str, float] | None:
         """The not-found signals of a case, as answer_from_passages computes them."""
-        sents = [text[s:e] for _, text in case.passages for s, e in split_sentences(text) if e - s >= 10]
-        sents = [t for t in sents if len(t.split()) >= 4] or sents
-        if not sents:
-            return None
-        vecs = self.embed([case.item.question, *sents])
-        sims = vecs[1:] @ vecs[0]
-        lex = TextBM25(sents).scorer(case.item.question)(sents)
-        score = sims + rule.lexical_weight * (lex / lex.max() if lex.max() > 0 else 0)
-        return answer_signals(case.item.question, sents, sims, int(np.argmax(score)))
+        return self.answer(case, replace(rule, abstain_at=None)).signals
 
 
 def measure(cases: list[Case], answerer: Answerer, rule: AnswerRule) -> dict:

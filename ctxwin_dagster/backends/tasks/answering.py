@@ -134,6 +134,7 @@ class ExtractiveAnswer:
     reason: str = ""  # why NOT_IN_DOCUMENTS: "no sentences", "below the floor", "the model"
     plain: str = ""  # the answer without its citation labels
     top: Pick | None = None  # the best-ranked sentence (its evidence)
+    signals: dict[str, float] | None = None  # what the not-found model weighed (None: no sentences)
 
     @property
     def not_found(self) -> bool:
@@ -280,14 +281,14 @@ def answer_from_passages(
     score = sims + rule.lexical_weight * (lex / top_lex if top_lex > 0 else 0.0)
     order = np.argsort(-score, kind="stable")
     best = float(sims.max())
-    if best < rule.floor:
-        return ExtractiveAnswer(NOT_IN_DOCUMENTS, [], best, None, reason="below the floor")
-    probability = None
     signals = answer_signals(question, texts, sims, int(order[0]))
+    if best < rule.floor:
+        return ExtractiveAnswer(NOT_IN_DOCUMENTS, [], best, None, reason="below the floor", signals=signals)
+    probability = None
     if english and signals["question_words"] <= rule.model_max_words:
         probability = not_found_probability(signals, rule.not_found_model)
         if rule.abstain_at is not None and probability >= rule.abstain_at:
-            return ExtractiveAnswer(NOT_IN_DOCUMENTS, [], best, probability, reason="the model")
+            return ExtractiveAnswer(NOT_IN_DOCUMENTS, [], best, probability, reason="the model", signals=signals)
     top = float(score[order[0]])
     chosen = sorted(int(i) for i in order[: rule.sentences] if score[i] >= top - rule.margin)
     picks: list[Pick] = []
@@ -307,7 +308,7 @@ def answer_from_passages(
     labels = [label for label, _ in passages]
     text, plain = _render(picks, labels, cut_lists, True), _render(picks, labels, cut_lists, False)
     cited = list(dict.fromkeys(labels[x.passage] for x in picks))
-    return ExtractiveAnswer(text, cited, best, probability, picks, plain=plain, top=top_pick)
+    return ExtractiveAnswer(text, cited, best, probability, picks, plain=plain, top=top_pick, signals=signals)
 
 
 def _render(picks: Sequence[Pick], labels: Sequence[str], cut_lists: set[int], cite: bool) -> str:
