@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ctxwin_dagster.core.defaults import PAPER
+from ctxwin_dagster.core.methods.prompts.schemas import ReplySchema
 
 __all__ = [
     "CallRecord",
@@ -64,6 +65,10 @@ class CallRecord:
     attempts: int = 1
     ok: bool = True
     error: str | None = None
+    #: For a request with a reply schema: how the reply was held to it. ``schema``: the server's
+    #: structured output or the local model's constrained decoding; ``json_object``: JSON only
+    #: (the server has no schema support); ``text``: nothing (neither); empty: no schema asked.
+    reply_format: str = ""
 
     @property
     def paid_usd(self) -> float | None:
@@ -88,6 +93,9 @@ class ChatRequest:
     json_mode: bool = False
     prompt_version: str = ""
     tags: CallTags = field(default_factory=CallTags)
+    #: The reply's JSON schema: sent as structured output where the backend supports it (implies
+    #: ``json_mode``); the task engine still parses the reply and counts what it had to repair.
+    schema: ReplySchema | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +182,9 @@ class Ledger:
         ``cost_usd`` is the cost of the work (cache hits count at the cost of the call they
         reuse), ``paid_usd`` what was paid in this run (cache hits count 0); ``cost_known`` is
         False when a record has no known price (its cost is then left out of both sums).
+        ``schema_enforced`` / ``schema_not_enforced`` count the records of requests with a reply
+        schema whose reply was held to it (structured output, constrained decoding) or was not
+        (the backend supports neither; the parser's repair and retry deal with the reply).
 
         Example::
 
@@ -184,7 +195,10 @@ class Ledger:
         """
         out: dict[str, Any] = {k: 0 for k in _SUMMED}
         out.update(calls=0, cache_hits=0, failures=0, cost_usd=0.0, paid_usd=0.0, cost_known=True)
+        out.update(schema_enforced=0, schema_not_enforced=0)
         for r in records:
+            if r.reply_format:
+                out["schema_enforced" if r.reply_format == "schema" else "schema_not_enforced"] += 1
             for k in _SUMMED:
                 out[k] += getattr(r, k)
             if r.cache_hit:

@@ -46,9 +46,14 @@ import numpy as np
 
 from ctxwin_dagster.core.budget.tokens import get_token_counter
 
-__all__ = ["FAULTS", "FakeOpenAIServer", "default_responder", "fake_embedding"]
+__all__ = ["FAULTS", "STRUCTURED", "FakeOpenAIServer", "default_responder", "fake_embedding", "schema_instance"]
 
 FAULTS = ("ok", "429", "500", "timeout", "malformed", "truncated", "overflow")
+#: What the server does with ``response_format``: ``schema`` honours ``json_schema`` and
+#: ``json_object``; ``json_object`` refuses ``json_schema`` (400) like a server without structured
+#: output; ``none`` refuses any ``response_format``; ``ignore`` takes ``json_schema`` and replies
+#: as if it had not been sent (a server that accepts the field and does not enforce it).
+STRUCTURED = ("schema", "json_object", "none", "ignore")
 
 
 def default_responder(body: dict[str, Any]) -> str:
@@ -68,9 +73,51 @@ def default_responder(body: dict[str, Any]) -> str:
     content = str(content or "")
     digest = hashlib.sha256(content.encode("utf-8")).hexdigest()[:12]
     head = " ".join(content.split()[:12])
-    if (body.get("response_format") or {}).get("type") == "json_object":
+    fmt = body.get("response_format") or {}
+    if fmt.get("type") == "json_schema":
+        return json.dumps(schema_instance((fmt.get("json_schema") or {}).get("schema") or {}, f"{digest} {head}"))
+    if fmt.get("type") == "json_object":
         return json.dumps({"reply": digest, "echo": head}, ensure_ascii=False)
     return f"Reply {digest}: {head}"
+
+
+def schema_instance(schema: dict[str, Any], text: str, name: str = "") -> Any:
+    """A value of ``schema`` (the subset the project's reply schemas use), its strings made from
+    ``text``: what a server with structured output would return. An array of ``enum`` items gets
+    the values in order, each once, so an SWB batch reply names every chunk.
+
+    Example::
+
+        >>> schema_instance({"type": "object", "properties": {"a": {"type": "number"}}}, "x")
+        {'a': 0.5}
+    """
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        return {k: schema_instance(v, text, k) for k, v in (schema.get("properties") or {}).items()}
+    if kind == "array":
+        if schema.get("prefixItems"):
+            return [schema_instance(item, f"{text} {i}") for i, item in enumerate(schema["prefixItems"], start=1)]
+        n = int(schema.get("minItems") or 1)
+        items = schema.get("items") or {}
+        out = []
+        for i in range(n):
+            value = schema_instance(items, f"{text} {i + 1}")
+            if isinstance(value, dict):  # enum properties take their i-th value
+                for k, sub in (items.get("properties") or {}).items():
+                    if "enum" in sub:
+                        value[k] = sub["enum"][i % len(sub["enum"])]
+            out.append(value)
+        return out
+    if kind in ("number", "integer"):
+        return 0.5 if kind == "number" else 1
+    if kind == "boolean":
+        return True
+    value = f"{name} {text}".strip() if name else text
+    return value[: int(schema["maxLength"])] if "maxLength" in schema else value
 
 
 def fake_embedding(text: str, dim: int) -> np.ndarray:
@@ -134,6 +181,7 @@ class FakeOpenAIServer:
         api_key: when set, requests without ``Authorization: Bearer <api_key>`` get a 401.
         report_usage: include ``usage`` in chat responses (False to test counting fallbacks).
         cached_tokens: ``usage.prompt_tokens_details.cached_tokens`` to report (capped).
+        structured: what it does with ``response_format`` (see :data:`STRUCTURED`).
 
     Attributes:
         base_url: ``"http://127.0.0.1:PORT/v1"``, set by :meth:`start`.
@@ -163,7 +211,11 @@ class FakeOpenAIServer:
         api_key: str | None = None,
         report_usage: bool = True,
         cached_tokens: int = 0,
+        structured: str = "schema",
     ) -> None:
+        if structured not in STRUCTURED:
+            raise ValueError(f"structured must be one of {STRUCTURED}; got {structured!r}")
+        self.structured = structured
         if latency_s < 0:
             raise ValueError(f"latency_s must be >= 0; got {latency_s}")
         if embed_dim < 1:
@@ -384,6 +436,14 @@ class FakeOpenAIServer:
             self._send_raw(h, 200, b'{"id": "chatcmpl-broken", "choices": [{"mess', "application/json")
             return
 
+        fmt = (body.get("response_format") or {}).get("type")
+        if fmt and (self.structured == "none" or (fmt == "json_schema" and self.structured == "json_object")):
+            self._send_error(
+                h, 400, f"response_format of type '{fmt}' is not supported by this server", "invalid_request_error"
+            )
+            return
+        if fmt == "json_schema" and self.structured == "ignore":
+            body = {k: v for k, v in body.items() if k != "response_format"}
         messages = body.get("messages") or []
         model = str(body.get("model") or "")
         counter = get_token_counter(model or None)

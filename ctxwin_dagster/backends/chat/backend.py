@@ -59,6 +59,7 @@ from ctxwin_dagster.backends.calls.endpoint import OPENAI_BASE_URL, normalize_ba
 from ctxwin_dagster.backends.calls.retry import RetryPolicy
 from ctxwin_dagster.backends.chat.errors import ChatBackendError, chat_error
 from ctxwin_dagster.backends.chat.messages import Prepared, check_fit, parse_completion, prepare, request_body
+from ctxwin_dagster.backends.chat.structured import ReplyFormats
 from ctxwin_dagster.backends.planning.pricing import PriceOverrides, estimate_cost
 from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.budget.tokens import TokenCounter, get_token_counter
@@ -187,6 +188,8 @@ class OpenAIChatBackend:
             max_retries=0,  # retries are self.retry's
             timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0)),
         )
+        #: What structured output the endpoint accepts (found out on the first request with a schema).
+        self.reply_formats = ReplyFormats(self.cache if not isinstance(self.cache, NullCache) else None)
         self._slots = threading.BoundedSemaphore(max_concurrency)
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -334,6 +337,7 @@ class OpenAIChatBackend:
             cache_hit=attempts == 0,
             usage_counted=bool(entry.get("usage_counted", False)),
             attempts=attempts,
+            reply_format=str(entry.get("reply_format") or ("schema" if p.request.schema is not None else "")),
         )
         self.ledger.add(record)
         return ChatResult(text=text, record=record, finish_reason=entry.get("finish_reason"))
@@ -397,22 +401,31 @@ class OpenAIChatBackend:
 
     def _send(self, p: Prepared, *, stop: threading.Event | None = None) -> Any:
         """Send ``p`` with retries, record it, cache the answer; ``_SKIPPED`` when ``stop`` was set first."""
-        body = request_body(p, model=self.model, max_tokens_param=self.max_tokens_param)
         client = self._api()
         t0 = 0.0  # set when the first attempt starts: latency excludes waiting for a slot
         attempts = 0
+        fmt = self.reply_formats.get(self.base_url, self.model) if p.request.schema is not None else ""
         try:
-            for attempt in self.retry.retrying():
-                with attempt, self._slots:
-                    if attempts == 0:
-                        if stop is not None and stop.is_set():
-                            return _SKIPPED
-                        t0 = time.perf_counter()
-                    attempts += 1
-                    # ``post`` with a plain body is the SDK's documented way to call an endpoint; it
-                    # skips ``create``'s per-call TypedDict transform of a body this backend built itself.
-                    response = client.post("/chat/completions", body=body, cast_to=ChatCompletion)
-                    text, finish, usage, served_model = parse_completion(response)
+            while True:
+                body = request_body(p, model=self.model, max_tokens_param=self.max_tokens_param, reply_format=fmt)
+                try:
+                    for attempt in self.retry.retrying():
+                        with attempt, self._slots:
+                            if attempts == 0:
+                                if stop is not None and stop.is_set():
+                                    return _SKIPPED
+                                t0 = time.perf_counter()
+                            attempts += 1
+                            # ``post`` with a plain body is the SDK's documented way to call an endpoint; it
+                            # skips ``create``'s per-call TypedDict transform of a body this backend built itself.
+                            response = client.post("/chat/completions", body=body, cast_to=ChatCompletion)
+                            text, finish, usage, served_model = parse_completion(response)
+                    break
+                except openai.APIStatusError as exc:  # a server without structured output: ask with less
+                    lower = self.reply_formats.refused(self.base_url, self.model, fmt, exc) if fmt else None
+                    if lower is None:
+                        raise
+                    fmt = lower
         except Exception as exc:
             error = chat_error(
                 exc,
@@ -454,6 +467,7 @@ class OpenAIChatBackend:
             "usage_counted": counted,
             "served_model": served_model,
             "cost_usd": self._cost(input_tokens, output_tokens, cached_tokens),
+            "reply_format": fmt,
         }
         if finish == "length":
             log.info("%s: reply cut at max_tokens=%d (finish_reason='length')", self.model, p.request.max_tokens)

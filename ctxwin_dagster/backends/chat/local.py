@@ -10,8 +10,10 @@ What differs from a server:
 
 * one ``generate`` at a time (``max_concurrency`` is 1), but ``complete_many`` generates up to
   ``batch_size`` replies together; a batched call's ``latency_s`` is its share of the batch;
-* ``json_mode`` cannot be enforced — the reply is whatever the model writes, and the task
-  engine's parsing, repair, retry and fallback deal with it (and count it);
+* a request with a reply schema is decoded under it (constrained decoding with llguidance,
+  :mod:`~ctxwin_dagster.backends.chat.constrained`): the reply can only be JSON of the schema,
+  and only a cut at ``max_tokens`` can leave it incomplete; ``json_mode`` without a schema is
+  held to any JSON object. The task engine still parses every reply (and counts what it repairs);
 * ``max_new_tokens`` caps every reply (default 512): a small model may repeat itself until the
   cap, and the cap is part of the cache key (a reply cut there has ``finish_reason="length"``);
 * sampling (``temperature > 0``) is seeded from the cache key of the batch's first request, so
@@ -36,6 +38,7 @@ from typing import Any
 
 from ctxwin_dagster.backends.base import CallRecord, ChatRequest, ChatResult, Ledger
 from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
+from ctxwin_dagster.backends.chat.constrained import GENERIC_OBJECT, SchemaLogitsProcessor
 from ctxwin_dagster.backends.chat.local_model import LocalModelSpec, load_model, register_local_model
 from ctxwin_dagster.backends.chat.messages import Prepared, check_fit, prepare
 
@@ -69,6 +72,9 @@ class LocalChatBackend:
     """
 
     max_concurrency = 1
+    #: Constrained decoding covers all of JSON Schema (ordered items, string lengths), not only
+    #: the subset OpenAI's strict mode takes; the task engine then sends the tighter schemas.
+    decodes_any_schema = True
 
     def __init__(
         self,
@@ -171,7 +177,10 @@ class LocalChatBackend:
     def _prepare(self, request: ChatRequest) -> Prepared:
         if isinstance(request, ChatRequest) and request.max_tokens > self.max_new_tokens:
             request = replace(request, max_tokens=self.max_new_tokens)  # the reply cannot be longer
-        return prepare(request, backend_id=self.backend_id, model=self.model)
+        # JSON replies are decoded under their grammar: not the replies cached before that was so.
+        constrained = isinstance(request, ChatRequest) and (request.json_mode or request.schema is not None)
+        backend_id = f"{self.backend_id}|constrained" if constrained else self.backend_id
+        return prepare(request, backend_id=backend_id, model=self.model)
 
     def _record(self, p: Prepared, **fields: Any) -> CallRecord:
         return CallRecord(
@@ -194,6 +203,7 @@ class LocalChatBackend:
             cost_usd=0.0,
             cache_hit=attempts == 0,
             attempts=attempts,
+            reply_format="schema" if p.request.schema is not None else "",
         )
         self.ledger.add(record)
         return ChatResult(text=text, record=record, finish_reason=entry.get("finish_reason"))
@@ -219,6 +229,14 @@ class LocalChatBackend:
                 kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
             if self.repetition_penalty != 1.0:
                 kwargs["repetition_penalty"] = self.repetition_penalty
+            schemas = [
+                p.request.schema.schema
+                if p.request.schema is not None
+                else (GENERIC_OBJECT if p.request.json_mode else None)
+                for p in batch
+            ]
+            if any(x is not None for x in schemas):
+                kwargs["logits_processor"] = [SchemaLogitsProcessor.for_rows(tok, schemas, prompt_width=width)]
             with _GENERATE, torch.inference_mode():
                 before = torch.get_num_threads()
                 torch.set_num_threads(self.threads)

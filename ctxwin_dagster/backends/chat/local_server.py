@@ -2,7 +2,10 @@
 
 Libraries that only speak the OpenAI API — RAGAS's judge goes through the ``openai`` SDK and
 ``instructor`` — can then use the local model. It listens on 127.0.0.1 only, on a free port,
-answers ``POST /v1/chat/completions`` and ``GET /v1/models``, and stops with its context.
+answers ``POST /v1/chat/completions`` and ``GET /v1/models``, and stops with its context. A
+``response_format`` of type ``json_schema`` is honoured the way OpenAI's strict mode is: the
+reply is decoded under the schema (constrained decoding), and so is ``json_object`` with a
+``schema`` beside it; ``json_object`` alone gives any JSON object.
 
 Example::
 
@@ -20,6 +23,7 @@ from typing import Any
 from ctxwin_dagster.backends.base import ChatRequest
 from ctxwin_dagster.backends.chat.local import LocalChatBackend
 from ctxwin_dagster.core.budget.fit import ContextOverflowError
+from ctxwin_dagster.core.methods.prompts.schemas import ReplySchema
 
 __all__ = ["LocalChatServer"]
 
@@ -73,6 +77,7 @@ class LocalChatServer:
                             body.get("max_tokens") or body.get("max_completion_tokens") or backend.max_new_tokens
                         ),
                         json_mode=(body.get("response_format") or {}).get("type") in ("json_object", "json_schema"),
+                        schema=_schema_of(body.get("response_format")),
                     )
                     result = backend.complete(request)
                 except ContextOverflowError as exc:
@@ -132,3 +137,21 @@ class LocalChatServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _schema_of(response_format: Any) -> ReplySchema | None:
+    """The schema a ``response_format`` asks for: OpenAI's ``{"type": "json_schema", "json_schema":
+    {"name", "schema"}}``, or ``{"type": "json_object", "schema": {...}}`` (the convention of
+    several OpenAI-compatible servers, and what instructor's JSON_SCHEMA mode sends); else None."""
+    if not isinstance(response_format, dict):
+        return None
+    if response_format.get("type") == "json_object" and isinstance(response_format.get("schema"), dict):
+        return ReplySchema("reply", response_format["schema"])
+    if response_format.get("type") != "json_schema":
+        return None
+    spec = response_format.get("json_schema") or {}
+    schema = spec.get("schema")
+    if not isinstance(schema, dict):
+        raise ValueError("response_format json_schema has no 'schema' object")
+    name = "".join(c if c.isalnum() or c in "_-" else "_" for c in str(spec.get("name") or "reply")) or "reply"
+    return ReplySchema(name, schema)

@@ -61,8 +61,8 @@ def _text_parts(content: Any) -> list[str]:
 
 def prepare(request: ChatRequest, *, backend_id: str, model: str) -> Prepared:
     """``request`` checked, with its response-cache key: everything that determines the answer
-    (backend, model, messages, temperature, top_p, max_tokens, JSON mode, prompt version) and
-    nothing else (not its tags)."""
+    (backend, model, messages, temperature, top_p, max_tokens, JSON mode, reply schema, prompt
+    version) and nothing else (not its tags)."""
     if not isinstance(request, ChatRequest):
         raise TypeError(f"expected a ChatRequest; got {type(request).__name__}")
     if isinstance(request.messages, str | bytes) or not request.messages:
@@ -78,7 +78,7 @@ def prepare(request: ChatRequest, *, backend_id: str, model: str) -> Prepared:
         raise ValueError(f"ChatRequest.temperature must be between 0 and 2; got {request.temperature!r}")
     if not 0 < request.top_p <= 1:
         raise ValueError(f"ChatRequest.top_p must be in (0, 1]; got {request.top_p!r}")
-    key = ResponseCache.make_key(
+    parts: list[Any] = [
         "chat",
         backend_id,
         model,
@@ -88,7 +88,10 @@ def prepare(request: ChatRequest, *, backend_id: str, model: str) -> Prepared:
         request.max_tokens,
         request.json_mode,
         request.prompt_version,
-    )
+    ]
+    if request.schema is not None:  # keys of requests without a schema stay as they were
+        parts.append(request.schema.dumps())
+    key = ResponseCache.make_key(*parts)
     chars = sum(len(t) for m in messages for t in _text_parts(m.get("content")))
     return Prepared(request, messages, key, chars)
 
@@ -144,8 +147,12 @@ def check_fit(p: Prepared, *, model: str, limits: ModelLimits, counter: TokenCou
         )
 
 
-def request_body(p: Prepared, *, model: str, max_tokens_param: str) -> dict[str, Any]:
-    """The JSON body of ``POST /chat/completions`` for ``p``."""
+def request_body(p: Prepared, *, model: str, max_tokens_param: str, reply_format: str = "schema") -> dict[str, Any]:
+    """The JSON body of ``POST /chat/completions`` for ``p``.
+
+    ``reply_format`` is what the endpoint accepts for a request with a schema: ``schema``
+    (``response_format`` of type ``json_schema``, strict), ``json_object``, or ``text`` (none).
+    """
     r = p.request
     body: dict[str, Any] = {
         "model": model,
@@ -154,7 +161,9 @@ def request_body(p: Prepared, *, model: str, max_tokens_param: str) -> dict[str,
         "top_p": r.top_p,
         max_tokens_param: r.max_tokens,
     }
-    if r.json_mode:
+    if r.schema is not None and reply_format == "schema":
+        body["response_format"] = r.schema.response_format()
+    elif (r.json_mode or r.schema is not None) and reply_format != "text":
         body["response_format"] = {"type": "json_object"}
     return body
 

@@ -235,6 +235,13 @@ async def run_judge(
             temperature=judge.temperature,
             max_retries=judge.attempts,
         )
+        if local is not None:
+            # The local judge decodes each verdict under its schema: instructor's JSON_SCHEMA mode
+            # puts the schema in ``response_format`` (ragas asks for JSON mode, which only names it
+            # in the prompt), and the loopback server decodes under it.
+            import instructor
+
+            llm.client = instructor.from_openai(client, mode=instructor.Mode.JSON_SCHEMA)
         objs: dict[str, Any] = {}
         for m in judge.metrics:
             if m == "faithfulness":

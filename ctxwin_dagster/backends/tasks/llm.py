@@ -49,6 +49,7 @@ from ctxwin_dagster.core.methods.prompts import (
     parse_answer,
     parse_swb_contexts,
 )
+from ctxwin_dagster.core.methods.prompts.schemas import CHARS_PER_TOKEN_FLOOR, ReplySchema, swb_contexts_schema
 from ctxwin_dagster.core.methods.swb import (
     ChunkLike,
     SWBBatch,
@@ -91,6 +92,9 @@ class LLMTasks:
             (first replies unusable), ``swb_repaired`` (usable replies that needed repair: a code
             fence, prose, another JSON shape, abbreviated ids), ``swb_retried``, ``swb_retry_invalid``,
             ``swb_fallback_chunks``, ``swb_fallback_failed``, ``swb_windows_shrunk``,
+            ``swb_schema_enforced`` (first replies held to their schema by the backend),
+            ``swb_schema_ignored`` (of those, replies that still did not parse: a server that
+            ignored the schema, or a reply cut at ``max_tokens``),
             ``summary_truncations``, ``answer_passages_dropped``, ``empty_contexts``.
     """
 
@@ -145,15 +149,32 @@ class LLMTasks:
         *,
         max_tokens: int | None = None,
         json_mode: bool = False,
+        schema: ReplySchema | None = None,
     ) -> ChatRequest:
         return ChatRequest(
             messages=tuple(dict(m) for m in messages),
             temperature=self.temperature,
             top_p=self.top_p,
             max_tokens=min(max_tokens or self.max_tokens, self.limits.max_completion_tokens),
-            json_mode=json_mode,
+            json_mode=json_mode or schema is not None,
             prompt_version=tpl_id,
             tags=tags,
+            schema=schema,
+        )
+
+    def _swb_schema(self, ids: Sequence[str]) -> ReplySchema:
+        """The schema of an SWB batch reply. A backend that decodes any schema (the local model)
+        gets each chunk's id fixed at its place and a length cap per context, so that the whole
+        JSON fits the reply's tokens; a server gets the strict-mode subset."""
+        if not getattr(self.chat, "decodes_any_schema", False):
+            return swb_contexts_schema(ids)
+        entries = [{"number": n, "context": ""} for n in range(1, len(ids) + 1)]
+        skeleton = json.dumps({"contexts": entries}, separators=(",", ":"))
+        room = min(self.max_tokens, self.limits.max_completion_tokens) - self.counter.count(skeleton) - 8
+        # Two characters per token: prose takes about four, but a small model that repeats itself
+        # writes tokens of one or two characters, and a cap too high leaves the JSON cut.
+        return swb_contexts_schema(
+            ids, ordered=True, max_context_chars=max(24, CHARS_PER_TOKEN_FLOOR * room // len(ids))
         )
 
     def _prompt_limit(self, reserved: int) -> int:
@@ -333,17 +354,21 @@ class LLMTasks:
         ]
         self.stats["swb_batches"] += len(batches)
 
-        first = self._run([self._request(m, tpl.id, tags, json_mode=True) for m in prompts])
+        schemas = [self._swb_schema([c.chunk_id for c in batch]) for batch in batches]
+        first = self._run([self._request(m, tpl.id, tags, schema=sc) for m, sc in zip(prompts, schemas, strict=True)])
         outcome: dict[int, dict[str, str]] = {}
         errors: dict[int, str] = {}
         calls: dict[int, list[CallRecord]] = {k: [r.record] for k, r in enumerate(first)}
         for k, (batch, res) in enumerate(zip(batches, first, strict=True)):
             ids = [c.chunk_id for c in batch]
+            self.stats["swb_schema_enforced"] += res.record.reply_format == "schema"
             try:
                 outcome[k] = parse_swb_contexts(res.text, ids)
                 self.stats["swb_repaired"] += _needed_repair(res.text, ids)
             except PromptOutputError as exc:
                 errors[k] = str(exc)
+                # Held to the schema and still unusable: the server ignored it, or the reply was cut.
+                self.stats["swb_schema_ignored"] += res.record.reply_format == "schema"
         if errors:
             self.stats["swb_invalid"] += len(errors)
             log.warning(
@@ -355,7 +380,7 @@ class LLMTasks:
             for k in retry_ids:
                 msgs = [dict(m) for m in prompts[k]]
                 msgs[-1]["content"] += note.format(n=len(batches[k]))
-                retry_requests.append(self._request(msgs, f"{tpl.id}+retry1", tags, json_mode=True))
+                retry_requests.append(self._request(msgs, f"{tpl.id}+retry1", tags, schema=schemas[k]))
             self.stats["swb_retried"] += len(retry_ids)
             for k, res in zip(retry_ids, self._run(retry_requests), strict=True):
                 calls[k].append(res.record)
@@ -534,7 +559,8 @@ class LLMTasks:
 
 def _needed_repair(text: str, ids: Sequence[str]) -> bool:
     """True when a usable SWB reply was not the exact form asked for (plain JSON ``{"contexts": [...]}``
-    with every chunk's full id): a code fence, prose around it, another shape, abbreviated ids."""
+    with every chunk's full id, or every chunk's number in order under the ordered schema): a code
+    fence, prose around it, another shape, abbreviated ids."""
     try:
         value = json.loads(text.strip())
     except ValueError:
@@ -542,6 +568,8 @@ def _needed_repair(text: str, ids: Sequence[str]) -> bool:
     entries = value.get("contexts") if isinstance(value, dict) else None
     if not isinstance(entries, list):
         return True
+    if all(isinstance(e, dict) and "number" in e and "chunk_id" not in e for e in entries):  # the ordered schema's form
+        return [e["number"] for e in entries] != list(range(1, len(ids) + 1))
     return sorted(str(e.get("chunk_id")) for e in entries if isinstance(e, dict)) != sorted(ids)
 
 

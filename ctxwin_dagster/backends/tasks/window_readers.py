@@ -50,6 +50,7 @@ from ctxwin_dagster.core.methods.prompts import (
     parse_window_answer,
     summary_block,
 )
+from ctxwin_dagster.core.methods.prompts.schemas import ReplySchema, window_answer_schema
 from ctxwin_dagster.core.methods.sliding_qa import (
     Synthesis,
     WindowFinding,
@@ -85,7 +86,8 @@ class LLMWindowReader:
 
     Attributes:
         stats: counts of ``windows``, ``invalid_replies``, ``retried``, ``retry_invalid``,
-            ``syntheses``.
+            ``syntheses``; ``schema_enforced`` (first window replies the backend held to their
+            schema) and ``schema_ignored`` (of those, replies that still did not parse).
     """
 
     engine = "llm"
@@ -125,6 +127,7 @@ class LLMWindowReader:
         return self.language or detect_language(question + "\n" + text[:20_000])
 
     def _request(self, messages: list[dict[str, str]], version: str, *, json_mode: bool) -> ChatRequest:
+        """A window answer (``json_mode``: held to :func:`window_answer_schema`) or a synthesis."""
         return ChatRequest(
             messages=tuple(messages),
             temperature=self.temperature,
@@ -133,7 +136,13 @@ class LLMWindowReader:
             json_mode=json_mode,
             prompt_version=version,
             tags=self.tags,
+            schema=self._schema() if json_mode else None,
         )
+
+    def _schema(self) -> ReplySchema:
+        """The window answer's schema; with its strings capped to the reply's tokens for a backend
+        that decodes any schema (the local model), so the JSON is never cut."""
+        return window_answer_schema(self.max_tokens if getattr(self.chat, "decodes_any_schema", False) else None)
 
     def window_token_limit(self, *, summary: str | None = None, question: str = "") -> int:
         """The most tokens a window may hold so that its prompt fits the model."""
@@ -168,10 +177,12 @@ class LLMWindowReader:
         errors: dict[int, str] = {}
         records: dict[int, list[CallRecord]] = {i: [r.record] for i, r in enumerate(first)}
         for i, res in enumerate(first):
+            self.stats["schema_enforced"] += res.record.reply_format == "schema"
             try:
                 parsed[i] = parse_window_answer(res.text)
             except PromptOutputError as exc:
                 errors[i] = str(exc)
+                self.stats["schema_ignored"] += res.record.reply_format == "schema"
         if errors:
             self.stats["invalid_replies"] += len(errors)
             retry = sorted(errors)

@@ -189,6 +189,8 @@ def swb_rag_contexts(
 
 
 _SWB_STATS = (
+    "swb_schema_enforced",
+    "swb_schema_ignored",
     "swb_invalid",
     "swb_repaired",
     "swb_retried",

@@ -252,3 +252,34 @@ def test_loopback_endpoint_and_a_ragas_judge_run_on_the_local_model():
     # a weak judge may fail or give NaN: what must hold is that every outcome is counted
     assert counts["n"] + counts["n_nan"] + counts["n_failed"] == 1
     assert result.judge_usage["requests"] >= 1 and len(result.failures) == counts["n_failed"]
+
+
+def test_constrained_decoding_makes_the_local_models_json_replies_parse():
+    """The model that broke every SWB batch's JSON before (4 of 4 in the last report) is held to
+    the reply schemas: an SWB batch of 5 chunks parses with no retry and no fallback, and a
+    window answer is JSON of its schema that fits the reply's tokens."""
+    from ctxwin_dagster.backends.tasks.llm import LLMTasks
+    from ctxwin_dagster.backends.tasks.window_readers import LLMWindowReader
+    from ctxwin_dagster.core.retrieval.window import Window
+    from ctxwin_dagster.core.text.splitting import RecursiveSplitter
+
+    text = _excerpt()
+    chunks = RecursiveSplitter(chunk_size=450, chunk_overlap=0).split(text, doc_id=DOC, doc_sha256="x")[:5]
+    chat = LocalChatBackend(model=MODEL, max_new_tokens=120)
+    tasks = LLMTasks(chat, max_tokens=120)
+    results = tasks.contextualize_swb(text, chunks, "The Normans and Normandy.", doc_id=DOC, window_chars=600)
+    stats = tasks.stats
+    assert stats["swb_batches"] == 1 and stats["swb_schema_enforced"] == 1
+    assert stats["swb_invalid"] == 0 and stats["swb_repaired"] == 0 and stats["swb_fallback_chunks"] == 0
+    assert [r.chunk_id for r in results] == [c.chunk_id for c in chunks]
+    assert all(r.context.strip() and not r.fallback for r in results)
+    record = chat.ledger.records[0]
+    assert record.reply_format == "schema" and record.output_tokens <= 120
+
+    reader = LLMWindowReader(chat, max_tokens=60)
+    window = Window(doc_id=DOC, start=0, end=len(text), text=text, score=0.0, chunk_ids=())
+    [finding] = reader.read("In what country is Normandy located?", [window], numbers=[1], total=1)
+    assert reader.stats["schema_enforced"] == 1 and reader.stats["invalid_replies"] == 0
+    assert finding.error is None and 0.0 <= finding.confidence <= 1.0
+    reply = chat.ledger.records[-1]
+    assert reply.reply_format == "schema" and reply.output_tokens <= 60

@@ -93,7 +93,13 @@ def test_llm_swb_valid_json_is_parsed(small_doc, small_chunks):
         r.engine == "llm" and r.model == MODEL and r.prompt_version == "swb_batch.en.v1" and not r.fallback for r in res
     )
     assert all(b["temperature"] == 0.2 and b["top_p"] == 0.95 and b["max_tokens"] == 2048 for b in bodies)
-    assert all(b["response_format"] == {"type": "json_object"} for b in bodies)
+    # Structured output: each batch is held to a strict schema naming exactly its chunk ids.
+    for b in bodies:
+        rf = b["response_format"]
+        assert rf["type"] == "json_schema" and rf["json_schema"]["strict"] is True
+        contexts = rf["json_schema"]["schema"]["properties"]["contexts"]
+        assert contexts["items"]["properties"]["chunk_id"]["enum"] == _ids(b)
+        assert contexts["minItems"] == contexts["maxItems"] == len(_ids(b))
     # Batch windows: 2,000 chars before the first chunk and after the last.
     b1 = swb_batches(small_chunks, 5)[1]
     first = next(b for b in bodies if _ids(b)[0] == b1[0].chunk_id)["messages"][-1][
@@ -103,6 +109,7 @@ def test_llm_swb_valid_json_is_parsed(small_doc, small_chunks):
     assert f"<text_after>\n{small_doc[b1[-1].end : b1[-1].end + 2000]}\n</text_after>" in first
     assert sum(r.input_tokens for r in res) == sum(rec.input_tokens for rec in chat.ledger.records)
     assert tasks.stats["swb_batches"] == n_batches and tasks.stats["swb_invalid"] == 0
+    assert tasks.stats["swb_schema_enforced"] == n_batches and tasks.stats["swb_schema_ignored"] == 0
 
 
 class _RecordingMeter(PromptMeter):

@@ -340,13 +340,21 @@ def test_llm_sliding_qa_over_the_ai_act(act, tmp_path):
         n = result.n_windows
         assert n >= 14 and result.n_read == n
         assert reader.stats["retried"] == 1 and not result.errors  # window 2's bad reply was retried and parsed
+        # That reply broke the schema the server had accepted: counted, not used.
+        assert reader.stats["schema_enforced"] == n and reader.stats["schema_ignored"] == 1
         assert server.request_count == n + 1 + 1  # windows, one retry, one merge
         assert not result.not_found and "Article 5(1)(f)" in result.text
         assert result.sources and all(s.evidence_span for s in result.sources)
         assert any(_in_article_5(*s.evidence_span) for s in result.sources)
         assert result.sources[0].confidence == 0.95 and _in_article_5(*result.sources[0].evidence_span)
         requests = server.requests
-        assert all(r["response_format"] == {"type": "json_object"} for r in requests[:-1])
+        # Window answers are held to their strict schema; the synthesis is free text.
+        assert all(
+            r["response_format"]["type"] == "json_schema"
+            and r["response_format"]["json_schema"]["name"] == "window_answer"
+            and r["response_format"]["json_schema"]["strict"] is True
+            for r in requests[:-1]
+        )
         assert all(r["temperature"] == 0.0 for r in requests)
         totals = chat.ledger.totals()
         assert totals["calls"] == n + 2 and totals["cost_usd"] > 0
