@@ -54,6 +54,9 @@ class ExperimentSetup:
             ``chunk_tokens_cut``, ``context_tokens_cut``) summed over the documents.
         retrieval: the retrieval setting (:meth:`RetrievalSettings.describe`).
         documents, questions: how many were compared.
+        swb_replies: how the LLM's SWB batch replies fared, summed over the documents (the
+            ``swb_rag_contexts`` metadata: ``batches``, ``n_contexts``, ``fallbacks``,
+            ``replies_swb_schema_enforced``, ``replies_swb_invalid``, ``replies_swb_repaired``).
     """
 
     contextualizer: str = ""
@@ -67,6 +70,7 @@ class ExperimentSetup:
     retrieval: str = ""
     documents: int = 0
     questions: int = 0
+    swb_replies: Mapping[str, float] = field(default_factory=dict)
 
 
 def _p(p: Any) -> str:
@@ -183,6 +187,19 @@ def verdict_markdown(comparison: pd.DataFrame | None, efficiency: pd.DataFrame |
         out += ["", "**Embedding window.** " + "; ".join(parts) + "." + strategy]
         if any(_num(w, "chunk_tokens_cut") for w in setup.window.values()):
             out.append("Chunk text was cut by the embedding model: retrieval measured here is not of the whole chunks.")
+    swb = setup.swb_replies
+    if setup.contextualizer_engine == "llm" and _num(swb, "batches"):
+        fallbacks, n = int(_num(swb, "fallbacks")), int(_num(swb, "n_contexts"))
+        line = (
+            f"**SWB-RAG replies.** {int(_num(swb, 'batches')):,} batches; "
+            f"{int(_num(swb, 'replies_swb_schema_enforced')):,} first replies held to their JSON schema "
+            f"(structured output or constrained decoding), {int(_num(swb, 'replies_swb_invalid')):,} unusable, "
+            f"{int(_num(swb, 'replies_swb_repaired')):,} repaired; {fallbacks:,} of {n:,} chunks fell back to "
+            "single-chunk calls."
+        )
+        if fallbacks:
+            line += " Those chunks were not contextualized in batches, as the paper's SWB-RAG does."
+        out += ["", line]
     if setup.contextualizer_engine == "extractive":
         out += [
             "",

@@ -329,6 +329,16 @@ def indexing_costs(instance: dg.DagsterInstance, doc_ids) -> dict[str, dict[str,
 #: Index metadata summed per variant for the report's embedding-window line.
 WINDOW_FIELDS = ("rows_over_window", "rows_pooled", "chunk_tokens_cut", "context_tokens_cut")
 
+#: ``swb_rag_contexts`` metadata summed for the report's line on the SWB replies.
+SWB_REPLY_FIELDS = (
+    "batches",
+    "n_contexts",
+    "fallbacks",
+    "replies_swb_schema_enforced",
+    "replies_swb_invalid",
+    "replies_swb_repaired",
+)
+
 #: The largest Markdown report stored in the materialization's metadata (plots included).
 MAX_REPORT_CHARS = 600_000
 
@@ -353,6 +363,13 @@ def experiment_setup(instance, doc_ids, evaluation, contextualizer, answerer, ju
                     agg[f] += float(value)
         window[v] = agg
     engine = "extractive" if not contextualizer.configured else "llm"
+    swb_replies = {f: 0.0 for f in SWB_REPLY_FIELDS}
+    for doc_id in doc_ids:
+        meta = latest_metadata(instance, "swb_rag_contexts", doc_id)
+        for f in SWB_REPLY_FIELDS:
+            value = meta.get(f)
+            if isinstance(value, int | float):
+                swb_replies[f] += float(value)
     return ExperimentSetup(
         contextualizer=contextualizer.describe(),
         contextualizer_engine=engine,
@@ -365,6 +382,7 @@ def experiment_setup(instance, doc_ids, evaluation, contextualizer, answerer, ju
         retrieval=evaluation.retrieval_settings().describe(),
         documents=len(doc_ids),
         questions=len({(r["doc_id"], r["question_id"]) for r in answers}),
+        swb_replies=swb_replies,
     )
 
 

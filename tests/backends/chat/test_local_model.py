@@ -221,7 +221,7 @@ def test_loopback_endpoint_and_a_ragas_judge_run_on_the_local_model():
     from ctxwin_dagster.backends.ragas.evaluate import evaluate_records
     from ctxwin_dagster.backends.ragas.judge import JudgeConfig
 
-    backend = LocalChatBackend(model=MODEL, max_new_tokens=4)
+    backend = LocalChatBackend(model=MODEL, max_new_tokens=16)
     with LocalChatServer(backend) as server:
         assert server.base_url.startswith("http://127.0.0.1:")
         client = openai.OpenAI(base_url=server.base_url, api_key="local", max_retries=0)
@@ -233,6 +233,22 @@ def test_loopback_endpoint_and_a_ragas_judge_run_on_the_local_model():
             client.chat.completions.create(
                 model=MODEL, messages=[{"role": "user", "content": "word " * 9000}], max_tokens=4
             )
+        # A JSON schema, OpenAI's way or as json_object + schema (instructor's JSON_SCHEMA mode),
+        # is decoded under: the reply is JSON of the schema.
+        schema = {
+            "type": "object",
+            "properties": {"yes": {"type": "boolean"}},
+            "required": ["yes"],
+            "additionalProperties": False,
+        }
+        for fmt in (
+            {"type": "json_schema", "json_schema": {"name": "yes", "schema": schema, "strict": True}},
+            {"type": "json_object", "schema": schema},
+        ):
+            reply = client.chat.completions.create(
+                model=MODEL, messages=msgs, max_tokens=16, temperature=0, response_format=fmt
+            )
+            assert set(json.loads(reply.choices[0].message.content)) == {"yes"}, fmt
     record = {
         "question_id": "q1",
         "doc_id": DOC,

@@ -101,8 +101,33 @@ def test_verdict_changes_with_the_numbers():
     text = verdict_markdown(tests, None, ExperimentSetup(contextualizer_engine="llm"))
     assert "T-RAG is better on mrr (0.700 vs 0.600, +0.100, p=0.010)" in text
     assert "stand-in" not in text
+    assert "SWB-RAG replies" not in text  # no batch was recorded
     tests.loc[0, "significant"] = False
     assert "no significant difference on any of the 1 metrics" in verdict_markdown(tests, None, ExperimentSetup())
+
+
+def test_the_swb_replies_are_reported_and_fallbacks_said_to_leave_the_papers_method():
+    replies = {
+        "batches": 4,
+        "n_contexts": 17,
+        "fallbacks": 0,
+        "replies_swb_schema_enforced": 4,
+        "replies_swb_invalid": 0,
+        "replies_swb_repaired": 0,
+    }
+    text = verdict_markdown(None, None, ExperimentSetup(contextualizer_engine="llm", swb_replies=replies))
+    assert (
+        "**SWB-RAG replies.** 4 batches; 4 first replies held to their JSON schema (structured output or "
+        "constrained decoding), 0 unusable, 0 repaired; 0 of 17 chunks fell back to single-chunk calls." in text
+    )
+    assert "not contextualized in batches" not in text
+    fell_back = {**replies, "replies_swb_schema_enforced": 0, "replies_swb_invalid": 4, "fallbacks": 17}
+    text = verdict_markdown(None, None, ExperimentSetup(contextualizer_engine="llm", swb_replies=fell_back))
+    assert "17 of 17 chunks fell back" in text and "not contextualized in batches" in text
+    # The extractive engine makes no SWB replies to count.
+    assert "SWB-RAG replies" not in verdict_markdown(
+        None, None, ExperimentSetup(contextualizer_engine="extractive", swb_replies=replies)
+    )
 
 
 def test_a_p_value_just_under_the_threshold_is_not_printed_as_the_threshold():
