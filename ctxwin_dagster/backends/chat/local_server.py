@@ -5,7 +5,8 @@ Libraries that only speak the OpenAI API — RAGAS's judge goes through the ``op
 answers ``POST /v1/chat/completions`` and ``GET /v1/models``, and stops with its context. A
 ``response_format`` of type ``json_schema`` is honoured the way OpenAI's strict mode is: the
 reply is decoded under the schema (constrained decoding), and so is ``json_object`` with a
-``schema`` beside it; ``json_object`` alone gives any JSON object.
+``schema`` beside it; ``json_object`` alone gives any JSON object. The schema's unbounded strings
+are capped so that the JSON closes within the reply's tokens.
 
 Example::
 
@@ -23,7 +24,7 @@ from typing import Any
 from ctxwin_dagster.backends.base import ChatRequest
 from ctxwin_dagster.backends.chat.local import LocalChatBackend
 from ctxwin_dagster.core.budget.fit import ContextOverflowError
-from ctxwin_dagster.core.methods.prompts.schemas import ReplySchema
+from ctxwin_dagster.core.methods.prompts.schemas import CHARS_PER_TOKEN_FLOOR, ReplySchema, cap_strings
 
 __all__ = ["LocalChatServer"]
 
@@ -69,15 +70,16 @@ class LocalChatServer:
                     return
                 try:
                     body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                    max_tokens = int(
+                        body.get("max_tokens") or body.get("max_completion_tokens") or backend.max_new_tokens
+                    )
                     request = ChatRequest(
                         messages=tuple(body["messages"]),
                         temperature=min(2.0, max(0.0, float(body.get("temperature", 0.0) or 0.0))),
                         top_p=float(body.get("top_p", 1.0) or 1.0),
-                        max_tokens=int(
-                            body.get("max_tokens") or body.get("max_completion_tokens") or backend.max_new_tokens
-                        ),
+                        max_tokens=max_tokens,
                         json_mode=(body.get("response_format") or {}).get("type") in ("json_object", "json_schema"),
-                        schema=_schema_of(body.get("response_format")),
+                        schema=_schema_of(body.get("response_format"), min(max_tokens, backend.max_new_tokens)),
                     )
                     result = backend.complete(request)
                 except ContextOverflowError as exc:
@@ -139,14 +141,19 @@ class LocalChatServer:
         self.stop()
 
 
-def _schema_of(response_format: Any) -> ReplySchema | None:
+def _schema_of(response_format: Any, max_tokens: int) -> ReplySchema | None:
     """The schema a ``response_format`` asks for: OpenAI's ``{"type": "json_schema", "json_schema":
     {"name", "schema"}}``, or ``{"type": "json_object", "schema": {...}}`` (the convention of
-    several OpenAI-compatible servers, and what instructor's JSON_SCHEMA mode sends); else None."""
+    several OpenAI-compatible servers, and what instructor's JSON_SCHEMA mode sends); else None.
+
+    Strings the schema leaves unbounded get a length cap (a sixth of the reply's tokens, at two
+    characters a token), so that a small model's free-text fields end and the JSON closes within
+    ``max_tokens``: a JSON cut there is worth nothing to the client."""
     if not isinstance(response_format, dict):
         return None
+    cap = max(24, CHARS_PER_TOKEN_FLOOR * max_tokens // 6)
     if response_format.get("type") == "json_object" and isinstance(response_format.get("schema"), dict):
-        return ReplySchema("reply", response_format["schema"])
+        return ReplySchema("reply", cap_strings(response_format["schema"], cap))
     if response_format.get("type") != "json_schema":
         return None
     spec = response_format.get("json_schema") or {}
@@ -154,4 +161,4 @@ def _schema_of(response_format: Any) -> ReplySchema | None:
     if not isinstance(schema, dict):
         raise ValueError("response_format json_schema has no 'schema' object")
     name = "".join(c if c.isalnum() or c in "_-" else "_" for c in str(spec.get("name") or "reply")) or "reply"
-    return ReplySchema(name, schema)
+    return ReplySchema(name, cap_strings(schema, cap))

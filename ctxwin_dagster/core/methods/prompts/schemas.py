@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CHARS_PER_TOKEN_FLOOR", "ReplySchema", "swb_contexts_schema", "window_answer_schema"]
+__all__ = ["CHARS_PER_TOKEN_FLOOR", "ReplySchema", "cap_strings", "swb_contexts_schema", "window_answer_schema"]
 
 #: Characters per token assumed when a reply's strings are capped to fit its tokens: prose takes
 #: about four, a small model that repeats itself one or two (the JSON must never be cut).
@@ -108,3 +108,28 @@ def window_answer_schema(max_tokens: int | None = None) -> ReplySchema:
         text = {"type": "string", "maxLength": max(12, CHARS_PER_TOKEN_FLOOR * room // 2)}
         confidence = {"type": "number", "minimum": 0, "maximum": 1}
     return ReplySchema("window_answer", _object({"answer": text, "confidence": confidence, "evidence": text}))
+
+
+def cap_strings(schema: Mapping[str, Any], max_chars: int) -> dict[str, Any]:
+    """``schema`` with ``maxLength: max_chars`` on every string it leaves unbounded (nested
+    objects, arrays, ``$defs`` included), for a decoder that must finish the JSON within a reply's
+    tokens: a schema someone else wrote (a judge's verdict) may hold free-text reasons that a
+    small model never ends.
+
+    Example::
+
+        >>> cap_strings({"type": "object", "properties": {"why": {"type": "string"}}}, 40)["properties"]["why"]
+        {'type': 'string', 'maxLength': 40}
+    """
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, Mapping):
+            out = {k: walk(v) for k, v in node.items()}
+            if out.get("type") == "string" and "maxLength" not in out and "enum" not in out and "const" not in out:
+                out["maxLength"] = max_chars
+            return out
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(schema)
