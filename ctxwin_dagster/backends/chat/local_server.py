@@ -5,8 +5,8 @@ Libraries that only speak the OpenAI API — RAGAS's judge goes through the ``op
 answers ``POST /v1/chat/completions`` and ``GET /v1/models``, and stops with its context. A
 ``response_format`` of type ``json_schema`` is honoured the way OpenAI's strict mode is: the
 reply is decoded under the schema (constrained decoding), and so is ``json_object`` with a
-``schema`` beside it; ``json_object`` alone gives any JSON object. The schema's unbounded strings
-are capped so that the JSON closes within the reply's tokens.
+``schema`` beside it; ``json_object`` alone gives any JSON object. The schema is tightened first
+(unbounded strings capped, no extra keys) so that the JSON closes within the reply's tokens.
 
 Example::
 
@@ -24,7 +24,7 @@ from typing import Any
 from ctxwin_dagster.backends.base import ChatRequest
 from ctxwin_dagster.backends.chat.local import LocalChatBackend
 from ctxwin_dagster.core.budget.fit import ContextOverflowError
-from ctxwin_dagster.core.methods.prompts.schemas import CHARS_PER_TOKEN_FLOOR, ReplySchema, cap_strings
+from ctxwin_dagster.core.methods.prompts.schemas import CHARS_PER_TOKEN_FLOOR, ReplySchema, tighten_for_decoding
 
 __all__ = ["LocalChatServer"]
 
@@ -146,14 +146,15 @@ def _schema_of(response_format: Any, max_tokens: int) -> ReplySchema | None:
     {"name", "schema"}}``, or ``{"type": "json_object", "schema": {...}}`` (the convention of
     several OpenAI-compatible servers, and what instructor's JSON_SCHEMA mode sends); else None.
 
-    Strings the schema leaves unbounded get a length cap (a sixth of the reply's tokens, at two
-    characters a token), so that a small model's free-text fields end and the JSON closes within
-    ``max_tokens``: a JSON cut there is worth nothing to the client."""
+    The schema is tightened for decoding (:func:`tighten_for_decoding`): strings it leaves
+    unbounded are capped (a twelfth of the reply's tokens, at two characters a token) and objects
+    take no keys beyond theirs, so that a small model's JSON closes within ``max_tokens``: a JSON
+    cut there is worth nothing to the client."""
     if not isinstance(response_format, dict):
         return None
-    cap = max(24, CHARS_PER_TOKEN_FLOOR * max_tokens // 6)
+    cap = max(24, CHARS_PER_TOKEN_FLOOR * max_tokens // 12)
     if response_format.get("type") == "json_object" and isinstance(response_format.get("schema"), dict):
-        return ReplySchema("reply", cap_strings(response_format["schema"], cap))
+        return ReplySchema("reply", tighten_for_decoding(response_format["schema"], cap))
     if response_format.get("type") != "json_schema":
         return None
     spec = response_format.get("json_schema") or {}
@@ -161,4 +162,4 @@ def _schema_of(response_format: Any, max_tokens: int) -> ReplySchema | None:
     if not isinstance(schema, dict):
         raise ValueError("response_format json_schema has no 'schema' object")
     name = "".join(c if c.isalnum() or c in "_-" else "_" for c in str(spec.get("name") or "reply")) or "reply"
-    return ReplySchema(name, cap_strings(schema, cap))
+    return ReplySchema(name, tighten_for_decoding(schema, cap))

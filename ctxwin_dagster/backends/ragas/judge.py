@@ -300,6 +300,9 @@ async def run_judge(
                 try:
                     result = await objs[metric].ascore(**args)
                     v = float(result.value)
+                    if not math.isnan(v) and not 0.0 <= v <= 1.0:
+                        # e.g. a verdict of 143320 where the schema's int meant 0 or 1: never a score
+                        raise ValueError(f"the judge's verdicts give {metric} = {v:g}, outside [0, 1]")
                 except Exception as exc:  # noqa: BLE001 - counted and reported
                     message = f"{type(exc).__name__}: {exc}"
                     put(i, metric, "failed", math.nan, message)

@@ -269,6 +269,27 @@ def test_judge_failures_are_counted_per_metric():
     assert res.judge_usage["http_errors"] == 1
 
 
+def test_a_verdict_that_is_not_a_score_is_a_counted_failure():
+    """A weak judge filled the int "attributed" (meant 0 or 1) with 143320: ragas would report a
+    context recall of 143320. It is counted as a failure instead of a score."""
+    lexical = lexical_judge_responder()
+
+    def responder(body):
+        reply = lexical(body)
+        return reply.replace('"attributed": 1', '"attributed": 143320').replace(
+            '"attributed": 0', '"attributed": 143320'
+        )
+
+    records = judge_records()[:1]
+    with FakeOpenAIServer(responder=responder) as server:
+        judge = JudgeConfig(
+            model="judge", base_url=server.base_url, metrics=("context_recall",), max_retries=0, attempts=1
+        )
+        res = evaluate_records(records, judge=judge, string_distance="difflib")
+    assert res.counts("context_recall")["n_failed"] == 1 and res.counts("context_recall")["n"] == 0
+    assert "outside [0, 1]" in res.failures[0]["error"] and math.isnan(res.rows[0]["context_recall"])
+
+
 def test_judge_retries_absorb_transient_errors_and_malformed_json():
     records = judge_records()[:1]
     with FakeOpenAIServer(responder=lexical_judge_responder(), faults=["500", "malformed"]) as server:

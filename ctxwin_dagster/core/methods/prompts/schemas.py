@@ -25,7 +25,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CHARS_PER_TOKEN_FLOOR", "ReplySchema", "cap_strings", "swb_contexts_schema", "window_answer_schema"]
+__all__ = [
+    "CHARS_PER_TOKEN_FLOOR",
+    "ReplySchema",
+    "swb_contexts_schema",
+    "tighten_for_decoding",
+    "window_answer_schema",
+]
 
 #: Characters per token assumed when a reply's strings are capped to fit its tokens: prose takes
 #: about four, a small model that repeats itself one or two (the JSON must never be cut).
@@ -110,16 +116,19 @@ def window_answer_schema(max_tokens: int | None = None) -> ReplySchema:
     return ReplySchema("window_answer", _object({"answer": text, "confidence": confidence, "evidence": text}))
 
 
-def cap_strings(schema: Mapping[str, Any], max_chars: int) -> dict[str, Any]:
-    """``schema`` with ``maxLength: max_chars`` on every string it leaves unbounded (nested
-    objects, arrays, ``$defs`` included), for a decoder that must finish the JSON within a reply's
-    tokens: a schema someone else wrote (a judge's verdict) may hold free-text reasons that a
-    small model never ends.
+def tighten_for_decoding(schema: Mapping[str, Any], max_chars: int) -> dict[str, Any]:
+    """``schema`` made fit for a decoder that must finish the JSON within a reply's tokens, for a
+    schema someone else wrote (a judge's verdict from a pydantic model): every string it leaves
+    unbounded gets ``maxLength: max_chars``, every integer without bounds six digits at most, and
+    every object that does not say otherwise ``additionalProperties: false`` (nested objects,
+    arrays and ``$defs`` included). Otherwise a small model fills the reply with free-text
+    reasons, endless numbers and keys of its own, and never closes it.
 
     Example::
 
-        >>> cap_strings({"type": "object", "properties": {"why": {"type": "string"}}}, 40)["properties"]["why"]
-        {'type': 'string', 'maxLength': 40}
+        >>> s = tighten_for_decoding({"type": "object", "properties": {"why": {"type": "string"}}}, 40)
+        >>> s["properties"]["why"], s["additionalProperties"]
+        ({'type': 'string', 'maxLength': 40}, False)
     """
 
     def walk(node: Any) -> Any:
@@ -127,6 +136,11 @@ def cap_strings(schema: Mapping[str, Any], max_chars: int) -> dict[str, Any]:
             out = {k: walk(v) for k, v in node.items()}
             if out.get("type") == "string" and "maxLength" not in out and "enum" not in out and "const" not in out:
                 out["maxLength"] = max_chars
+            if out.get("type") == "object" and "additionalProperties" not in out:
+                out["additionalProperties"] = False
+            if out.get("type") == "integer" and "enum" not in out and "const" not in out:
+                out.setdefault("minimum", -999_999)  # digits end: a small model may write hundreds
+                out.setdefault("maximum", 999_999)
             return out
         if isinstance(node, list):
             return [walk(v) for v in node]
