@@ -386,7 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--judge-metrics", default="context_recall", help="comma-separated RAGAS LLM metrics (default context_recall)"
     )
-    ap.add_argument("--judge-max-tokens", type=int, default=160, help="most tokens of one judge reply (default 160)")
+    # 160 left 3 of 6 verdicts unusable even under constrained decoding (2 cut at the cap, 1 out of
+    # range); 384 scored all 6 (evaluations/reports/local_smollm2/structured_output.md).
+    ap.add_argument("--judge-max-tokens", type=int, default=384, help="most tokens of one judge reply (default 384)")
     ap.add_argument("--prepare-only", action="store_true")
     ap.add_argument("--skip-evaluate", action="store_true", help="reuse the finished run's results")
     args = ap.parse_args(argv)

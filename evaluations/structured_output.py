@@ -39,7 +39,14 @@ EXP = json.loads((ROOT / "evaluations" / "experiments" / "local_smollm2.json").r
 PIPE = EXP["pipeline"]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument(
+        "--judge-max-tokens", type=int, default=384, help="most tokens of a verdict (default 384, as make run-llm)"
+    )
+    args = ap.parse_args(argv)
     from ctxwin_dagster.backends.calls.cache import ResponseCache
     from ctxwin_dagster.backends.chat.local import LocalChatBackend
     from ctxwin_dagster.backends.ragas.evaluate import evaluate_records
@@ -104,7 +111,12 @@ def main() -> int:
         seconds["windows"] += time.perf_counter() - t
     t = time.perf_counter()
     config = JudgeConfig(
-        model=MODEL, metrics=("context_recall",), max_tokens=160, timeout_s=1800, max_retries=0, attempts=1
+        model=MODEL,
+        metrics=("context_recall",),
+        max_tokens=args.judge_max_tokens,
+        timeout_s=1800,
+        max_retries=0,
+        attempts=1,
     )
     result = evaluate_records(judge_rows, judge=config, n_boot=50)
     seconds["judge"] += time.perf_counter() - t
@@ -129,8 +141,10 @@ def main() -> int:
             "first_replies_unusable": reader.stats.get("invalid_replies", 0),
             "unusable_after_retry": reader.stats.get("retry_invalid", 0),
         },
+        "model_calls": {k: chat.ledger.totals()[k] for k in ("calls", "cache_hits")},
         "judge": {
             "metric": "context_recall",
+            "max_tokens": args.judge_max_tokens,
             "records": len(judge_rows),
             "scored": counts["n"],
             "nan": counts["n_nan"],
@@ -172,9 +186,12 @@ def write(note: dict[str, Any]) -> None:
         f"| judge verdicts (`{j['metric']}`) | {j['records']} | {j['records']} | {j['scored'] + j['nan']} scored "
         f"({_pct(j['scored'] + j['nan'], j['records'])}; {j['nan']} NaN) | {j['failed']} failed | — | 0 of 3 scored |",
         "",
-        f"SWB replies that needed a repair: {s['repaired']}. Seconds: "
+        f"SWB replies that needed a repair: {s['repaired']}. Judge verdicts of at most {j['max_tokens']} tokens, "
+        "one attempt each. Seconds: "
         + ", ".join(f"{k} {v}" for k, v in note["seconds"].items())
-        + " (2 shared cores).",
+        + f" (2 shared cores; {note['model_calls']['calls']} model calls made in this run and "
+        f"{note['model_calls']['cache_hits']} answered from the response cache of an earlier run, so a stage "
+        "that took 0 s was read from it; the judge's calls are not cached).",
     ]
     if j["failures"]:
         lines += ["", "Judge failures:", *[f"- `{f}`" for f in j["failures"]]]
