@@ -25,6 +25,16 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ["CTXWIN_ASK_SERVER"] = "off"
 
 
+@pytest.fixture(autouse=True)
+def _endpoints_found_out_afresh():
+    """What structured output an endpoint accepts is remembered per process and keyed by its URL;
+    a test server on a port an earlier test's server used must be found out again."""
+    from ctxwin_dagster.backends.chat.structured import ReplyFormats
+
+    ReplyFormats.forget()
+    yield
+
+
 @pytest.fixture(scope="session")
 def sample_documents() -> Path:
     """The sample's documents folder, ``data/documents`` (read only: copy it to change it)."""

@@ -6,6 +6,10 @@
   check, the request body and parsing the reply.
 * :mod:`~ctxwin_dagster.backends.chat.errors` — :class:`~.errors.ChatBackendError` and the classifier that
   explains a failed call.
+* :mod:`~ctxwin_dagster.backends.chat.structured` — which structured output (a JSON schema, JSON
+  mode or nothing) each endpoint accepts, found out once per endpoint.
+* :mod:`~ctxwin_dagster.backends.chat.constrained` — constrained decoding for the local model
+  (llguidance): a reply with a schema can only be JSON of it.
 
 Retries (:mod:`ctxwin_dagster.backends.calls.retry`) and the API key and base URL
 (:mod:`ctxwin_dagster.backends.calls.endpoint`) are shared with the embeddings and the judge.

@@ -20,14 +20,6 @@ from ctxwin_dagster.testing import FakeOpenAIServer
 MODEL = "gpt-4o-mini"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_endpoints():
-    """Each test finds out afresh what its server accepts (the finding is per process)."""
-    ReplyFormats.forget()
-    yield
-    ReplyFormats.forget()
-
-
 def _backend(server, **kw):
     return OpenAIChatBackend(model=MODEL, base_url=server.base_url, api_key="test", max_retries=0, **kw)
 
