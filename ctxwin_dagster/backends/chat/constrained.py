@@ -89,7 +89,6 @@ class SchemaLogitsProcessor:
         self.prompt_width = prompt_width
         self.vocab_size = tokenizer.vocab_size
         self.mask = llguidance.torch.allocate_token_bitmask(len(grammars), tokenizer.vocab_size)
-        self.errors: list[str | None] = [None] * len(grammars)
 
     @classmethod
     def for_rows(
@@ -102,18 +101,12 @@ class SchemaLogitsProcessor:
             prompt_width=prompt_width,
         )
 
-    @property
-    def active(self) -> bool:
-        """Whether any row is constrained."""
-        return any(m is not None for m in self.matchers)
-
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         if input_ids.shape[1] > self.prompt_width:  # the token picked last step joins its row's reply
             for row, m in enumerate(self.matchers):
                 if m is None or m.is_stopped() or m.is_error():
                     continue
-                if not m.consume_token(int(input_ids[row, -1])):
-                    self.errors[row] = m.get_error() or "token outside the grammar"
+                m.consume_token(int(input_ids[row, -1]))  # the mask allowed it; an error stops the row's mask
         self.mask.fill_(-1)  # every token allowed, then each constrained row narrowed
         for row, m in enumerate(self.matchers):
             if m is not None and not m.is_error():
@@ -125,8 +118,3 @@ class SchemaLogitsProcessor:
         else:
             self._lt.apply_token_bitmask_inplace(scores, self.mask)
         return scores
-
-    def complete(self, row: int) -> bool:
-        """Whether row ``row``'s reply is a whole value of its schema (True for an unconstrained row)."""
-        m = self.matchers[row]
-        return m is None or (not m.is_error() and m.is_accepting())
