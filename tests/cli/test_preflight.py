@@ -35,6 +35,15 @@ def test_check_endpoint_names_what_is_wrong():
         check_endpoint("contextualizer", "m1", f"http://127.0.0.1:{_closed_port()}/v1", "k")
 
 
+def test_a_local_model_needs_no_server_or_key_but_its_file(monkeypatch):
+    """`make run-llm` configures local:smollm2: it runs in process, so it is never checked as an
+    OpenAI model (which would stop the run for want of OPENAI_API_KEY)."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert "runs in this process" in check_endpoint("contextualizer", "local:smollm2", None, None)
+    with pytest.raises(EndpointError, match="answerer: .*no-such-model"):
+        check_endpoint("answerer", "local:no-such-model", None, None)
+
+
 def test_ctxwin_run_stops_before_any_run_on_an_unreachable_server(tmp_path):
     (tmp_path / "docs").mkdir()
     shutil.copy(ROOT / "data" / "documents" / "squad_Normans.txt", tmp_path / "docs")

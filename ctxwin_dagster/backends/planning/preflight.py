@@ -32,9 +32,19 @@ def check_endpoint(role: str, model: str, base_url: str | None, api_key: str | N
     """Raise :class:`EndpointError` unless the server answers, accepts the key and lists ``model``.
 
     Returns a short description of what was checked. A server without a model list (404 on
-    ``/models``) passes with the model unchecked (said in the description).
+    ``/models``) passes with the model unchecked (said in the description). A local model
+    (``local:NAME``) runs in process: its file must be there, and no server or key is needed.
     """
     import openai
+
+    from ctxwin_dagster.backends.chat.local_model import is_local_model, resolve_local_model
+
+    if is_local_model(model):
+        try:
+            spec = resolve_local_model(model)
+        except ValueError as exc:
+            raise EndpointError(f"{role}: {exc}") from None
+        return f"{role}: {model} runs in this process ({spec.path.name})"
 
     url = normalize_base_url(base_url) if base_url else None
     where = url or "OpenAI"
