@@ -1,5 +1,11 @@
-"""``ctxwin qa import``: question sets as users have them (SQuAD JSON, CUAD JSON, CSV/JSONL tables)
-turned into the project's QA JSONL, with a report of every answer not found or found twice."""
+"""``ctxwin qa``: question sets in the project's QA JSONL.
+
+* ``ctxwin qa import`` — question sets as users have them (SQuAD JSON, CUAD JSON, CSV/JSONL
+  tables) turned into the project's QA JSONL, with a report of every answer not found or found twice;
+* ``ctxwin qa generate`` — questions generated from the documents by a chat model, each with a
+  reference span verified in its document (:mod:`~ctxwin_dagster.backends.tasks.question_writer`),
+  one file per document in a QA folder that ``ctxwin evaluate --qa`` takes as it is.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from ctxwin_dagster.core.experiment import DEFAULT_DOCUMENTS_DIR, DEFAULT_QA_DIR
+from ctxwin_dagster.core.experiment import DEFAULT_CACHE_DIR, DEFAULT_DOCUMENTS_DIR, DEFAULT_QA_DIR
+
+#: The kinds of generated questions (kept here so that ``ctxwin --help`` imports nothing heavy).
+KINDS_HELP = ("single", "two_passages", "unanswerable")
+#: Where generated QA folders go by default, one per documents folder.
+GENERATED_QA_DIR = "data/qa_generated"
 
 
 def _add_arguments(qa: argparse.ArgumentParser) -> None:
@@ -34,6 +45,57 @@ def _add_arguments(qa: argparse.ArgumentParser) -> None:
         "--overwrite", action="store_true", help="replace a document file or QA file that exists with other content"
     )
     imp.set_defaults(func=cmd_qa_import)
+
+    gen = qsub.add_parser(
+        "generate",
+        help="generate questions with verified reference spans from the documents, with a chat model",
+        description=(
+            "Each document gets --count questions, shared between the kinds: single (one fact of one "
+            "sentence), two_passages (an answer that needs two passages far apart) and unanswerable "
+            "(a question the document does not answer). Every question's reference span is found in "
+            "its document; answerable questions must be answered back the same way from their passage "
+            "and not answered right without the document; unanswerable ones must not be answered; "
+            "near-duplicates are dropped. One QA file per document is written to --out."
+        ),
+    )
+    gen.add_argument("--documents", default=DEFAULT_DOCUMENTS_DIR, help="documents folder (default: the sample's)")
+    gen.add_argument(
+        "--doc", action="append", default=[], help="only this document (file name, stem or doc_id); repeatable"
+    )
+    gen.add_argument(
+        "--count",
+        type=int,
+        default=5,
+        help="questions per document (default 5: 3 single, 1 two_passages, 1 unanswerable)",
+    )
+    gen.add_argument(
+        "--kinds",
+        default=",".join(KINDS_HELP),
+        help=f"kinds to generate, comma-separated (default {','.join(KINDS_HELP)})",
+    )
+    gen.add_argument(
+        "--model",
+        default="local:smollm2",
+        help="chat model (default local:smollm2, offline and small: its questions are poor; name a served model for good ones)",
+    )
+    gen.add_argument(
+        "--base-url", help="OpenAI-compatible server for --model (default OpenAI; key from OPENAI_API_KEY)"
+    )
+    gen.add_argument(
+        "--out", help="QA folder to write, one <doc_id>.jsonl per document (default data/qa_generated/<folder name>)"
+    )
+    gen.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="generate again for documents that have a file in --out (the old file is kept as <doc_id>.jsonl.previous)",
+    )
+    gen.add_argument(
+        "--no-closed-book", action="store_true", help="keep questions the model answers without the document"
+    )
+    gen.add_argument(
+        "--cache-dir", default=DEFAULT_CACHE_DIR, help="folder of the response cache (a rerun reuses the replies)"
+    )
+    gen.set_defaults(func=cmd_qa_generate)
 
 
 def cmd_qa_import(args: argparse.Namespace) -> int:
@@ -90,7 +152,111 @@ def cmd_qa_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_qa_generate(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from ctxwin_dagster.backends.calls.cache import ResponseCache
+    from ctxwin_dagster.backends.chat.factory import make_chat_backend
+    from ctxwin_dagster.backends.tasks.question_writer import QuestionWriter
+    from ctxwin_dagster.core.evaluation.qa.generation import GenerationReport, kind_counts
+    from ctxwin_dagster.core.evaluation.qa.items import write_qa_jsonl
+    from ctxwin_dagster.core.experiment import experiment_name_for
+    from ctxwin_dagster.core.text.documents import DocumentError, read_document
+    from ctxwin_dagster.core.text.folder import scan_documents
+
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    try:
+        kind_counts(args.count, kinds)
+    except ValueError as exc:
+        raise SystemExit(f"ctxwin qa generate: {exc}") from None
+    docs = Path(args.documents)
+    if not docs.is_dir():
+        raise SystemExit(f"ctxwin qa generate: the documents folder {docs} does not exist; pass --documents")
+    folder = scan_documents(docs)
+    folder.require_documents()
+    if args.doc:
+        chosen = []
+        for ref in args.doc:
+            doc_id = folder.resolve(ref)
+            if doc_id is None:
+                raise SystemExit(
+                    f"ctxwin qa generate: no document {ref!r} in {docs}; give a file name, its stem or its doc_id"
+                )
+            chosen.append(doc_id)
+    else:
+        chosen = folder.ids()
+    out = Path(args.out) if args.out else Path(GENERATED_QA_DIR) / experiment_name_for(docs)
+    out.mkdir(parents=True, exist_ok=True)
+    todo = [d for d in chosen if args.overwrite or not (out / f"{d}.jsonl").exists()]
+    for d in sorted(set(chosen) - set(todo)):
+        print(f"{d}: {out / (d + '.jsonl')} exists; kept (pass --overwrite to generate again)")
+    if not todo:
+        print(f"nothing to generate: every document has its questions in {out}")
+        return 0
+    try:
+        chat = make_chat_backend(
+            args.model, base_url=args.base_url, cache=ResponseCache(Path(args.cache_dir) / "responses.sqlite")
+        )
+    except ValueError as exc:
+        raise SystemExit(f"ctxwin qa generate: {exc}") from None
+    writer = QuestionWriter(chat, closed_book=not args.no_closed_book)
+    total = GenerationReport()
+    per_doc: dict[str, object] = {}
+    written = 0
+    started = time.perf_counter()
+    try:
+        for doc_id in todo:
+            path = folder.path_of(doc_id)
+            assert path is not None
+            try:
+                text = read_document(path, doc_id=doc_id).text
+            except DocumentError as exc:
+                print(f"{doc_id}: skipped: {exc}")
+                continue
+            result = writer.generate(
+                doc_id, text, count=args.count, kinds=kinds, title=path.name, progress=lambda m: print(m, flush=True)
+            )
+            total.merge(result.report)
+            per_doc[doc_id] = result.report.to_dict()
+            target = out / f"{doc_id}.jsonl"
+            if target.exists():
+                target.replace(target.with_name(target.name + ".previous"))
+                print(f"{doc_id}: the previous questions are kept in {target.name}.previous")
+            write_qa_jsonl(result.items, target)
+            written += len(result.items)
+            print(f"{doc_id}: {len(result.items)} question(s) written to {target}", flush=True)
+    finally:
+        close = getattr(chat, "close", None)
+        if close is not None:
+            close()
+    calls = chat.ledger.summarize(chat.ledger.records)
+    report = {
+        "model": args.model,
+        "count": args.count,
+        "kinds": kinds,
+        "closed_book_filter": not args.no_closed_book,
+        "seconds": round(time.perf_counter() - started, 1),
+        "calls": calls,
+        "total": total.to_dict(),
+        "documents": per_doc,
+    }
+    (out / "generation_report.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    for line in total.lines():
+        print(line)
+    print(
+        f"wrote {written} question(s) for {len(per_doc)} document(s) to {out} (report: {out / 'generation_report.json'})"
+    )
+    print(
+        f"evaluate with them: ctxwin evaluate --documents {docs} --qa {out} --name {experiment_name_for(docs)}_generated"
+    )
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``qa`` and its subcommands to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
-    qa = sub.add_parser("qa", help="question sets: import SQuAD JSON, CUAD JSON or CSV/JSONL tables into the QA format")
+    qa = sub.add_parser(
+        "qa",
+        help="question sets: import SQuAD JSON, CUAD JSON or CSV/JSONL tables, or generate questions from the documents",
+    )
     _add_arguments(qa)

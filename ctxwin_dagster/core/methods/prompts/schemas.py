@@ -21,13 +21,17 @@ Example::
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "CHARS_PER_TOKEN_FLOOR",
+    "QUESTION_PATTERN",
     "ReplySchema",
+    "qa_schema",
+    "substring_pattern",
     "swb_contexts_schema",
     "tighten_for_decoding",
     "window_answer_schema",
@@ -114,6 +118,95 @@ def window_answer_schema(max_tokens: int | None = None) -> ReplySchema:
         text = {"type": "string", "maxLength": max(12, CHARS_PER_TOKEN_FLOOR * room // 2)}
         confidence = {"type": "number", "minimum": 0, "maximum": 1}
     return ReplySchema("window_answer", _object({"answer": text, "confidence": confidence, "evidence": text}))
+
+
+#: A question for a local decoder: one line ending at its only question mark, 8 to 150 characters.
+QUESTION_PATTERN = r'^[^"\\\n?]{8,150}\?$'
+
+
+def substring_pattern(text: str, *, max_words: int = 8) -> str:
+    """A regular expression (anchored) matching exactly the runs of 1 to ``max_words`` whole
+    words of ``text``, as they are written there (with the punctuation between them): an answer
+    decoded under it is a verbatim part of ``text``. Its size grows with ``len(text) * max_words``.
+
+    Example::
+
+        >>> import re
+        >>> p = re.compile(substring_pattern("Rollo, the Norse leader, came."))
+        >>> [bool(p.match(a)) for a in ("Rollo", "the Norse leader", "Norse lead", "Rollo the")]
+        [True, True, False, False]
+    """
+    words = [(m.start(), m.end()) for m in re.finditer(r"[^\W_](?:\S*[^\W_])?", text)]
+    alternatives = []
+    for i, (a, b) in enumerate(words):
+        tail = ""
+        for j in range(min(len(words), i + max_words) - 1, i, -1):
+            tail = f"(?:{re.escape(text[words[j - 1][1] : words[j][1]])}{tail})?"
+        alternatives.append(re.escape(text[a:b]) + tail)
+    if not alternatives:
+        raise ValueError(f"no word to answer from in {text[:60]!r}")
+    return "^(?:" + "|".join(alternatives) + ")$"
+
+
+def qa_schema(
+    name: str,
+    quotes: Mapping[str, Sequence[str]],
+    texts: Sequence[str],
+    *,
+    max_chars: int | None = None,
+    answer_within: str | None = None,
+    no_answer: str = "",
+) -> ReplySchema:
+    """The reply of a question-generation prompt: each field of ``quotes`` is one of its
+    sentences (an ``enum``: the model copies a sentence, it cannot invent one), then the free
+    ``texts`` fields in order (``answer``, ``question``…).
+
+    For a local decoder (which supports all of JSON Schema), ``max_chars`` caps each free text
+    so that the whole JSON fits the reply, ``question`` must be one question
+    (:data:`QUESTION_PATTERN`), and ``answer_within`` (a quote field) makes the ``answer`` a
+    verbatim run of words of the sentence quoted there (one ``anyOf`` branch per sentence,
+    :func:`substring_pattern`); the empty quote, when it is an option, goes with the answer
+    ``no_answer``. A server gets the subset OpenAI's strict mode accepts.
+
+    Example::
+
+        >>> s = qa_schema("qa_single", {"quote": ["A b.", "C d."]}, ["answer", "question"])
+        >>> s.schema["required"], s.schema["properties"]["quote"]["enum"]
+        (['quote', 'answer', 'question'], ['A b.', 'C d.'])
+        >>> local = qa_schema("qa_single", {"quote": ["A b.", "C d."]}, ["answer", "question"], max_chars=80, answer_within="quote")
+        >>> [b["properties"]["quote"]["const"] for b in local.schema["anyOf"]]
+        ['A b.', 'C d.']
+    """
+    text: dict[str, Any] = {"type": "string"}
+    if max_chars is not None:
+        text = {"type": "string", "minLength": 1, "maxLength": int(max_chars)}
+    properties: dict[str, Any] = {}
+    for key, options in quotes.items():
+        choices = list(dict.fromkeys(options))
+        if not choices:
+            raise ValueError(f"the quote field {key!r} needs at least one sentence to choose from")
+        properties[key] = {"type": "string", "enum": choices}
+    for key in texts:
+        properties[key] = dict(text)
+        if key == "question" and max_chars is not None:
+            properties[key] = {"type": "string", "pattern": QUESTION_PATTERN}
+    if answer_within is None or max_chars is None:
+        return ReplySchema(name, _object(properties))
+    if answer_within not in quotes or "answer" not in texts:
+        raise ValueError(f"answer_within={answer_within!r} needs that quote field and an 'answer' field")
+    branches = [
+        _object(
+            {
+                **properties,
+                answer_within: {"const": sentence},
+                "answer": {"type": "string", "pattern": substring_pattern(sentence)}
+                if sentence
+                else {"const": no_answer},
+            }
+        )
+        for sentence in properties[answer_within]["enum"]
+    ]
+    return ReplySchema(name, {"type": "object", "anyOf": branches})
 
 
 def tighten_for_decoding(schema: Mapping[str, Any], max_chars: int) -> dict[str, Any]:

@@ -20,6 +20,7 @@ __all__ = [
     "LANGUAGES",
     "NOT_IN_DOCUMENTS",
     "NO_ANSWER",
+    "QA_TEMPLATES",
     "SUMMARY_BLOCKS",
     "SWB_RETRY_NOTE",
     "SYNTHESIZE_TEMPLATES",
@@ -331,4 +332,84 @@ SWB_RETRY_NOTE: dict[str, str] = {
 WINDOW_RETRY_NOTE: dict[str, str] = {
     "en": "\n\nYour previous reply could not be used. Reply only with the JSON object described above.",
     "de": "\n\nDeine vorige Antwort war nicht verwendbar. Antworte nur mit dem oben beschriebenen JSON-Objekt.",
+}
+
+_QA_SYSTEM = (
+    "You write questions that test how well a system answers questions about a document. You "
+    "reply with one JSON object and nothing else, and copy quotes from the text exactly."
+)
+
+#: The prompts of question generation (``ctxwin qa generate``), English only: the model is asked
+#: to write in the language of the passage. Each reply is JSON held to a schema of
+#: :mod:`~ctxwin_dagster.core.methods.prompts.schemas` (``qa_*``); the quotes are copied sentences.
+QA_TEMPLATES: dict[str, PromptTemplate] = {
+    t.name: t
+    for t in (
+        PromptTemplate(
+            "qa_single",
+            "1",
+            "en",
+            _QA_SYSTEM,
+            'Below is a passage from the document "{title}".\n\n<passage>\n{text}\n</passage>\n\n'
+            "Write one question for a reading test about this passage. Reply with a JSON object with "
+            "three fields, in this order:\n"
+            '- "quote": one sentence of the passage that states a specific fact, copied exactly;\n'
+            '- "answer": the short answer, copied word for word from that sentence (a name, a number, '
+            "a date or a short phrase);\n"
+            '- "question": a question whose answer is exactly that, clear to a reader who has not seen '
+            "the passage, in your own words and in the language of the passage.",
+            description="question generation: one fact of one sentence",
+        ),
+        PromptTemplate(
+            "qa_two_passages",
+            "1",
+            "en",
+            _QA_SYSTEM,
+            'Below are two passages from far apart in the document "{title}".\n\n'
+            "<passage_1>\n{text_1}\n</passage_1>\n\n<passage_2>\n{text_2}\n</passage_2>\n\n"
+            "Write one question that can only be answered with a fact from each passage. Reply with "
+            "a JSON object with four fields, in this order:\n"
+            '- "quote_1": the sentence of passage 1 the answer needs, copied exactly;\n'
+            '- "quote_2": the sentence of passage 2 the answer needs, copied exactly;\n'
+            '- "answer": the short answer, taken from both sentences;\n'
+            '- "question": the question, clear to a reader who has not seen the passages, in the '
+            "language of the passages.",
+            description="question generation: an answer that needs two passages far apart",
+        ),
+        PromptTemplate(
+            "qa_unanswerable",
+            "1",
+            "en",
+            _QA_SYSTEM,
+            'Below is a passage from the document "{title}".\n\n<passage>\n{text}\n</passage>\n\n'
+            "Write one question about the subject of this passage that sounds as if the document "
+            "answered it, but that the passage does not answer: ask for a detail the passage does "
+            "not give (a date, a number, a name, a reason or a condition). Reply with a JSON object "
+            "with two fields, in this order:\n"
+            '- "missing": the detail the passage does not give, in a few words;\n'
+            '- "question": the question, in the language of the passage.',
+            description="question generation: a question the document does not answer",
+        ),
+        PromptTemplate(
+            "qa_check",
+            "1",
+            "en",
+            "You answer questions about a document only from the excerpts you are given. You reply "
+            "with one JSON object and nothing else.",
+            'Excerpts of the document "{title}":\n\n{excerpts}\n\nQuestion: {question}\n\n'
+            "Do the excerpts answer the question? Reply with a JSON object with two fields, in this "
+            "order:\n"
+            '- "quote": the sentence of the excerpts that answers it, copied exactly, or "" if none does;\n'
+            f'- "answer": the answer, or {NOT_IN_DOCUMENTS} if the excerpts do not answer it.',
+            description="question generation: is a question meant to be unanswerable answered after all?",
+        ),
+        PromptTemplate(
+            "qa_closed_book",
+            "1",
+            "en",
+            "You answer questions in a few words from what you know. You reply with one JSON object and nothing else.",
+            'Question: {question}\n\nReply with a JSON object: {{"answer": "<your answer in a few words>"}}',
+            description="question generation: the answer a model gives without the document",
+        ),
+    )
 }
