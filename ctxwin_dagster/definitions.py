@@ -30,7 +30,8 @@ from ctxwin_dagster.defs.evaluation.assets import (
 )
 from ctxwin_dagster.defs.indexes.assets import cc_rag_index, swb_rag_index, t_rag_index
 from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
-from ctxwin_dagster.defs.jobs import EXECUTOR, VARIANT_JOBS, all_assets_job
+from ctxwin_dagster.defs.jobs import EXECUTOR, REQUEST_JOBS, VARIANT_JOBS, all_assets_job
+from ctxwin_dagster.defs.questions.assets import generated_questions
 from ctxwin_dagster.defs.resources import (
     ChatModelResource,
     EmbeddingsResource,
@@ -39,6 +40,7 @@ from ctxwin_dagster.defs.resources import (
     LanceDBResource,
     PipelineSettings,
     ProjectSettings,
+    QuestionWriterResource,
 )
 from ctxwin_dagster.defs.sensors import documents_sensor
 from ctxwin_dagster.defs.staleness import with_settings_versions
@@ -60,6 +62,9 @@ EVALUATION_ASSETS = [
     *(t_rag_ragas_scores, cc_rag_ragas_scores, swb_rag_ragas_scores, experiment_comparison),
 ]
 
+#: Per-document assets run only when a person asks (not in all_assets_job): questions written by a model.
+REQUEST_ASSETS = [generated_questions]
+
 #: The file in a Dagster home that remembers which doc_id each file name was given.
 DOC_IDS_FILE = "ctxwin_doc_ids.json"
 
@@ -80,6 +85,7 @@ def default_resources(experiment: Experiment | None = None, home: str | Path | N
         "judge": JudgeResource(**config["judge"]),
         "embeddings": EmbeddingsResource(**config["embeddings"]),
         "lancedb": LanceDBResource(**config["lancedb"]),
+        "question_writer": QuestionWriterResource(**config["question_writer"]),
     }
 
 
@@ -96,13 +102,13 @@ def build_definitions(
     return dg.Definitions(
         assets=with_stale_reruns(
             with_settings_versions(
-                [*INDEXING_ASSETS, *EVALUATION_ASSETS],
+                [*INDEXING_ASSETS, *EVALUATION_ASSETS, *REQUEST_ASSETS],
                 resources,
             ),
             resources,
         )
         + [requests_spec],
-        jobs=[all_assets_job, *VARIANT_JOBS],
+        jobs=[all_assets_job, *VARIANT_JOBS, *REQUEST_JOBS],
         sensors=[documents_sensor, command_runs_sensor, stale_documents_sensor],
         resources=resources,
         executor=executor,

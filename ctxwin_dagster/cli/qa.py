@@ -13,12 +13,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from ctxwin_dagster.core.experiment import DEFAULT_CACHE_DIR, DEFAULT_DOCUMENTS_DIR, DEFAULT_QA_DIR
+from ctxwin_dagster.core.experiment import (
+    DEFAULT_CACHE_DIR,
+    DEFAULT_DOCUMENTS_DIR,
+    DEFAULT_GENERATED_QA_DIR,
+    DEFAULT_QA_DIR,
+)
 
 #: The kinds of generated questions (kept here so that ``ctxwin --help`` imports nothing heavy).
 KINDS_HELP = ("single", "two_passages", "unanswerable")
-#: Where generated QA folders go by default, one per documents folder.
-GENERATED_QA_DIR = "data/qa_generated"
 
 
 def _add_arguments(qa: argparse.ArgumentParser) -> None:
@@ -186,7 +189,7 @@ def cmd_qa_generate(args: argparse.Namespace) -> int:
             chosen.append(doc_id)
     else:
         chosen = folder.ids()
-    out = Path(args.out) if args.out else Path(GENERATED_QA_DIR) / experiment_name_for(docs)
+    out = Path(args.out) if args.out else Path(DEFAULT_GENERATED_QA_DIR) / experiment_name_for(docs)
     out.mkdir(parents=True, exist_ok=True)
     todo = [d for d in chosen if args.overwrite or not (out / f"{d}.jsonl").exists()]
     for d in sorted(set(chosen) - set(todo)):

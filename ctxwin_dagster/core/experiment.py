@@ -34,6 +34,7 @@ from typing import Any
 __all__ = [
     "DEFAULT_CACHE_DIR",
     "DEFAULT_DOCUMENTS_DIR",
+    "DEFAULT_GENERATED_QA_DIR",
     "DEFAULT_HOME",
     "default_home",
     "DEFAULT_LANCEDB_URI",
@@ -56,6 +57,8 @@ DEFAULT_DOCUMENTS_DIR = "data/documents"
 DEFAULT_QA_DIR = "data/qa"
 DEFAULT_LANCEDB_URI = "data/lancedb"
 DEFAULT_CACHE_DIR = "data/cache"
+#: Generated questions (``ctxwin qa generate``, the ``generated_questions`` asset): one folder per experiment in it.
+DEFAULT_GENERATED_QA_DIR = "data/qa_generated"
 DEFAULT_RESULTS_DIR = "evaluations/results"
 DEFAULT_REPORTS_DIR = "evaluations/reports"
 #: The sample's Dagster home (``make run``, ``make dev``).
@@ -77,6 +80,7 @@ RESOURCE_SECTIONS = (
     "evaluation",
     "judge",
     "lancedb",
+    "question_writer",
 )
 #: Settings that moved to a section of their own: (old section, old key) -> (new section, new key).
 #: Files written before are read with them moved.
@@ -145,8 +149,9 @@ class Experiment:
         out["settings"].update(documents_dir=self.documents_dir, qa_dir=self.qa_dir, cache_dir=self.cache_dir)
         out["lancedb"]["uri"] = self.lancedb_uri
         out["evaluation"]["experiment"] = self.name
-        for key in ("contextualizer", "answerer", "embeddings"):
+        for key in ("contextualizer", "answerer", "embeddings", "question_writer"):
             out[key].setdefault("cache_dir", self.cache_dir)
+        out["question_writer"].setdefault("out_dir", f"{DEFAULT_GENERATED_QA_DIR}/{self.name}")
         return out
 
     def with_changes(self, section: str, **values: Any) -> Experiment:
@@ -164,6 +169,8 @@ class Experiment:
         evaluation = sections.setdefault("evaluation", {})
         evaluation["results_dir"] = _absolute(str(evaluation.get("results_dir") or DEFAULT_RESULTS_DIR), root)
         evaluation["reports_dir"] = _absolute(str(evaluation.get("reports_dir") or DEFAULT_REPORTS_DIR), root)
+        writer = sections.setdefault("question_writer", {})
+        writer["out_dir"] = _absolute(str(writer.get("out_dir") or f"{DEFAULT_GENERATED_QA_DIR}/{self.name}"), root)
         return replace(
             self,
             sections=sections,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+from ctxwin_dagster.defs.jobs import ON_REQUEST_ASSETS
 from ctxwin_dagster.defs.staleness import StalenessChecker, stale_documents
 
 if TYPE_CHECKING:
@@ -64,7 +65,11 @@ class StaleByProjectRules(dg.AutomationCondition):
 
     def stale_partitions(self, instance: dg.DagsterInstance, graph: Any) -> dict[dg.AssetKey, set[str]]:
         """asset key -> the documents for which it needs a run now."""
-        job_keys = {k for k in graph.get_all_asset_keys() if graph.get(k).is_partitioned}
+        job_keys = {
+            k
+            for k in graph.get_all_asset_keys()
+            if graph.get(k).is_partitioned and k.to_user_string() not in ON_REQUEST_ASSETS
+        }
         doc_ids = self.settings.document_folder().ids()
         stale, _ = stale_documents(instance, graph, self.settings, self.lancedb.index(), job_keys, doc_ids)
         checker = StalenessChecker(instance, graph)
@@ -100,11 +105,12 @@ def stale_rerun_condition(settings: ProjectSettings, lancedb: LanceDBResource) -
 
 
 def with_stale_reruns(assets: list[dg.AssetsDefinition], resources: dict[str, Any]) -> list[dg.AssetsDefinition]:
-    """``assets`` with :func:`stale_rerun_condition` on the per-document ones."""
+    """``assets`` with :func:`stale_rerun_condition` on the per-document ones (not on those run
+    on request, which keep their own condition)."""
     condition = stale_rerun_condition(resources["settings"], resources["lancedb"])
     return [
         a.map_asset_specs(lambda spec: spec.replace_attributes(automation_condition=condition))
-        if a.partitions_def is not None
+        if a.partitions_def is not None and not set(k.to_user_string() for k in a.keys) & set(ON_REQUEST_ASSETS)
         else a
         for a in assets
     ]

@@ -15,10 +15,20 @@ import dagster as dg
 #: Definitions so a deployment can swap it without touching the jobs.
 EXECUTOR = dg.in_process_executor
 
+#: Per-document assets that only run when asked for (they cost model calls a person decides on):
+#: not in ``all_assets_job``, not rerun as stale; ``questions_job`` runs them.
+ON_REQUEST_ASSETS = ("generated_questions",)
+
 all_assets_job = dg.define_asset_job(
     "all_assets_job",
-    selection=dg.AssetSelection.all() - dg.AssetSelection.assets("experiment_comparison"),
+    selection=dg.AssetSelection.all() - dg.AssetSelection.assets("experiment_comparison", *ON_REQUEST_ASSETS),
     description="Materialize every per-document asset for a document partition.",
+)
+
+questions_job = dg.define_asset_job(
+    "questions_job",
+    selection=dg.AssetSelection.assets(*ON_REQUEST_ASSETS),
+    description="Generate evaluation questions from a document with the question_writer model (ctxwin qa generate).",
 )
 
 comparison_job = dg.define_asset_job(
@@ -46,3 +56,5 @@ swb_rag_job = dg.define_asset_job(
 )
 
 VARIANT_JOBS = (t_rag_job, cc_rag_job, swb_rag_job, comparison_job)
+#: Jobs a person launches from the UI for one document.
+REQUEST_JOBS = (questions_job,)

@@ -25,6 +25,7 @@ from ctxwin_dagster.core.defaults import PAPER
 from ctxwin_dagster.core.experiment import (
     DEFAULT_CACHE_DIR,
     DEFAULT_DOCUMENTS_DIR,
+    DEFAULT_GENERATED_QA_DIR,
     DEFAULT_LANCEDB_URI,
     DEFAULT_QA_DIR,
     DEFAULT_REPORTS_DIR,
@@ -188,6 +189,28 @@ class ChatModelResource(dg.ConfigurableResource):
             if self.configured
             else "the extractive engine (sentence selection; no chat model configured)"
         )
+
+
+class QuestionWriterResource(ChatModelResource):
+    """The chat model that writes evaluation questions from the documents (the
+    ``generated_questions`` asset; ``ctxwin qa generate`` is the same from the command line), and
+    how many of which kinds. By default ``local:smollm2``, offline: it runs anywhere, but its
+    questions are poor; name a served model for good ones."""
+
+    model: str = Field(default="local:smollm2", description="chat model that writes the questions")
+    count: int = Field(default=5, ge=1, le=500, description="questions per document, shared between the kinds")
+    kinds: list[str] = Field(
+        default_factory=lambda: ["single", "two_passages", "unanswerable"],
+        description="kinds of questions: single, two_passages, unanswerable",
+    )
+    closed_book: bool = Field(default=True, description="drop questions the model answers right without the document")
+    out_dir: str = Field(
+        default=f"{DEFAULT_GENERATED_QA_DIR}/{SAMPLE}",
+        description="QA folder the questions are written to, one <doc_id>.jsonl per document",
+    )
+
+    def folder(self) -> Path:
+        return Path(self.out_dir)
 
 
 class EmbeddingsResource(dg.ConfigurableResource):

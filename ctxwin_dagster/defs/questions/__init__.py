@@ -1,0 +1,1 @@
+"""Questions generated from the documents: the ``generated_questions`` asset."""
