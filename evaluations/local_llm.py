@@ -41,7 +41,10 @@ MODEL = "local:smollm2"
 WORK = ROOT / "data" / "experiments" / EXP
 CORPUS = WORK / "corpus"
 REPORTS = ROOT / "evaluations" / "reports" / EXP
-RESULTS = ROOT / "evaluations" / "results" / EXP
+# An experiment other than the sample keeps its results in its own folder (data/experiments/<name>/results/<name>).
+RESULTS = WORK / "results" / EXP
+#: The report of the run before structured output (constrained decoding), for the before/after table.
+BEFORE = REPORTS / "before_structured_output.json"
 # document -> (its QA file, characters to keep at most, questions without an answer to add)
 DOCS = {
     "squad_1973_oil_crisis": ("squad_sample.jsonl", 6000, 1),
@@ -363,6 +366,7 @@ def write(note: dict[str, Any]) -> None:
         for e in j.get("failure_examples", []):
             lines.append(f"- failure: `{' '.join(e.split())}`")
         lines.append("")
+    lines += _before_after(note)
     if note.get("evaluate") or note.get("run_notes"):
         lines += ["## Run", ""]
         if note.get("evaluate"):
@@ -372,6 +376,51 @@ def write(note: dict[str, Any]) -> None:
             )
         lines += [f"- {n}" for n in note.get("run_notes", [])]
     (REPORTS / "local_model.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _failures(note: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """Per kind of reply that must parse: (failed, of how many)."""
+    out: dict[str, tuple[int, int]] = {}
+    r = (note.get("measure") or {}).get("swb_replies") or {}
+    if r.get("batches"):
+        out["SWB batches unusable at first"] = (r["unusable_first_replies"], r["batches"])
+        out["SWB batches unusable after the retry"] = (r["unusable_after_retry"], r["batches"])
+        out["SWB chunks that fell back to single-chunk calls"] = (r["fallback_chunks"], r["chunks"])
+    for metric, c in ((note.get("judge") or {}).get("metrics") or {}).items():
+        total = c["n"] + c["n_nan"] + c["n_failed"]
+        if total:
+            out[f"judge {metric}: not scored (NaN or failed)"] = (c["n_nan"] + c["n_failed"], total)
+    answers = note.get("answers") or {}
+    unanswerable = sum(a["unanswerable_questions"] for a in answers.values())
+    if unanswerable:
+        said = sum(a["not_in_documents"] for a in answers.values())
+        out["answers that said NOT_IN_DOCUMENTS (all variants)"] = (said, sum(a["answers"] for a in answers.values()))
+    return out
+
+
+def _before_after(note: dict[str, Any]) -> list[str]:
+    """The failure counts of this run beside those of the run before structured output."""
+    if not BEFORE.is_file():
+        return []
+    before, after = _failures(json.loads(BEFORE.read_text(encoding="utf-8"))), _failures(note)
+    if not before and not after:
+        return []
+
+    def cell(v: tuple[int, int] | None) -> str:
+        return "—" if v is None else f"{v[0]} of {v[1]} ({100 * v[0] / max(1, v[1]):.0f} %)"
+
+    lines = [
+        "## Before and after structured output",
+        "",
+        f"Before: the run kept in `{BEFORE.name}` (free-text replies, repaired and retried); after: this run "
+        "(every reply that must parse decoded under its JSON schema).",
+        "",
+        "| reply | before | after |",
+        "|---|---:|---:|",
+    ]
+    for kind in dict.fromkeys([*before, *after]):
+        lines.append(f"| {kind} | {cell(before.get(kind))} | {cell(after.get(kind))} |")
+    return [*lines, ""]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -405,7 +454,10 @@ def main(argv: list[str] | None = None) -> int:
     previous = REPORTS / "local_model.json"
     if previous.is_file():
         old = json.loads(previous.read_text(encoding="utf-8"))
-        note["run_notes"] = old.get("run_notes", [])  # written by hand about how the run was made
+        if args.skip_evaluate:  # how the run reused was made: its exit and the notes written by hand about it
+            note["run_notes"] = old.get("run_notes", [])
+            if old.get("evaluate"):
+                note["evaluate"] = old["evaluate"]
         if not args.judge_n and old.get("judge"):
             note["judge"] = old["judge"]  # --judge-n 0 keeps the last judging
     note["measure"] = measure(collect())

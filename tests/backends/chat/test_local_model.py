@@ -299,3 +299,22 @@ def test_constrained_decoding_makes_the_local_models_json_replies_parse():
     assert finding.error is None and 0.0 <= finding.confidence <= 1.0
     reply = chat.ledger.records[-1]
     assert reply.reply_format == "schema" and reply.output_tokens <= 60
+
+
+def test_generated_questions_quote_the_passage_and_answer_from_the_quote():
+    """Question drafts decoded under their schema: the quote is one of the passage's sentences
+    and the answer a run of its words, so every draft's span is found (the round trip and the
+    closed-book check may still reject the question: a 135M model writes poor ones)."""
+    from ctxwin_dagster.backends.tasks.question_writer import QuestionWriter
+
+    text = _excerpt()
+    chat = LocalChatBackend(model=MODEL, max_new_tokens=200)
+    result = QuestionWriter(chat).generate(DOC, text, count=1, kinds=["single"])
+    report = result.report
+    assert report.drafted["single"] >= 2 and report.schema_enforced["single"] == report.drafted["single"]
+    assert not {"unparsed", "quote_not_found", "answer_not_found"} & {r for _k, r in report.rejected}, report.lines()
+    assert report.span_found_rate() == 1.0
+    for item in result.items:
+        [(s, e)] = item.reference_spans
+        assert text[s:e] == item.reference_answer and item.question.endswith("?")
+    assert all(r.reply_format == "schema" for r in chat.ledger.records)
