@@ -157,6 +157,7 @@ def cmd_qa_import(args: argparse.Namespace) -> int:
 
 def cmd_qa_generate(args: argparse.Namespace) -> int:
     import json
+    import shlex
     import time
 
     from ctxwin_dagster.backends.calls.cache import ResponseCache
@@ -226,6 +227,9 @@ def cmd_qa_generate(args: argparse.Namespace) -> int:
             if target.exists():
                 target.replace(target.with_name(target.name + ".previous"))
                 print(f"{doc_id}: the previous questions are kept in {target.name}.previous")
+            if not result.items:  # an empty QA file would stop `ctxwin evaluate`
+                print(f"{doc_id}: no question kept; no file written (see the report below)", flush=True)
+                continue
             write_qa_jsonl(result.items, target)
             written += len(result.items)
             print(f"{doc_id}: {len(result.items)} question(s) written to {target}", flush=True)
@@ -234,6 +238,13 @@ def cmd_qa_generate(args: argparse.Namespace) -> int:
         if close is not None:
             close()
     calls = chat.ledger.summarize(chat.ledger.records)
+    report_path = out / "generation_report.json"
+    earlier: dict[str, object] = {}
+    if report_path.is_file():  # the documents of earlier runs keep their entries
+        try:
+            earlier = dict(json.loads(report_path.read_text(encoding="utf-8")).get("documents") or {})
+        except ValueError:
+            earlier = {}
     report = {
         "model": args.model,
         "count": args.count,
@@ -241,18 +252,16 @@ def cmd_qa_generate(args: argparse.Namespace) -> int:
         "closed_book_filter": not args.no_closed_book,
         "seconds": round(time.perf_counter() - started, 1),
         "calls": calls,
-        "total": total.to_dict(),
-        "documents": per_doc,
+        "total": total.to_dict(),  # this run's documents
+        "documents": {**earlier, **per_doc},
     }
-    (out / "generation_report.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    report_path.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     for line in total.lines():
         print(line)
-    print(
-        f"wrote {written} question(s) for {len(per_doc)} document(s) to {out} (report: {out / 'generation_report.json'})"
-    )
-    print(
-        f"evaluate with them: ctxwin evaluate --documents {docs} --qa {out} --name {experiment_name_for(docs)}_generated"
-    )
+    print(f"wrote {written} question(s) for {len(per_doc)} document(s) to {out} (report: {report_path})")
+    name = f"{experiment_name_for(docs)}_generated"
+    where = f"--documents {shlex.quote(str(docs))} --qa {shlex.quote(str(out))}"
+    print(f"evaluate with them: ctxwin evaluate {where} --name {name}")
     return 0
 
 

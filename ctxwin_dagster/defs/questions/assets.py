@@ -83,14 +83,17 @@ def generated_questions(
     if target.exists():
         target.replace(target.with_name(target.name + ".previous"))
         context.log.info(f"the previous questions of {doc.doc_id} are kept in {target.name}.previous")
-    write_qa_jsonl(result.items, target)
+    if result.items:  # an empty QA file would stop `ctxwin evaluate`
+        write_qa_jsonl(result.items, target)
+    else:
+        context.log.warning(f"no question of {doc.doc_id} was kept; no QA file written")
     records = [r for r in chat.ledger.records if r.tags.stage == STAGE and r.tags.doc_id == doc.doc_id]
     report = result.report.to_dict()
     rate = report["span_found_rate"]
     return dg.MaterializeResult(
         value=[item.to_dict() for item in result.items],
         metadata={
-            "qa_file": dg.MetadataValue.path(str(target)),
+            "qa_file": dg.MetadataValue.path(str(target) if result.items else ""),
             "n_questions": len(result.items),
             "kept": dg.MetadataValue.json(report["kept"]),
             "wanted": dg.MetadataValue.json(report["wanted"]),
