@@ -436,8 +436,9 @@ def main(argv: list[str] | None = None) -> int:
         "--judge-metrics", default="context_recall", help="comma-separated RAGAS LLM metrics (default context_recall)"
     )
     # 160 left 3 of 6 verdicts unusable even under constrained decoding (2 cut at the cap, 1 out of
-    # range); 384 scored all 6 (evaluations/reports/local_smollm2/structured_output.md).
-    ap.add_argument("--judge-max-tokens", type=int, default=384, help="most tokens of one judge reply (default 384)")
+    # range); 384 scored all 6 (evaluations/reports/local_smollm2/structured_output.md), but in the
+    # next run 2 of 4 were cut, as was 1 of 4 at 768, until the verdicts' arrays were capped too: 4 of 4.
+    ap.add_argument("--judge-max-tokens", type=int, default=768, help="most tokens of one judge reply (default 768)")
     ap.add_argument("--prepare-only", action="store_true")
     ap.add_argument("--skip-evaluate", action="store_true", help="reuse the finished run's results")
     args = ap.parse_args(argv)

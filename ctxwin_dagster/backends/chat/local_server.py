@@ -147,14 +147,16 @@ def _schema_of(response_format: Any, max_tokens: int) -> ReplySchema | None:
     several OpenAI-compatible servers, and what instructor's JSON_SCHEMA mode sends); else None.
 
     The schema is tightened for decoding (:func:`tighten_for_decoding`): strings it leaves
-    unbounded are capped (a twelfth of the reply's tokens, at two characters a token) and objects
-    take no keys beyond theirs, so that a small model's JSON closes within ``max_tokens``: a JSON
+    unbounded are capped (a twelfth of the reply's tokens, at two characters a token), arrays
+    to the items that fit, and objects take no keys beyond theirs, so that a small model's JSON closes within ``max_tokens``: a JSON
     cut there is worth nothing to the client."""
     if not isinstance(response_format, dict):
         return None
     cap = max(24, CHARS_PER_TOKEN_FLOOR * max_tokens // 12)
+    # an array item holds a string or two of ``cap`` characters and its keys: no more items than fit
+    items = max(1, max_tokens // (cap + 24))
     if response_format.get("type") == "json_object" and isinstance(response_format.get("schema"), dict):
-        return ReplySchema("reply", tighten_for_decoding(response_format["schema"], cap))
+        return ReplySchema("reply", tighten_for_decoding(response_format["schema"], cap, max_items=items))
     if response_format.get("type") != "json_schema":
         return None
     spec = response_format.get("json_schema") or {}
@@ -162,4 +164,4 @@ def _schema_of(response_format: Any, max_tokens: int) -> ReplySchema | None:
     if not isinstance(schema, dict):
         raise ValueError("response_format json_schema has no 'schema' object")
     name = "".join(c if c.isalnum() or c in "_-" else "_" for c in str(spec.get("name") or "reply")) or "reply"
-    return ReplySchema(name, tighten_for_decoding(schema, cap))
+    return ReplySchema(name, tighten_for_decoding(schema, cap, max_items=items))

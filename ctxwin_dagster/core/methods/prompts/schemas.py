@@ -209,12 +209,13 @@ def qa_schema(
     return ReplySchema(name, {"type": "object", "anyOf": branches})
 
 
-def tighten_for_decoding(schema: Mapping[str, Any], max_chars: int) -> dict[str, Any]:
+def tighten_for_decoding(schema: Mapping[str, Any], max_chars: int, *, max_items: int | None = None) -> dict[str, Any]:
     """``schema`` made fit for a decoder that must finish the JSON within a reply's tokens, for a
     schema someone else wrote (a judge's verdict from a pydantic model): every string it leaves
     unbounded gets ``maxLength: max_chars``, every integer without bounds six digits at most, and
     every object that does not say otherwise ``additionalProperties: false`` (nested objects,
-    arrays and ``$defs`` included). Otherwise a small model fills the reply with free-text
+    arrays and ``$defs`` included), and with ``max_items`` every array without a bound at most
+    that many items. Otherwise a small model fills the reply with free-text
     reasons, endless numbers and keys of its own, and never closes it.
 
     Example::
@@ -222,6 +223,8 @@ def tighten_for_decoding(schema: Mapping[str, Any], max_chars: int) -> dict[str,
         >>> s = tighten_for_decoding({"type": "object", "properties": {"why": {"type": "string"}}}, 40)
         >>> s["properties"]["why"], s["additionalProperties"]
         ({'type': 'string', 'maxLength': 40}, False)
+        >>> tighten_for_decoding({"type": "array", "items": {"type": "string"}}, 40, max_items=5)["maxItems"]
+        5
     """
 
     def walk(node: Any) -> Any:
@@ -229,6 +232,8 @@ def tighten_for_decoding(schema: Mapping[str, Any], max_chars: int) -> dict[str,
             out = {k: walk(v) for k, v in node.items()}
             if out.get("type") == "string" and "maxLength" not in out and "enum" not in out and "const" not in out:
                 out["maxLength"] = max_chars
+            if out.get("type") == "array" and max_items is not None and "maxItems" not in out:
+                out["maxItems"] = max(int(out.get("minItems", 0)), max_items)  # a small model repeats items without end
             if out.get("type") == "object" and "additionalProperties" not in out:
                 out["additionalProperties"] = False
             if out.get("type") == "integer" and "enum" not in out and "const" not in out:
