@@ -131,7 +131,7 @@ class Asker:
 
         Questions are embedded by ``embedder``, else by the one ``embeddings`` describes (the
         keys of the ``EmbeddingsResource``'s fields: ``provider``, ``model``, ``base_url``,
-        ``api_key``, ``batch_size``, ``cache_dir``, ``oversize``, ``max_input_tokens``;
+        ``api_key``, ``batch_size``, ``cache_dir``, ``oversize``, ``max_input_tokens``, ``precision``;
         ``row_strategy`` and ``context_weight`` are accepted and change nothing here), built by
         :func:`~ctxwin_dagster.backends.embeddings.factory.make_embedder` as the index assets
         build theirs; with neither, the local ``all-MiniLM-L6-v2``. A search with another model

@@ -255,6 +255,11 @@ class EmbeddingsResource(dg.ConfigurableResource):
         ge=0,
         description="the model's window in tokens when the registry does not know it (0: from the model or the registry)",
     )
+    precision: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
+        description="provider 'local': 'auto' (bfloat16 on a CPU that computes it natively, about 2x faster, vectors "
+        "within cosine 0.996 of float32; float32 elsewhere), 'float32' or 'bfloat16'",
+    )
 
     _embedder: CachedEmbedder | None = PrivateAttr(default=None)
 
@@ -279,6 +284,7 @@ class EmbeddingsResource(dg.ConfigurableResource):
             cache_dir=self.cache_dir,
             oversize=self.oversize,
             max_input_tokens=self.max_input_tokens or None,
+            precision=self.precision,
         )
 
 

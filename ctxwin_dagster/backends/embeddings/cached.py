@@ -97,6 +97,8 @@ class CachedEmbedder:
     dim: int
     #: who serves the model: ``"local"`` or ``"openai"`` (an OpenAI-compatible server)
     provider: str = ""
+    #: the numbers the model runs in (``"float32"``/``"bfloat16"`` locally; a server's own choice)
+    precision: str = "as the server runs it"
 
     def __init__(
         self, cache: ResponseCache | NullCache | None, progress: ProgressFn | None, oversize: str = "pool"

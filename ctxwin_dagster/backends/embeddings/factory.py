@@ -39,6 +39,7 @@ EMBEDDING_SETTINGS: tuple[str, ...] = (
     "cache_dir",
     "oversize",
     "max_input_tokens",
+    "precision",
     "row_strategy",
     "context_weight",
 )
@@ -55,6 +56,7 @@ def make_embedder(
     cache_dir: str | Path | None = None,
     oversize: str = "pool",
     max_input_tokens: int | None = None,
+    precision: str = "auto",
 ) -> CachedEmbedder:
     """The embedder of these settings.
 
@@ -71,6 +73,8 @@ def make_embedder(
         oversize: ``"pool"`` or ``"truncate"`` (see :class:`~.cached.CachedEmbedder`).
         max_input_tokens: the model's window when the registry does not know it (None or 0:
             from the model or the registry).
+        precision: ``"local"`` only: ``"auto"``, ``"float32"`` or ``"bfloat16"`` (see
+            :mod:`~.local`); a server of ``"openai"`` runs its model as it does.
 
     Raises:
         ValueError: an unknown provider, or a local model that is neither all-MiniLM-L6-v2 nor
@@ -82,14 +86,16 @@ def make_embedder(
         from ctxwin_dagster.backends.embeddings.local import LocalEmbedder
 
         if not model or model == LOCAL_MODEL_NAME:
-            return LocalEmbedder(batch_size=batch_size, cache=cache, oversize=oversize)
+            return LocalEmbedder(batch_size=batch_size, cache=cache, oversize=oversize, precision=precision)
         folder = Path(model).expanduser()
         if not folder.is_dir():
             raise ValueError(
                 f"provider 'local' runs {LOCAL_MODEL_NAME} or a folder with a sentence-transformers model; {model!r} is "
                 "neither: set model to one of them, or provider 'openai' for a model served by an OpenAI-compatible server"
             )
-        return LocalEmbedder(model_path=folder, batch_size=batch_size, cache=cache, oversize=oversize)
+        return LocalEmbedder(
+            model_path=folder, batch_size=batch_size, cache=cache, oversize=oversize, precision=precision
+        )
     if provider == "openai":
         from ctxwin_dagster.backends.embeddings.openai import OpenAIEmbedder
 

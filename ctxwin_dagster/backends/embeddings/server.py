@@ -12,7 +12,9 @@ The server speaks OpenAI's embeddings API (``POST /v1/embeddings`` with ``model`
 ``input``; ``encoding_format`` ``float`` or ``base64``), so any OpenAI client can use it, plus:
 
 * ``batch_size`` (texts per forward pass; the client's own, so a vector is the one the client
-  would have computed itself, bit for bit) and ``truncate`` (the client's ``oversize='truncate'``);
+  would have computed itself, bit for bit), ``truncate`` (the client's ``oversize='truncate'``)
+  and ``precision`` (the client's ``float32`` or ``bfloat16``; a model asked for in the other
+  precision is loaded in that one too);
 * the window is checked with the model's own tokenizer: a text over ``max_seq_length`` word
   pieces is refused (400, naming the text and its count) unless ``truncate`` is set. The client
   fits texts before sending them, so a refusal means a client bug, never a silent cut;
@@ -86,6 +88,7 @@ class ModelHost:
                 name = str(folder)
             self.embedders[name] = emb
         self._lock = threading.Lock()
+        self._variants: dict[tuple[int, str], LocalEmbedder] = {}
         self._loaded = threading.Event()
         self.load_error: str = ""
         self.load_seconds = 0.0
@@ -115,21 +118,45 @@ class ModelHost:
                 "dim": emb.dim,
                 "max_tokens": emb.limits.max_tokens,
                 "provider": emb.provider,
+                "precision": emb.precision,
             }
             for name, emb in self.embedders.items()
         ]
 
-    def find(self, model: str) -> LocalEmbedder:
+    def find(self, model: str, precision: str | None = None) -> LocalEmbedder:
+        """The served model ``model`` in ``precision`` (None: the one it was loaded in). A model
+        asked for in its other precision is loaded in that one too, on first use, so a request
+        gets the vectors its sender would compute itself.
+
+        Raises:
+            KeyError: a model not served here.
+            ValueError: an unknown precision.
+        """
         emb = self.embedders.get(model)
         if emb is None and model and os.path.isdir(model):
             emb = self.embedders.get(str(Path(model).resolve()))
         if emb is None:
             raise KeyError(f"model {model!r} is not served here; served: {sorted(self.embedders)}")
-        return emb
+        if precision is None:
+            return emb
+        from ctxwin_dagster.backends.embeddings.local import LocalEmbedder, resolve_precision
 
-    def encode(self, model: str, texts: list[str], *, batch_size: int, truncate: bool) -> tuple[np.ndarray, int]:
+        wanted = resolve_precision(precision, emb.device)
+        if wanted == emb.precision:
+            return emb
+        with self._lock:
+            key = (id(emb), wanted)
+            other = self._variants.get(key)
+            if other is None:
+                other = LocalEmbedder(model_path=emb.model_path, device=emb.device, precision=wanted)
+                self._variants[key] = other
+        return other
+
+    def encode(
+        self, model: str, texts: list[str], *, batch_size: int, truncate: bool, precision: str | None = None
+    ) -> tuple[np.ndarray, int]:
         """Vectors (unnormalized, as ``SentenceTransformer.encode`` gives them) and tokens read."""
-        emb = self.find(model)
+        emb = self.find(model, precision)
         tok = emb.tokenizer
         counts = [len(o) + tok.special_tokens for o in tok.offsets_many(texts)]  # special tokens included
         limit = emb.limits.max_tokens
@@ -213,8 +240,13 @@ class _Handler(BaseHTTPRequestHandler):
             if batch_size < 1:
                 raise ValueError("batch_size must be >= 1")
             model = str(body.get("model") or "")
+            precision = body.get("precision")
             vecs, tokens = self.server.host.encode(
-                model, texts, batch_size=batch_size, truncate=bool(body.get("truncate"))
+                model,
+                texts,
+                batch_size=batch_size,
+                truncate=bool(body.get("truncate")),
+                precision=str(precision) if precision else None,
             )
         except (ValueError, KeyError, json.JSONDecodeError) as exc:
             self._error(400, str(exc).strip("'\""))

@@ -75,6 +75,7 @@ def write_index(
             "deleted": stats["deleted"],
             "embedded_chars": sum(len(r["embedded_text"]) for r in rows),
             "embedding_model": embedder.model,
+            "embedding_precision": embedder.precision,
             "embedding_dim": int(vectors.shape[1]) if len(vectors) else int(embedder.identity.dim),
             "embedding_window": embedder.limits.describe(),
             "embed_strategy": row_strategy,

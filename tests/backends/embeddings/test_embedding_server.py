@@ -40,6 +40,19 @@ def test_vectors_through_the_server_are_the_ones_computed_in_process(server, mon
     assert np.array_equal(got, local.embed(TEXTS))
 
 
+def test_a_run_gets_the_precision_it_asks_for(server, monkeypatch):
+    """The server runs the model in its own precision and loads the other one for a run that
+    asks for it, so vectors never depend on whether a server was running."""
+    url, _, _ = server
+    for precision in ("float32", "bfloat16"):
+        monkeypatch.setenv(ENV_VAR, url)
+        served = LocalEmbedder(batch_size=16, precision=precision)
+        got = served.embed(TEXTS[:8])
+        assert served.served_by == url
+        monkeypatch.setenv(ENV_VAR, "off")
+        assert np.array_equal(got, LocalEmbedder(batch_size=16, precision=precision).embed(TEXTS[:8])), precision
+
+
 def test_the_server_refuses_text_over_the_window_and_says_why(server):
     url, _, _ = server
     reply = httpx.post(f"{url}/v1/embeddings", json={"model": "all-MiniLM-L6-v2", "input": ["word " * 400]}, timeout=60)
@@ -64,6 +77,7 @@ def test_an_openai_client_can_use_it(server):
     assert [len(d.embedding) for d in reply.data] == [384, 384]
     models = httpx.get(f"{url}/v1/models", timeout=10).json()["data"]
     assert [(m["id"], m["dim"], m["max_tokens"]) for m in models] == [("all-MiniLM-L6-v2", 384, 256)]
+    assert models[0]["precision"] == LocalEmbedder().precision
 
 
 def test_a_server_that_is_gone_or_serves_another_model_is_not_used(server, monkeypatch, caplog, tmp_path):

@@ -7,8 +7,8 @@ import pytest
 
 from ctxwin_dagster.backends.base import Embedder
 from ctxwin_dagster.backends.calls.cache import ResponseCache
-from ctxwin_dagster.backends.embeddings.cached import EmbeddingStats, embedding_cache_key
-from ctxwin_dagster.backends.embeddings.local import LocalEmbedder
+from ctxwin_dagster.backends.embeddings.cached import EmbeddingStats, embedding_cache_key, l2_normalize
+from ctxwin_dagster.backends.embeddings.local import LocalEmbedder, native_bfloat16
 from ctxwin_dagster.backends.embeddings.openai import OpenAIEmbedder
 from ctxwin_dagster.testing import FakeOpenAIServer, fake_embedding
 
@@ -40,7 +40,9 @@ def test_local_embedder_shape_dtype_and_normalization(local):
 def test_local_embedder_is_deterministic_and_meaningful(local):
     a = local.embed(TEXTS)
     b = LocalEmbedder(batch_size=1).embed(list(reversed(TEXTS)))[::-1]
-    np.testing.assert_allclose(a, b, atol=1e-5)
+    # A batch pads its texts to the longest; in bfloat16 that moves a vector's components by up
+    # to about 1e-3 (float32: 1e-5). Cached vectors are reused, so a text keeps its first vector.
+    np.testing.assert_allclose(a, b, atol=1e-5 if local.precision == "float32" else 4e-3)
     sims = a @ a.T
     # The two AI Act sentences are closer to each other than to the Normans.
     assert sims[0, 1] > sims[0, 2] + 0.2
@@ -53,7 +55,7 @@ def test_local_cache_hits_avoid_re_encoding(local, tmp_path):
     v1 = first.embed(TEXTS + [TEXTS[0]])
     assert (first.stats.texts_encoded, first.stats.cache_hits, first.stats.duplicates) == (4, 0, 1)
     np.testing.assert_array_equal(v1[0], v1[4])
-    assert cache.get_blob(embedding_cache_key("all-MiniLM-L6-v2", TEXTS[1])) == v1[1].tobytes()
+    assert cache.get_blob(embedding_cache_key(first._cache_model(), TEXTS[1])) == v1[1].tobytes()
 
     second = LocalEmbedder(cache=ResponseCache(tmp_path / "emb.sqlite"))
     st = second.sentence_transformer
@@ -82,6 +84,44 @@ def test_local_long_inputs_report_progress_and_keep_order(local):
     blocked = small.embed(texts)  # 40 texts > one block of 2 * 16: encoded in two blocks
     assert seen == [(32, 40), (40, 40)]
     np.testing.assert_allclose(blocked, local.embed(texts), atol=1e-5)
+
+
+def test_precision_auto_follows_the_cpu_and_each_precision_has_its_own_cache_key():
+    assert LocalEmbedder().precision == ("bfloat16" if native_bfloat16() else "float32")
+    assert LocalEmbedder(device="cuda").precision == "float32"  # auto means bfloat16 on a CPU only
+    assert LocalEmbedder(precision="float32")._cache_model() == "all-MiniLM-L6-v2"
+    assert LocalEmbedder(precision="bfloat16")._cache_model() == "all-MiniLM-L6-v2@bf16"
+    with pytest.raises(ValueError, match="precision must be one of"):
+        LocalEmbedder(precision="float8")
+
+
+@pytest.mark.slow
+def test_bfloat16_vectors_stay_within_cosine_0_99_and_float32_is_the_plain_model(sample_documents):
+    from sentence_transformers import SentenceTransformer
+
+    from ctxwin_dagster.backends.embeddings.local import _default_model_path
+    from ctxwin_dagster.core.text.splitting import RecursiveSplitter
+
+    text = (sample_documents / "squad_Normans.txt").read_text(encoding="utf-8")
+    chunks = [
+        c.text for c in RecursiveSplitter(chunk_size=1000, chunk_overlap=100).split(text, doc_id="n", doc_sha256="n")
+    ][:40]
+    questions = ["Who was the duke in the battle of Hastings?", "When were the Normans in Normandy?", "What is France?"]
+    f32 = LocalEmbedder(precision="float32")
+    b16 = LocalEmbedder(precision="bfloat16")
+    a, b = f32.embed(chunks), b16.embed(chunks)
+    assert b.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(b, axis=1), 1.0, atol=1e-5)
+    cosine = (a * b).sum(axis=1)
+    assert cosine.min() >= 0.99, f"bfloat16 moved a vector to cosine {cosine.min():.4f} of float32"
+    assert not np.array_equal(a, b), "bfloat16 ran in float32"
+    # The ranking a question gets is the same at the top.
+    for q in questions:
+        qa, qb = f32.embed([q])[0], b16.embed([q])[0]
+        assert np.argmax(a @ qa) == np.argmax(b @ qb)
+    # float32 is the model as sentence-transformers loads it by default, bit for bit.
+    plain = SentenceTransformer(str(_default_model_path()), device="cpu", local_files_only=True)
+    assert np.array_equal(a, l2_normalize(plain.encode(chunks, batch_size=64, convert_to_numpy=True)))
 
 
 def test_local_embedder_validates_settings_and_names_the_fix(tmp_path):
