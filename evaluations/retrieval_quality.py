@@ -74,7 +74,13 @@ from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci
 from ctxwin_dagster.core.evaluation.qa.corpora import cuad_to_qa, squad_to_qa  # noqa: E402
 from ctxwin_dagster.core.evaluation.qa.items import QAItem  # noqa: E402
 from ctxwin_dagster.core.retrieval.enhance import enhance  # noqa: E402
-from ctxwin_dagster.core.retrieval.focus import LexicalIndexes, dense_scorer, focus_context, query_texts  # noqa: E402
+from ctxwin_dagster.core.retrieval.focus import (  # noqa: E402
+    LexicalIndexes,
+    dense_scorer,
+    focus_context,
+    query_texts,
+    query_weights,
+)
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings  # noqa: E402
 from ctxwin_dagster.core.text.documents import safe_doc_id  # noqa: E402
 from ctxwin_dagster.core.text.sentences import split_sentences  # noqa: E402
@@ -280,7 +286,7 @@ def techniques(scorer: SentenceScorer, parts: dict[str, np.ndarray], lexical: Le
                 d.chunks,
                 settings=settings,
                 doc_texts=texts(d),
-                score_sentences=dense_scorer(scorer.vectors_of, qvecs),
+                score_sentences=dense_scorer(scorer.vectors_of, qvecs, query_weights(len(qvecs))),
                 lexical=lexical,
                 vector_score=lambda c: float(sims[c.chunk_index]),
             )

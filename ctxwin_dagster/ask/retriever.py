@@ -23,7 +23,13 @@ import numpy as np
 from ctxwin_dagster.ask.indexed_documents import IndexedDocuments
 from ctxwin_dagster.ask.results import AskError, normalize_variant
 from ctxwin_dagster.core.retrieval.enhance import EnhancedContext, EnhanceMode, enhance, hits_from_rows
-from ctxwin_dagster.core.retrieval.focus import LexicalIndexes, dense_scorer, focus_context, query_texts
+from ctxwin_dagster.core.retrieval.focus import (
+    LexicalIndexes,
+    dense_scorer,
+    focus_context,
+    query_texts,
+    query_weights,
+)
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 from ctxwin_dagster.core.text.splitting import Chunk
 
@@ -180,8 +186,12 @@ class Retriever:
         q = np.asarray(vector, dtype=np.float32)
         parts = query_texts(question, settings)
         index, embedder = self.require_index(), self.require_embedder()
-        qvecs = q[None, :] if parts == [question] else np.asarray(embedder.embed(parts), dtype=np.float32)
-        score = dense_scorer(lambda ts: np.asarray(embedder.embed(list(ts)), dtype=np.float32), qvecs)
+        qvecs = q[None, :]
+        if len(parts) > 1:  # the question's vector first, then its parts'
+            qvecs = np.vstack([qvecs, np.asarray(embedder.embed(parts[1:]), dtype=np.float32)])
+        score = dense_scorer(
+            lambda ts: np.asarray(embedder.embed(list(ts)), dtype=np.float32), qvecs, query_weights(len(parts))
+        )
         vectors: dict[str, np.ndarray] = {}
         loaded: set[str] = set()
 

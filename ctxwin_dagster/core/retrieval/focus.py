@@ -9,9 +9,11 @@ measures what users get:
    rank fusion with BM25 over the hit documents' chunks
    (:func:`~ctxwin_dagster.core.retrieval.lexical.hybrid_hits`).
 2. **Sentence scores** — the caller's dense ``score_sentences`` (with ``question_parts``, the
-   mean similarity to the question's meaningful parts, see :func:`dense_scorer`) plus, with a
-   ``lexical_weight``, BM25 over the document's sentences
-   (:class:`~ctxwin_dagster.core.retrieval.lexical.TextBM25`), queried with the question's parts.
+   similarity to the question and to its meaningful parts, weighted by :func:`query_weights`, see
+   :func:`dense_scorer`) plus, with a ``lexical_weight``, BM25 over the document's sentences
+   (:class:`~ctxwin_dagster.core.retrieval.lexical.TextBM25`), queried with the question and its
+   parts. The parts add weight and never replace the question, so a question whose form looks
+   like a template ("… DPO is defined as: 365 * …") keeps its company, year and metric.
 3. **Windows** — :func:`~ctxwin_dagster.core.retrieval.sentence_focus.focus_windows` with the budget,
    score drop and structure of the settings, merged by :func:`~ctxwin_dagster.core.retrieval.enhance.enhance`.
 
@@ -35,21 +37,61 @@ from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 from ctxwin_dagster.core.text.sentences import split_sentences
 from ctxwin_dagster.core.text.splitting import Chunk
 
-__all__ = ["LexicalIndexes", "dense_scorer", "focus_context", "query_texts"]
+__all__ = ["QUESTION_SHARE", "LexicalIndexes", "dense_scorer", "focus_context", "query_texts", "query_weights"]
 
 Hit = tuple[Chunk, float]
 
+#: The question's share of a sentence's dense score when the question has meaningful parts; the
+#: parts share the rest equally. Chosen on the tuning split (``evaluations/question_parts.py``).
+QUESTION_SHARE = 0.5
+
 
 def query_texts(question: str, settings: RetrievalSettings) -> list[str]:
-    """The texts whose vectors score sentences: the question's meaningful parts with
-    ``settings.question_parts``, else the question itself."""
-    return question_parts(question) if settings.question_parts else [question]
+    """The texts whose vectors score sentences: the question itself first, then, with
+    ``settings.question_parts``, its meaningful parts
+    (:func:`~ctxwin_dagster.core.retrieval.lexical.question_parts`). The parts add weight; they
+    never replace the question.
+
+    Example::
+
+        >>> settings = RetrievalSettings.named("ask")
+        >>> query_texts('What does "force majeure" mean here?', settings)
+        ['What does "force majeure" mean here?', 'force majeure']
+        >>> query_texts("Who ruled Normandy?", settings)
+        ['Who ruled Normandy?']
+    """
+    if not settings.question_parts:
+        return [question]
+    parts = [p for p in question_parts(question) if p.strip() != question.strip()]
+    return [question, *parts]
+
+
+def query_weights(n_texts: int, *, question_share: float = QUESTION_SHARE) -> np.ndarray:
+    """The weights of :func:`query_texts`' vectors: the question ``question_share`` and its
+    parts the rest equally; a question without parts weighs 1.
+
+    Example::
+
+        >>> query_weights(3).tolist()
+        [0.5, 0.25, 0.25]
+        >>> query_weights(1).tolist()
+        [1.0]
+    """
+    if n_texts < 1:
+        raise ValueError("a query has at least the question itself")
+    if n_texts == 1:
+        return np.ones(1, dtype=np.float32)
+    rest = (1.0 - question_share) / (n_texts - 1)
+    return np.array([question_share] + [rest] * (n_texts - 1), dtype=np.float32)
 
 
 def dense_scorer(
-    sentence_vectors: Callable[[Sequence[str]], np.ndarray], query_vectors: np.ndarray
+    sentence_vectors: Callable[[Sequence[str]], np.ndarray],
+    query_vectors: np.ndarray,
+    weights: Sequence[float] | np.ndarray | None = None,
 ) -> Callable[[Sequence[str]], np.ndarray]:
-    """``texts -> mean cosine similarity to the query vectors`` (rows L2-normalized).
+    """``texts -> weighted mean cosine similarity to the query vectors`` (rows L2-normalized;
+    ``weights`` default to equal, and are scaled to sum to 1).
 
     Example::
 
@@ -57,11 +99,17 @@ def dense_scorer(
         >>> score = dense_scorer(lambda ts: np.stack([vecs[t] for t in ts]), np.array([[1.0, 0.0], [0.0, 1.0]]))
         >>> score(["a", "b"]).tolist()
         [0.5, 0.5]
+        >>> dense_scorer(lambda ts: np.stack([vecs[t] for t in ts]), np.eye(2), [3, 1])(["a"]).tolist()
+        [0.75]
     """
     q = np.atleast_2d(np.asarray(query_vectors, dtype=np.float32))
+    w = np.ones(len(q), dtype=np.float32) if weights is None else np.asarray(weights, dtype=np.float32)
+    if w.shape != (len(q),) or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"weights must be {len(q)} non-negative numbers, not all 0; got {w.tolist()}")
+    w = w / w.sum()
 
     def score(texts: Sequence[str]) -> np.ndarray:
-        return np.asarray(sentence_vectors(texts) @ q.T).mean(axis=1)
+        return np.asarray(sentence_vectors(texts) @ q.T) @ w
 
     return score
 
@@ -125,6 +173,7 @@ def focus_context(
     doc_texts: Mapping[str, str] | None = None,
     lexical: LexicalIndexes | None = None,
     vector_score: Callable[[Chunk], float] | None = None,
+    lexical_query: str | None = None,
 ) -> EnhancedContext:
     """The focus context of ``question`` under ``settings`` (see the module docstring).
 
@@ -138,6 +187,8 @@ def focus_context(
         doc_texts: ``doc_id -> text`` for exact windows.
         lexical: the BM25 indexes (made here when None and a lexical signal is on).
         vector_score: the cosine similarity of a chunk only full-text search found.
+        lexical_query: the full-text query (default: :func:`query_texts` joined); the
+            evaluation passes others to compare rules.
     """
     if settings.enhance_mode != "focus":
         raise ValueError(f"focus_context needs enhance_mode='focus'; got {settings.enhance_mode!r}")
@@ -149,7 +200,7 @@ def focus_context(
     for c in chunks:
         by_doc.setdefault(c.doc_id, []).append(c)
     doc_ids = list(dict.fromkeys(c.doc_id for c, _ in hits))
-    lex_query = " ".join(query_texts(question, settings))
+    lex_query = lexical_query if lexical_query is not None else " ".join(query_texts(question, settings))
     lexical_weight = settings.effective_lexical_weight
     if lexical is None and (settings.hybrid or lexical_weight):
         lexical = LexicalIndexes()

@@ -71,8 +71,8 @@ class RetrievalSettings:
         context_window_size: characters per hit (budget mode; default 3,000).
         hybrid: fuse vector search with full-text search (in focus mode: BM25 over the hit
             documents' chunks, reciprocal rank fusion; otherwise the index's full-text search).
-        question_parts: score sentences by the question's meaningful parts (quoted names,
-            ``Label: text`` fields of a templated question) instead of the whole question.
+        question_parts: score sentences by the whole question and, with added weight, its
+            meaningful parts (quoted names, ``Label: text`` fields of a templated question).
         lexical_weight: weight of a sentence's BM25 score in focus mode (0 or None: off).
         structure: focus windows cover their paragraph or clause first.
         score_drop: the adaptive budget: no window scoring more than this below the best

@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 from ctxwin_dagster.core.retrieval.enhance import enhance
-from ctxwin_dagster.core.retrieval.focus import LexicalIndexes, dense_scorer, focus_context, query_texts
+from ctxwin_dagster.core.retrieval.focus import (
+    QUESTION_SHARE,
+    LexicalIndexes,
+    dense_scorer,
+    focus_context,
+    query_texts,
+    query_weights,
+)
 from ctxwin_dagster.core.retrieval.lexical import TextBM25, hybrid_hits, question_parts, reciprocal_rank_fusion
 from ctxwin_dagster.core.retrieval.sentence_focus import focus_windows, structure_starts
 from ctxwin_dagster.core.retrieval.settings import RETRIEVAL_PRESETS, RetrievalSettings
@@ -45,8 +52,53 @@ def test_question_parts_keep_what_a_template_varies():
     assert question_parts('What does "force majeure" mean here?') == ["force majeure"]
     assert question_parts("Context: a lease. Question: who pays the rent?") == ["a lease.", "who pays the rent?"]
     settings = RetrievalSettings.named("ask")
-    assert query_texts(TEMPLATE, settings) == question_parts(TEMPLATE)
+    assert query_texts(TEMPLATE, settings) == [TEMPLATE, *question_parts(TEMPLATE)]
     assert query_texts(TEMPLATE, RetrievalSettings.named("ask", question_parts=False)) == [TEMPLATE]
+    assert query_texts("Who ruled the duchy of Normandy?", settings) == ["Who ruled the duchy of Normandy?"]
+
+
+# One question of each form the parts rule fires on, with the words that carry its meaning.
+PARTS_FORMS = {
+    "a CUAD template": (TEMPLATE, ["Governing Law", "law governs", "contract"]),
+    "a FinanceBench definition": (
+        "Based on the information provided primarily in the balance sheet and the statement of income, what is "
+        "FY2020 days payable outstanding (DPO) for Corning? DPO is defined as: 365 * (average accounts payable "
+        "between FY2019 and FY2020) / (FY2020 COGS + change in inventory between FY2019 and FY2020). Round your "
+        "answer to two decimal places.",
+        ["Corning", "FY2020", "days payable outstanding", "DPO", "accounts payable"],
+    ),
+    "a FinanceBench formula": (
+        "What is the FY2019 cash conversion cycle (CCC) for General Mills? CCC is defined as: DIO + DSO - DPO. "
+        "DIO is defined as: 365 * (average inventory between FY2018 and FY2019) / (FY2019 COGS).",
+        ["General Mills", "FY2019", "cash conversion cycle", "DIO + DSO - DPO"],
+    ),
+    "a SQuAD quote": ('In what year did Edmonds characterize a "good" algorithm?', ["year", "Edmonds", "algorithm"]),
+    "a SQuAD title": (
+        'Which company published the book "The Structure of Scientific Revolutions" in 1962?',
+        ["company", "1962", "The Structure of Scientific Revolutions"],
+    ),
+}
+
+
+@pytest.mark.parametrize("form", sorted(PARTS_FORMS))
+def test_question_parts_add_weight_and_keep_the_questions_entities(form):
+    question, entities = PARTS_FORMS[form]
+    texts = query_texts(question, RetrievalSettings.named("ask"))
+    assert texts[0] == question and len(texts) > 1, "the question comes first and the rule fired"
+    for entity in entities:
+        assert entity in texts[0], f"{entity!r} of {form} was dropped"
+    weights = query_weights(len(texts))
+    assert weights[0] == pytest.approx(QUESTION_SHARE) and weights.sum() == pytest.approx(1.0)
+    # The full-text query holds the whole question too.
+    assert all(e.lower() in " ".join(texts).lower() for e in entities)
+
+
+def test_dense_scores_weigh_the_question_and_its_parts():
+    vecs = {"q": np.array([1.0, 0.0]), "part": np.array([0.0, 1.0])}
+    score = dense_scorer(lambda ts: np.stack([vecs[t] for t in ts]), np.stack([vecs["q"], vecs["part"]]), [0.75, 0.25])
+    assert score(["q", "part"]).tolist() == [0.75, 0.25]
+    with pytest.raises(ValueError, match="non-negative"):
+        dense_scorer(lambda ts: ts, np.eye(2), [1.0])
 
 
 def test_bm25_scores_by_text_and_ignores_template_words():
@@ -181,7 +233,9 @@ def test_ask_setting_finds_the_clause_of_a_templated_question_in_a_real_contract
         chunks,
         settings=settings,
         score_sentences=dense_scorer(
-            lambda ts: _bow_vectors(ts, vocab), _bow_vectors(query_texts(item["question"], settings), vocab)
+            lambda ts: _bow_vectors(ts, vocab),
+            _bow_vectors(query_texts(item["question"], settings), vocab),
+            query_weights(len(query_texts(item["question"], settings))),
         ),
         doc_texts={"d": text},
         lexical=lexical,
