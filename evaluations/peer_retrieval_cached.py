@@ -7,7 +7,10 @@ the project embedded the same text with the same model (all-MiniLM-L6-v2 through
 sentence-transformers, L2-normalized — the same vectors, checked to 1e-8) and it fits the
 model's 256-token window; every other text is embedded by the peers' code as usual.
 ``--no-llamaindex`` blocks the LlamaIndex import, so only the LangChain rows (top-k and ±1) are
-measured (the sentence-window row is measured once, at top-4).
+measured (the sentence-window row is measured once, at top-4). ``--pages`` adds two metrics for
+evidence given as whole pages (FinanceBench), computed from the blocks the peers' code chose, with
+its own interval helpers: ``page_hit`` (the context overlaps an evidence page) and ``all_pages``
+(it overlaps every one); the peers' retrieval and their other metrics are unchanged.
 
 Run with a Python that has the peers' packages (``PEERS_VENV``: a virtual environment made as
 ``../shared/tools/README.md`` says) and this project on ``PYTHONPATH``::
@@ -18,7 +21,7 @@ Run with a Python that has the peers' packages (``PEERS_VENV``: a virtual enviro
         data/peer_export/cuad_report evaluations/reports/peer_retrieval/peer_cuad_report_top4.json
     ... 8 data/cache/peer_cuad.npz --no-llamaindex data/peer_export/cuad_report .../peer_cuad_report_top8.json
 
-Usage: peer_retrieval_cached.py TOPK CACHE.npz [--no-llamaindex] FOLDER OUT.json
+Usage: peer_retrieval_cached.py TOPK CACHE.npz [--no-llamaindex] [--pages] FOLDER OUT.json
 """
 
 import atexit
@@ -35,6 +38,9 @@ args = sys.argv[3:]
 os.environ["TOPK"] = topk
 if args[0] == "--no-llamaindex":
     sys.modules["llama_index"] = None  # the tool records C as unavailable and stops after A/B
+    args = args[1:]
+pages = args[0] == "--pages"
+if pages:
     args = args[1:]
 from sentence_transformers import SentenceTransformer  # noqa: E402 - after the llama_index switch above
 
@@ -88,4 +94,25 @@ def save():
 
 atexit.register(save)
 sys.argv = ["peer_retrieval.py"] + args
-runpy.run_path(TOOL, run_name="__main__")
+if not pages:
+    runpy.run_path(TOOL, run_name="__main__")
+else:
+    tool = runpy.run_path(TOOL, run_name="peer_retrieval")  # defines, does not run main
+    peer_score, peer_summarize = tool["score"], tool["summarize"]
+
+    def score_with_pages(q, blocks, block_texts):
+        row = peer_score(q, blocks, block_texts)
+        union = tool["merge"](blocks)
+        touched = [tool["overlap"]([list(p) for p in sp], union) > 0 for sp in q["spans"]]
+        row.update(page_hit=any(touched), all_pages=all(touched))
+        return row
+
+    def summarize_with_pages(rows):
+        out = peer_summarize(rows)
+        for k in ("page_hit", "all_pages"):
+            out[k] = float(np.mean([r[k] for r in rows]))
+        return out
+
+    live = tool["main"].__globals__  # run_path returns a copy; main reads the module's own globals
+    live["score"], live["summarize"] = score_with_pages, summarize_with_pages
+    tool["main"](args[0], args[1])

@@ -54,7 +54,7 @@ def write_index(
             f"{embedder.model}'s window ({embedder.limits.max_tokens} tokens) because oversize='truncate'; "
             "set the embeddings resource's oversize to 'pool'"
         )
-    encoded_before = embedder.stats.texts_encoded
+    encoded_before, seconds_before = embedder.stats.texts_encoded, embedder.stats.encode_seconds
     vectors = embedder.embed_plans(plans)
     index = lancedb.index()
     # The table records (or, if it has a record, checks) the embedder and the row strategy.
@@ -86,6 +86,14 @@ def write_index(
             "context_tokens_cut": window["context_tokens_cut"],
             "rows_with_context_cut": window["rows_with_context_cut"],
             "texts_embedded": embedder.stats.texts_encoded - encoded_before,
+            # Throughput inside the pipeline: texts encoded per second of encoding (model or server).
+            "embedding_texts_per_s": round(
+                (embedder.stats.texts_encoded - encoded_before)
+                / max(1e-9, embedder.stats.encode_seconds - seconds_before),
+                1,
+            )
+            if embedder.stats.texts_encoded > encoded_before
+            else None,
             # Where the vectors were computed: the command's embedding server, or this run's process.
             "embedded_by": getattr(embedder, "served_by", "")
             or ("this run's process" if embedder.provider == "local" else embedder.provider),

@@ -1,0 +1,296 @@
+"""Retrieval on long SEC filings: FinanceBench dev, own filing and whole folder.
+
+``../shared/corpus/financebench_dev/``: 41 filings (10-K, 10-Q, 8-K, earnings releases) of 15
+companies, 19.4 M characters, and 77 questions as an analyst writes them. The evidence of a
+question is one or more whole *pages* (their character ranges), not the answer's words, so:
+
+* **page hit** — the context overlaps an evidence page;
+* **all pages** — the context overlaps every evidence page (the stricter metric);
+* **page-character recall** — the share of the evidence pages' characters inside the context
+  (a page is 2,000–6,000 characters, so a focused context holds only part of one);
+* **characters** per question (blocks merged, no character twice; *unmerged* rows count each
+  chunk as the peers do).
+
+**Scopes.** *Own filing*: the question's own document is searched, as ``ctxwin ask --doc``
+does. *Whole folder*: every filing's chunks are searched together, as ``ctxwin ask`` without
+``--doc`` does over an experiment's index; the context may then come from other filings, and
+only the question's own filing's evidence counts.
+
+**Split by company** (no company on both sides): the companies in sorted order (upper case,
+so PFIZER and Pfizer are one), alternately *tune* (1st, 3rd, …) and *report* (2nd, 4th, …).
+Choices are made on tune; the report rows are measured once.
+
+The techniques are the project's own code (:func:`~ctxwin_dagster.core.retrieval.enhance.enhance`
+and :func:`~ctxwin_dagster.core.retrieval.focus.focus_context`, what ``ctxwin ask`` runs), with
+all-MiniLM-L6-v2 and 1,000/100 chunks. The peers are measured with their own code by
+``../shared/tools/peer_retrieval.py`` on the report companies (``--export`` writes that folder;
+``--peers FILE`` adds the result to the report).
+
+Run::
+
+    HF_HUB_OFFLINE=1 .venv/bin/python evaluations/financebench_retrieval.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+import retrieval_quality as rq  # noqa: E402
+
+from ctxwin_dagster.backends.calls.cache import ResponseCache  # noqa: E402
+from ctxwin_dagster.backends.embeddings.local import LocalEmbedder  # noqa: E402
+from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
+from ctxwin_dagster.core.evaluation.qa.items import QAItem  # noqa: E402
+from ctxwin_dagster.core.retrieval.enhance import enhance  # noqa: E402
+from ctxwin_dagster.core.retrieval.focus import (  # noqa: E402
+    LexicalIndexes,
+    dense_scorer,
+    focus_context,
+    query_texts,
+    query_weights,
+)
+from ctxwin_dagster.core.retrieval.settings import RetrievalSettings  # noqa: E402
+from ctxwin_dagster.core.text.splitting import Chunk, RecursiveSplitter  # noqa: E402
+
+Spans = list[tuple[str, int, int]]  # (doc_id, start, end)
+SCOPES = ("own", "folder")
+
+
+def company(doc_id: str) -> str:
+    return doc_id.split("_", 1)[0].upper()
+
+
+def load(corpus: Path) -> tuple[dict[str, rq.Doc], list[QAItem], dict[str, str]]:
+    """Every filing (chunked), every question, and each company's split."""
+    folder = corpus / "financebench_dev"
+    if not (folder / "qa.jsonl").is_file():
+        raise SystemExit(f"missing {folder}/qa.jsonl: pass --corpus (the folder holding financebench_dev/)")
+    splitter = RecursiveSplitter(chunk_size=1000, chunk_overlap=100)
+    docs: dict[str, rq.Doc] = {}
+    for path in sorted((folder / "documents").glob("*.txt")):
+        text = path.read_text(encoding="utf-8")
+        chunks = splitter.split(text, doc_id=path.stem, doc_sha256=path.stem)
+        docs[path.stem] = rq.Doc(path.stem, "financebench", text, chunks)
+    companies = sorted({company(d) for d in docs})
+    splits = {c: ("tune" if i % 2 == 0 else "report") for i, c in enumerate(companies)}
+    for d in docs.values():
+        d.split = splits[company(d.doc_id)]
+    items = [
+        QAItem.from_dict(json.loads(x)) for x in (folder / "qa.jsonl").read_text(encoding="utf-8").splitlines() if x
+    ]
+    return docs, items, splits
+
+
+class Folder:
+    """Every filing's chunk vectors in one matrix: the whole-folder search."""
+
+    def __init__(self, docs: dict[str, rq.Doc]) -> None:
+        self.chunks: list[Chunk] = [c for d in docs.values() for c in d.chunks]
+        self.vectors = np.vstack([d.vectors for d in docs.values()])
+        self.offset = {}
+        pos = 0
+        for d in docs.values():
+            self.offset[d.doc_id] = pos
+            pos += len(d.chunks)
+
+    def top(self, v: np.ndarray, k: int) -> list[tuple[Chunk, float]]:
+        sims = self.vectors @ v
+        order = np.argsort(-sims, kind="stable")[:k]
+        return [(self.chunks[i], float(sims[i])) for i in order]
+
+
+Run = Callable[[str, QAItem, np.ndarray], Spans]
+
+
+def techniques(
+    docs: dict[str, rq.Doc], folder: Folder, scorer: rq.SentenceScorer, parts: dict[str, np.ndarray]
+) -> list[tuple[str, bool, Run]]:
+    """(name, merged, run(scope, question, vector) -> blocks)."""
+    lexical = LexicalIndexes(max_docs=len(docs) + 1)
+    texts = {d.doc_id: d.text for d in docs.values()}
+
+    def hits(scope: str, q: QAItem, v: np.ndarray, k: int) -> list[tuple[Chunk, float]]:
+        return rq.top_hits(docs[q.doc_id], v, k) if scope == "own" else folder.top(v, k)
+
+    def chunks_of(found: Sequence[tuple[Chunk, float]]) -> list[Chunk]:
+        return [c for d in dict.fromkeys(c.doc_id for c, _ in found) for c in docs[d].chunks]
+
+    def raw(k: int) -> Run:
+        return lambda scope, q, v: [(c.doc_id, c.start, c.end) for c, _ in hits(scope, q, v, k)]
+
+    def mode(k: int, **opts) -> Run:
+        def run(scope: str, q: QAItem, v: np.ndarray) -> Spans:
+            found = hits(scope, q, v, k)
+            ctx = enhance(found, chunks_of(found), doc_texts=texts, **opts)
+            return [(w.doc_id, w.start, w.end) for w in ctx.windows]
+
+        return run
+
+    def focus(settings: RetrievalSettings) -> Run:
+        depth = 4 * settings.effective_k if settings.hybrid else settings.effective_k
+
+        def run(scope: str, q: QAItem, v: np.ndarray) -> Spans:
+            found = hits(scope, q, v, depth)
+            qv = parts[q.question] if settings.question_parts else v[None, :]
+            by_id = {c.chunk_id: s for c, s in found}
+            ctx = focus_context(
+                q.question,
+                found,
+                chunks_of(found),
+                settings=settings,
+                score_sentences=dense_scorer(scorer.vectors_of, qv, query_weights(len(qv))),
+                doc_texts=texts,
+                lexical=lexical,
+                vector_score=lambda c: by_id.get(c.chunk_id) or float(docs[c.doc_id].vectors[c.chunk_index] @ v),
+            )
+            return [(w.doc_id, w.start, w.end) for w in ctx.windows]
+
+        return run
+
+    ask = RetrievalSettings.named("ask")
+    return [
+        ("top-4 chunks as retrieved (T-RAG) *(unmerged)*", False, raw(4)),
+        ("top-4, ±1 neighbour (`neighbors`, 1)", True, mode(4, mode="neighbors", num_neighbors=1)),
+        ("top-8 chunks as retrieved *(unmerged)*", False, raw(8)),
+        ("`focus-dense`: vectors only, top-16, ≤ 4,000", True, focus(RetrievalSettings.named("focus-dense"))),
+        ("**`ask` (default)**: hybrid top-24, question parts, BM25 ×0.2, drop 0.3, ≤ 8,000", True, focus(ask)),
+        ("`ask` without hybrid candidates", True, focus(RetrievalSettings.named("ask", hybrid=False))),
+        ("`ask` without BM25 sentence scores", True, focus(RetrievalSettings.named("ask", lexical_weight=0.0))),
+        ("`ask`, fixed budget 8,000 (no drop)", True, focus(rq._no_drop(ask, 8000))),
+    ]
+
+
+def measure(q: QAItem, blocks: Spans) -> dict[str, float]:
+    """Page hit, all pages, page-character recall and characters of one question's context."""
+    own = rq._merge([(s, e) for d, s, e in blocks if d == q.doc_id])
+    pages = [tuple(p) for p in q.reference_spans]
+    covered = [sum(max(0, min(e, ce) - max(s, cs)) for cs, ce in own) for s, e in pages]
+    merged: dict[str, list[tuple[int, int]]] = {}
+    for d, s, e in blocks:
+        merged.setdefault(d, []).append((s, e))
+    return {
+        "hit": float(any(covered)),
+        "all": float(all(covered)),
+        "recall": sum(covered) / sum(e - s for s, e in pages),
+        "chars": float(sum(e - s for spans in merged.values() for s, e in rq._merge(spans))),
+        "sent": float(sum(e - s for _, s, e in blocks)),
+        "own_share": float(sum(e - s for s, e in own) / max(1, sum(e - s for _, s, e in blocks))),
+    }
+
+
+def export(docs: dict[str, rq.Doc], items: list[QAItem], split: str, out: Path) -> int:
+    """The split's filings and questions in the project's QA format, for peer_retrieval.py."""
+    (out / "documents").mkdir(parents=True, exist_ok=True)
+    (out / "qa").mkdir(parents=True, exist_ok=True)
+    keep = {d.doc_id for d in docs.values() if d.split == split}
+    for doc_id in sorted(keep):
+        (out / "documents" / f"{doc_id}.txt").write_text(docs[doc_id].text, encoding="utf-8", newline="")
+    rows = [json.dumps(q.to_dict(), ensure_ascii=False) for q in items if q.doc_id in keep]
+    (out / "qa" / "questions.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return len(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, default=rq.CORPUS)
+    parser.add_argument(
+        "--cache", type=Path, default=ROOT / "data" / "cache" / "financebench_embeddings.sqlite", help="vector cache"
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "evaluations" / "reports")
+    parser.add_argument("--export", type=Path, help="write the report companies' folder for peer_retrieval.py and stop")
+    parser.add_argument("--peers", type=Path, help="peer_retrieval.py's JSON on the report companies (with page hits)")
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    docs, items, splits = load(args.corpus)
+    if args.export:
+        print(f"{export(docs, items, 'report', args.export)} questions written to {args.export}")
+        return 0
+    embedder = LocalEmbedder(cache=ResponseCache(args.cache), batch_size=64, show_progress=True)
+    n_chars = sum(len(d.text) for d in docs.values())
+    print(
+        f"{len(docs)} filings ({n_chars:,} chars, {sum(len(d.chunks) for d in docs.values()):,} chunks), "
+        f"{len(items)} questions; embedding ({embedder.precision})…",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    qv = rq.embed(docs, items, embedder, sentence_index_splits=())
+    embed_s = time.perf_counter() - t0
+    ask = RetrievalSettings.named("ask")
+    part_texts = {q.question: query_texts(q.question, ask) for q in items}
+    extra = sorted({p for ps in part_texts.values() for p in ps[1:]})
+    pvecs = dict(zip(extra, embedder.embed(extra))) if extra else {}
+    parts = {
+        q.question: np.vstack([v[None, :], *[pvecs[p][None, :] for p in part_texts[q.question][1:]]])
+        for q, v in zip(items, qv)
+    }
+    folder = Folder(docs)
+    scorer = rq.SentenceScorer(docs, embedder)
+    results = []
+    for name, merged, run in techniques(docs, folder, scorer, parts):
+        row: dict = {"technique": name, "merged": merged}
+        t1 = time.perf_counter()
+        for scope in SCOPES:
+            for split in ("tune", "report"):
+                rows = [measure(q, run(scope, q, v)) for q, v in zip(items, qv) if docs[q.doc_id].split == split]
+                hits = [r["hit"] for r in rows]
+                lo, hi = bootstrap_mean_ci(hits, n_boot=2000, seed=0)
+                row[f"{scope}_{split}"] = {
+                    "n": len(rows),
+                    "page_hit": float(np.mean(hits)),
+                    "page_hit_ci95": [lo, hi],
+                    "all_pages": float(np.mean([r["all"] for r in rows])),
+                    "page_char_recall": float(np.mean([r["recall"] for r in rows])),
+                    "chars": float(np.mean([r["chars" if merged else "sent"] for r in rows])),
+                    "own_filing_share": float(np.mean([r["own_share"] for r in rows])),
+                }
+        row["seconds"] = round(time.perf_counter() - t1, 1)
+        results.append(row)
+        print(
+            f"  {name[:60]:<60} "
+            + " ".join(
+                f"{k} {100 * row[k]['page_hit']:5.1f}% {row[k]['chars']:6,.0f}"
+                for k in row
+                if "_" in k and k != "merged"
+            ),
+            flush=True,
+        )
+    meta = {
+        "date": time.strftime("%Y-%m-%d"),
+        "platform": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+        "embedding": f"{embedder.model} ({embedder.precision})",
+        "filings": len(docs),
+        "chars": n_chars,
+        "chunks": sum(len(d.chunks) for d in docs.values()),
+        "questions": {s: sum(1 for q in items if docs[q.doc_id].split == s) for s in ("tune", "report")},
+        "companies": {s: sorted(c for c, sp in splits.items() if sp == s) for s in ("tune", "report")},
+        "embed_s": round(embed_s, 1),
+        "embedder": embedder.stats.to_dict(),
+        "runtime_s": round(time.perf_counter() - started, 1),
+    }
+    if args.peers:
+        meta["peers"] = json.loads(args.peers.read_text(encoding="utf-8"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "financebench_retrieval.json").write_text(
+        json.dumps({"meta": meta, "results": results}, indent=2) + "\n", encoding="utf-8"
+    )
+    print(f"wrote {args.out / 'financebench_retrieval.json'} ({meta['runtime_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
