@@ -198,10 +198,11 @@ NOTES = [
     "top-24 chunks by reciprocal rank fusion (k = 60; Cormack, Clarke & Büttcher, SIGIR 2009, as LanceDB's hybrid search) of "
     "the vector ranking and BM25 over the document's chunks (`bm25s`, Lucene's BM25, English stop words), each 96 deep; "
     '(2) *question parts*: a templated question (CUAD: \'Highlight the parts (if any) of this contract related to "X" that '
-    "should be reviewed by a lawyer. Details: Y') is scored by its quoted names and `Label:` fields (X and Y), found from the "
-    "question's form alone, so a plain question is its own only part; (3) *sentence scores*: the mean cosine similarity "
-    "to the parts + 0.5 × the chunk's cosine + 0.2 × BM25 of the sentence (over the document's sentences, queried with "
-    "the parts, scaled by the best candidate); (4) *adaptive budget*: best sentence first, each grown into a window of "
+    "should be reviewed by a lawyer. Details: Y') is scored by the whole question (share 0.25) and its quoted names "
+    "and `Label:` fields (X and Y, sharing the rest), found from the question's form alone; the parts add weight and "
+    "never replace the question (`evaluations/reports/question_parts.md`); (3) *sentence scores*: that weighted cosine "
+    "similarity + 0.5 × the chunk's cosine + 0.2 × BM25 of the sentence (over the document's sentences, queried with "
+    "the question and its parts, scaled by the best candidate); (4) *adaptive budget*: best sentence first, each grown into a window of "
     "whole sentences of ≤ 700 chars, added while its score is within 0.3 of the best and the context within 8,000 chars.",
     "- Each signal's share shows in the ablation rows (the default with one signal off). Clause-following windows "
     "(`structure=True`: a window covers its paragraph or numbered clause before growing past it) changed the tuning "
