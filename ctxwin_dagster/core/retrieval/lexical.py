@@ -11,7 +11,9 @@ fusion, and the meaningful parts of a templated question.
   this contract related to "X" that should be reviewed by a lawyer. Details: Y") carries its
   meaning in the quoted names and the labelled details, not in the template's words; the parts
   are found from the question's form alone (quotes, ``Label:`` fields), so a plain question is
-  its own only part.
+  its own only part. The parts add weight to the question; they never replace it (a form can
+  look like a template and still carry its meaning outside the parts: "What is Corning's FY2020
+  DPO? DPO is defined as: 365 * …"; see :func:`~ctxwin_dagster.core.retrieval.focus.query_texts`).
 
 Plain Python and numpy (plus ``bm25s``): no Dagster, RAGAS or LanceDB.
 
