@@ -258,7 +258,7 @@ class EmbeddingsResource(dg.ConfigurableResource):
     precision: Literal["auto", "float32", "bfloat16"] = Field(
         default="auto",
         description="provider 'local': 'auto' (bfloat16 on a CPU that computes it natively, about 2x faster, vectors "
-        "within cosine 0.996 of float32; float32 elsewhere), 'float32' or 'bfloat16'",
+        "within cosine 0.9999 of float32; float32 elsewhere), 'float32' or 'bfloat16'",
     )
 
     _embedder: CachedEmbedder | None = PrivateAttr(default=None)
