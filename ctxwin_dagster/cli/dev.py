@@ -12,7 +12,6 @@ from ctxwin_dagster.core.experiment import EXPERIMENT_FILE, SAMPLE, default_home
 def cmd_dev(args: argparse.Namespace) -> int:
     """``ctxwin dev [experiment]``: the Dagster UI and daemon (``dg dev``) on the
     experiment's home, so its runs, assets and comparison are the ones shown."""
-    import subprocess
     import sys
 
     from ctxwin_dagster.backends.embeddings.server import ENV_VAR, EmbeddingService, served_models
@@ -54,7 +53,32 @@ def cmd_dev(args: argparse.Namespace) -> int:
                 )
             except RuntimeError as exc:
                 print(f"ctxwin dev: {exc}", flush=True)
-        return subprocess.call(cmd, env=env)
+        return _run_forwarding_signals(cmd, env)
+
+
+def _run_forwarding_signals(cmd: list[str], env: dict[str, str]) -> int:
+    """Run ``cmd`` until it ends. SIGTERM or SIGINT sent to this command alone (a process
+    manager, ``kill``) is passed on to it, so ``dg dev`` stops its UI, daemon and code server
+    instead of being left running without the command that started it."""
+    import signal
+    import subprocess
+
+    child = subprocess.Popen(cmd, env=env)
+
+    def forward(signum: int, _frame: object) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:  # pragma: no cover - the handler above takes SIGINT
+                continue
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -69,6 +69,18 @@ def test_webserver_serves_assets_and_partitions(webserver):
     assert set(keys["data"]["assetNodes"][0]["partitionKeys"]) == {"squad_Normans", "cuad_todos_medical_reseller"}
 
 
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies, ended but not yet reaped, do not count)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
 def test_ctxwin_dev_serves_the_ui_and_daemon_through_dg_dev(tmp_path):
     """``ctxwin dev`` (``make dev``) starts ``dg dev`` on the experiment's home: the UI answers with
     the project's assets, the daemon runs the sensors, and nothing warns that it is superseded."""
@@ -116,11 +128,21 @@ def test_ctxwin_dev_serves_the_ui_and_daemon_through_dg_dev(tmp_path):
         ]
         assert "SENSOR" in beats, output[-3000:]
         assert "superseded" not in output.lower() and "SupersessionWarning" not in output
+        # SIGTERM to the command alone (as a process manager sends it) stops the UI and daemon too.
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(90)
+        deadline = time.time() + 60
+        while time.time() < deadline and _group_alive(proc.pid):
+            time.sleep(1)
+        assert not _group_alive(proc.pid), "ctxwin dev ended and left dg dev's processes running"
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
+        if _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGINT)
         try:
             proc.wait(60)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+        if _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
         log.close()
