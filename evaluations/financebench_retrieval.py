@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -65,7 +64,7 @@ from ctxwin_dagster.core.retrieval.focus import (  # noqa: E402
     query_texts,
     query_weights,
 )
-from ctxwin_dagster.core.retrieval.lexical import TextBM25, reciprocal_rank_fusion  # noqa: E402
+from ctxwin_dagster.core.retrieval.routing import ROUTE_DEPTH, DocumentCard, DocumentRouter  # noqa: E402
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings  # noqa: E402
 from ctxwin_dagster.core.text.splitting import Chunk, RecursiveSplitter  # noqa: E402
 
@@ -98,45 +97,33 @@ def load(corpus: Path) -> tuple[dict[str, rq.Doc], list[QAItem], dict[str, str]]
     return docs, items, splits
 
 
-#: Characters of a document's opening read into its card (the cover page of a filing).
-CARD_CHARS = 3000
-_LETTER_DIGIT = re.compile(r"(?<=[A-Za-z])(?=\d)|(?<=\d)(?=[A-Za-z]{2})")
-
-
-def card_words(text: str) -> str:
-    """``FY2018`` -> ``FY 2018``, ``3M_2018_10K`` -> ``3M 2018 10K``: years and names as words."""
-    return _LETTER_DIGIT.sub(" ", text.replace("_", " "))
-
-
 class Folder:
-    """Every filing's chunk vectors in one matrix: the whole-folder search, and an experiment in
-    routing a question to its documents first (each document's *card*: its name and opening
-    characters, searched with BM25, fused by reciprocal rank with the document's best chunk)."""
+    """Every filing's chunk vectors in one matrix: the whole-folder search, and the folder routing
+    of ``ctxwin ask`` (:class:`~ctxwin_dagster.core.retrieval.routing.DocumentRouter`: each
+    document's best chunk among the folder's top :data:`ROUTE_DEPTH`, its card (file name and
+    opening) by BM25, and the periods the question names, fused by reciprocal rank)."""
 
     def __init__(self, docs: dict[str, rq.Doc]) -> None:
         self.chunks: list[Chunk] = [c for d in docs.values() for c in d.chunks]
         self.vectors = np.vstack([d.vectors for d in docs.values()])
         self.doc_ids = list(docs)
         self.owner = np.array([i for i, d in enumerate(docs.values()) for _ in d.chunks])
-        self.cards = TextBM25([card_words(f"{d.doc_id} {d.text[:CARD_CHARS]}") for d in docs.values()])
+        self.router = DocumentRouter([DocumentCard.of(d.doc_id, d.text, name=f"{d.doc_id}.txt") for d in docs.values()])
 
-    def top(self, v: np.ndarray, k: int, *, among: set[str] | None = None) -> list[tuple[Chunk, float]]:
+    def top(self, v: np.ndarray, k: int, *, among: Sequence[str] | None = None) -> list[tuple[Chunk, float]]:
         sims = self.vectors @ v
         if among is not None:
             sims = np.where(np.isin(self.owner, [self.doc_ids.index(d) for d in among]), sims, -np.inf)
         order = np.argsort(-sims, kind="stable")[:k]
         return [(self.chunks[i], float(sims[i])) for i in order if np.isfinite(sims[i])]
 
-    def route(self, question: str, v: np.ndarray, m: int) -> set[str]:
-        """The ``m`` documents a question most likely asks about."""
-        lexical = self.cards.scores(card_words(question))
-        best = np.full(len(self.doc_ids), -np.inf)
-        np.maximum.at(best, self.owner, self.vectors @ v)
-        rankings = [list(np.argsort(-best, kind="stable"))]
-        if lexical.any():
-            rankings.append(list(np.argsort(-lexical, kind="stable")))
-        fused = reciprocal_rank_fusion(rankings)
-        return {self.doc_ids[i] for i in list(fused)[:m]}
+    def route(self, question: str, v: np.ndarray, m: int) -> list[str] | None:
+        """The ``m`` documents a question most likely asks about, as ``ctxwin ask`` routes it
+        (None: the question names no period that tells the documents apart; search them all)."""
+        best: dict[str, float] = {}
+        for chunk, score in self.top(v, ROUTE_DEPTH):
+            best.setdefault(chunk.doc_id, score)
+        return self.router.route(question, best, m)
 
 
 Run = Callable[[str, QAItem, np.ndarray], Spans]
@@ -168,11 +155,11 @@ def techniques(
 
         return run
 
-    def focus(settings: RetrievalSettings, route: int = 0) -> Run:
+    def focus(settings: RetrievalSettings) -> Run:
         depth = 4 * settings.effective_k if settings.hybrid else settings.effective_k
 
         def run(scope: str, q: QAItem, v: np.ndarray) -> Spans:
-            found = hits(scope, q, v, depth, route)
+            found = hits(scope, q, v, depth, settings.route_to)
             qv = parts[q.question] if settings.question_parts else v[None, :]
             by_id = {c.chunk_id: s for c, s in found}
             ctx = focus_context(
@@ -195,15 +182,62 @@ def techniques(
         ("top-4, ±1 neighbour (`neighbors`, 1)", True, mode(4, mode="neighbors", num_neighbors=1)),
         ("top-8 chunks as retrieved *(unmerged)*", False, raw(8)),
         ("`focus-dense`: vectors only, top-16, ≤ 4,000", True, focus(RetrievalSettings.named("focus-dense"))),
-        ("**`ask` (default)**: hybrid top-24, question parts, BM25 ×0.2, drop 0.3, ≤ 8,000", True, focus(ask)),
+        (
+            "**`ask` (default)**: hybrid top-24, question parts, BM25 ×0.2, drop 0.3, ≤ 8,000, "
+            f"folder routed to {ask.route_to} when dated",
+            True,
+            focus(ask),
+        ),
         ("`ask` without hybrid candidates", True, focus(RetrievalSettings.named("ask", hybrid=False))),
         ("`ask` without BM25 sentence scores", True, focus(RetrievalSettings.named("ask", lexical_weight=0.0))),
         ("`ask`, fixed budget 8,000 (no drop)", True, focus(rq._no_drop(ask, 8000))),
         *[
-            (f"`ask`, folder routed to {m} document{'s' * (m > 1)} (experiment)", True, focus(ask, m))
-            for m in (1, 2, 3)
+            (
+                f"`ask`, folder routed to {m} document{'s' * (m > 1)}" if m else "`ask` without folder routing",
+                True,
+                focus(RetrievalSettings.named("ask", route_to=m)),
+            )
+            for m in (0, 1, 2, 3, 5)
+            if m != ask.route_to
         ],
     ]
+
+
+def question_vectors(items: list[QAItem], qv: np.ndarray, embedder: LocalEmbedder) -> dict[str, np.ndarray]:
+    """Per question, its vector and then its parts' (the ``ask`` setting's question parts), the
+    rows that sentence focus weighs."""
+    part_texts = {q.question: query_texts(q.question, RetrievalSettings.named("ask")) for q in items}
+    extra = sorted({p for ps in part_texts.values() for p in ps[1:]})
+    pvecs = dict(zip(extra, embedder.embed(extra))) if extra else {}
+    return {
+        q.question: np.vstack([v[None, :], *[pvecs[p][None, :] for p in part_texts[q.question][1:]]])
+        for q, v in zip(items, qv)
+    }
+
+
+def print_row(row: dict, metric: str) -> None:
+    """One technique's line: its hit rate and characters per scope and split."""
+    cells = [f"{k} {100 * row[k][metric]:5.1f}% {row[k]['chars']:6,.0f}" for k in row if k.split("_")[0] in SCOPES]
+    print(f"  {row['technique'][:60]:<60} " + " ".join(cells), flush=True)
+
+
+def routing_accuracy(docs: dict[str, rq.Doc], items: list[QAItem], qv: np.ndarray, folder: Folder) -> dict:
+    """Per split: how many questions the folder routing narrows (they name a period that tells
+    the filings apart), and how often the question's own filing is first and among the first three."""
+    out: dict[str, dict[str, float]] = {}
+    for split in ("tune", "report"):
+        routed = [
+            (q, r)
+            for q, v in zip(items, qv)
+            if docs[q.doc_id].split == split and (r := folder.route(q.question, v, 3)) is not None
+        ]
+        out[split] = {
+            "questions": sum(1 for q in items if docs[q.doc_id].split == split),
+            "routed": len(routed),
+            "own_first": float(np.mean([r[0] == q.doc_id for q, r in routed])) if routed else 0.0,
+            "own_in_first_3": float(np.mean([q.doc_id in r for q, r in routed])) if routed else 0.0,
+        }
+    return out
 
 
 def measure(q: QAItem, blocks: Spans) -> dict[str, float]:
@@ -261,14 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     qv = rq.embed(docs, items, embedder, sentence_index_splits=())
     embed_s = time.perf_counter() - t0
-    ask = RetrievalSettings.named("ask")
-    part_texts = {q.question: query_texts(q.question, ask) for q in items}
-    extra = sorted({p for ps in part_texts.values() for p in ps[1:]})
-    pvecs = dict(zip(extra, embedder.embed(extra))) if extra else {}
-    parts = {
-        q.question: np.vstack([v[None, :], *[pvecs[p][None, :] for p in part_texts[q.question][1:]]])
-        for q, v in zip(items, qv)
-    }
+    parts = question_vectors(items, qv, embedder)
     folder = Folder(docs)
     scorer = rq.SentenceScorer(docs, embedder)
     results = []
@@ -291,15 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
         row["seconds"] = round(time.perf_counter() - t1, 1)
         results.append(row)
-        print(
-            f"  {name[:60]:<60} "
-            + " ".join(
-                f"{k} {100 * row[k]['page_hit']:5.1f}% {row[k]['chars']:6,.0f}"
-                for k in row
-                if "_" in k and k != "merged"
-            ),
-            flush=True,
-        )
+        print_row(row, "page_hit")
     meta = {
         "date": time.strftime("%Y-%m-%d"),
         "platform": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
@@ -319,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         meta["full_embedding"] = {"date": meta["date"], "texts": meta["chunks"], "seconds": meta["embed_s"]}
     elif saved.is_file():
         meta["full_embedding"] = json.loads(saved.read_text(encoding="utf-8"))["meta"].get("full_embedding")
+    meta["routing"] = routing_accuracy(docs, items, qv, folder)
     if args.peers:
         meta["peers"] = json.loads(args.peers.read_text(encoding="utf-8"))
     args.out.mkdir(parents=True, exist_ok=True)

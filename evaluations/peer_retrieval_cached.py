@@ -60,6 +60,8 @@ project = ResponseCache(
 )
 TOOL = os.environ.get("PEER_TOOL", str(ROOT.parent / "shared" / "tools" / "peer_retrieval.py"))
 reused = [0]
+fresh = [0]
+SAVE_EVERY = 4000
 orig = SentenceTransformer.encode
 
 
@@ -78,6 +80,10 @@ def encode(self, sentences, *a, **kw):
         out = orig(self, [texts[i] for i in miss], *a, **kw)
         for i, v in zip(miss, out):
             cache[keys[i]] = np.asarray(v)
+        fresh[0] += len(miss)
+        if fresh[0] >= SAVE_EVERY:  # a long run that is stopped keeps what it embedded
+            save()
+            fresh[0] = 0
     res = np.stack([cache[k] for k in keys])
     return res[0] if single else res
 
@@ -86,10 +92,10 @@ SentenceTransformer.encode = encode
 
 
 def save():
-    print("vectors reused from the project cache:", reused[0], flush=True)
-    np.savez(
-        cache_path, keys=np.array(list(cache)), vecs=np.stack(list(cache.values())) if cache else np.zeros((0, 384))
-    )
+    print("vectors reused from the project cache:", reused[0], "held:", len(cache), flush=True)
+    tmp = cache_path + ".tmp.npz"
+    np.savez(tmp, keys=np.array(list(cache)), vecs=np.stack(list(cache.values())) if cache else np.zeros((0, 384)))
+    os.replace(tmp, cache_path)
 
 
 atexit.register(save)

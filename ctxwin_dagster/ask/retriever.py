@@ -11,6 +11,11 @@ is said by one :class:`~ctxwin_dagster.core.retrieval.settings.RetrievalSettings
   measures: evaluations/reports/retrieval_quality.md);
 * ``"neighbors"``, ``"budget"``, ``"none"`` — the top-``k`` rows (fused with the index's
   full-text search when hybrid) grown by :func:`~ctxwin_dagster.core.retrieval.enhance.enhance`.
+
+A question asked of the whole folder (no ``doc_id``) is first routed to the ``route_to``
+documents it most likely asks about when the settings say so
+(:class:`~ctxwin_dagster.core.retrieval.routing.DocumentRouter`); each document's card (its file
+name and opening) is read once and kept while its file is unchanged.
 """
 
 from __future__ import annotations
@@ -29,6 +34,13 @@ from ctxwin_dagster.core.retrieval.focus import (
     focus_context,
     query_texts,
     query_weights,
+)
+from ctxwin_dagster.core.retrieval.routing import (
+    CARD_CHARS,
+    ROUTE_DEPTH,
+    DocumentCard,
+    DocumentRouter,
+    question_periods,
 )
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 from ctxwin_dagster.core.text.splitting import Chunk
@@ -60,6 +72,7 @@ class Retriever:
         self.embedder = embedder
         self.documents = documents
         self.lexical = LexicalIndexes()
+        self._cards: dict[tuple[str, str], tuple[object, DocumentCard]] = {}
 
     # ----------------------------------------------------------------- checks and rows
     def require_index(self) -> ChunkIndex:
@@ -103,10 +116,19 @@ class Retriever:
         return self.require_embedder().embed([question])[0]
 
     def search(
-        self, question: str, vector: np.ndarray, *, variant: str, doc_id: str | None, k: int, hybrid: bool
+        self,
+        question: str,
+        vector: np.ndarray,
+        *,
+        variant: str,
+        doc_id: str | None,
+        k: int,
+        hybrid: bool,
+        route_to: int = 0,
     ) -> list[dict[str, Any]]:
         """The top-``k`` rows of ``variant`` for ``vector`` (fused with full-text search of
-        ``question`` when ``hybrid``), within ``doc_id`` or every document whose file is there."""
+        ``question`` when ``hybrid``), within ``doc_id`` or every document whose file is there
+        (narrowed to the ``route_to`` documents the question most likely asks about when > 0)."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise AskError(f"k must be an int >= 1; got {k!r}")
         variant = normalize_variant(variant)
@@ -121,6 +143,8 @@ class Retriever:
             # Over every document: only those whose file is in the folder (a document whose file
             # is gone keeps its rows until `ctxwin prune`, but is not searched).
             present = None if doc_id else self.documents.present_ids()
+            if route_to and not doc_id:
+                present = self.route(question, vector, variant=variant, among=present, m=route_to)
             return index.search(
                 variant,
                 vector,
@@ -134,6 +158,52 @@ class Retriever:
         except EmbedderMismatchError as exc:
             raise AskError(str(exc)) from exc
 
+    def route(
+        self, question: str, vector: np.ndarray, *, variant: str, among: list[str] | None, m: int
+    ) -> list[str] | None:
+        """The ``m`` documents of ``among`` (None: every indexed one) that ``question`` most likely
+        asks about, best first; ``among`` unchanged when it holds ``m`` documents or fewer, or
+        when the question names no period that tells them apart."""
+        if not any(question_periods(question)):
+            return among
+        index = self.require_index()
+        ids = (
+            list(among) if among is not None else sorted({r["doc_id"] for r in index.rows(variant, columns=["doc_id"])})
+        )
+        if len(ids) <= m:
+            return among
+        best: dict[str, float] = {}
+        for row in index.search(variant, vector, k=ROUTE_DEPTH, embedder=self.embedder, doc_ids=ids):
+            best.setdefault(row["doc_id"], float(row["score"]))
+        router = DocumentRouter([self._card(variant, d) for d in ids])
+        routed = router.route(question, best, m)
+        return among if routed is None else routed
+
+    def _card(self, variant: str, doc_id: str) -> DocumentCard:
+        """``doc_id``'s card: its file's name and opening (or, with no file, its first chunks)."""
+        path = self.documents.file(doc_id)
+        stamp: object = path.stat().st_mtime_ns if path is not None else None
+        cached = self._cards.get((variant, doc_id))
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        opening = None
+        if path is not None:
+            try:
+                opening = self.documents.text(doc_id)
+            except AskError:  # an unreadable file: its indexed chunks still tell what it is
+                opening = None
+        if opening is None:
+            rows = self.require_index().rows(variant, doc_id=doc_id, columns=["chunk_index", "start", "end", "text"])
+            opening, end = "", 0
+            for r in sorted(rows, key=lambda r: r["chunk_index"]):
+                if len(opening) >= CARD_CHARS:
+                    break
+                opening += r["text"][max(0, end - r["start"]) :]  # chunks overlap: each character once
+                end = max(end, r["end"])
+        card = DocumentCard.of(doc_id, opening, name=path.name if path is not None else doc_id)
+        self._cards[(variant, doc_id)] = (stamp, card)
+        return card
+
     def top_rows(
         self, question: str, settings: RetrievalSettings, *, variant: str, doc_id: str | None
     ) -> list[dict[str, Any]]:
@@ -145,6 +215,7 @@ class Retriever:
             doc_id=doc_id,
             k=settings.effective_k,
             hybrid=settings.hybrid,
+            route_to=settings.route_to,
         )
 
     # ----------------------------------------------------------------- context
@@ -157,7 +228,15 @@ class Retriever:
         if settings.enhance_mode == "focus":
             return self._focus(question, vector, settings, variant=variant, doc_id=doc_id)
         mode, hybrid = cast(EnhanceMode, settings.enhance_mode), settings.hybrid
-        rows = self.search(question, vector, variant=variant, doc_id=doc_id, k=settings.effective_k, hybrid=hybrid)
+        rows = self.search(
+            question,
+            vector,
+            variant=variant,
+            doc_id=doc_id,
+            k=settings.effective_k,
+            hybrid=hybrid,
+            route_to=settings.route_to,
+        )
         if not rows:
             return EnhancedContext([], mode)
         score_key = "rrf_score" if hybrid and all("rrf_score" in r for r in rows) else "score"
@@ -177,7 +256,13 @@ class Retriever:
     ) -> EnhancedContext:
         k = settings.effective_k
         rows = self.search(
-            question, vector, variant=variant, doc_id=doc_id, k=4 * k if settings.hybrid else k, hybrid=False
+            question,
+            vector,
+            variant=variant,
+            doc_id=doc_id,
+            k=4 * k if settings.hybrid else k,
+            hybrid=False,
+            route_to=settings.route_to,
         )
         if not rows:
             return EnhancedContext([], "focus")

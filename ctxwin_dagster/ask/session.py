@@ -151,6 +151,7 @@ def question_options(args: argparse.Namespace) -> dict[str, Any]:
         "focus_chars",
         "k",
         "hybrid",
+        "route_to",
         "window_tokens",
         "overlap_tokens",
         "early_stop",
@@ -178,6 +179,7 @@ def ask_kwargs(options: dict[str, Any]) -> dict[str, Any]:
         focus_chars=options.get("focus_chars"),
         k=options.get("k"),
         hybrid=options.get("hybrid"),
+        route_to=options.get("route_to"),
     )
     variant = options.get("variant") or "swb"
     normalize_variant(variant)

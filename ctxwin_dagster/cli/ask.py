@@ -55,6 +55,13 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fuse vector search with full-text search (default: on for sentence focus, off otherwise)",
     )
     parser.add_argument(
+        "--route-to",
+        type=int,
+        metavar="N",
+        help="without --doc, a question naming a year or quarter is searched in the N documents it most likely asks "
+        "about, when that period dates some documents and not others (default 1; 0 searches every document)",
+    )
+    parser.add_argument(
         "--window-tokens", type=int, help="sliding-window size in tokens (default 4000, capped by the model)"
     )
     parser.add_argument(

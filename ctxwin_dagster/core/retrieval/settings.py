@@ -8,7 +8,11 @@ the evaluation, so the evaluation measures what users get.
     ``ctxwin ask``'s default, chosen on the tuning split of evaluations/retrieval_quality.py:
     sentence focus over the top-24 chunks of a hybrid search (vectors fused with BM25 over the
     document's chunks), sentences scored by the question's meaningful parts and by BM25
-    (weight 0.2), windows added while within 0.3 of the best score, at most 8,000 characters.
+    (weight 0.2), windows added while within 0.3 of the best score, at most 8,000 characters;
+    a question asked of the whole folder that names a year or quarter is searched in the one
+    document it most likely asks about when that period dates some documents and not others
+    (``route_to=1``, chosen on FinanceBench dev's tuning companies and SQuAD's tuning articles:
+    evaluations/financebench_retrieval.py, evaluations/squad_folder.py).
 ``focus-dense``
     the earlier default: sentence focus by vectors alone, 4,000 characters from the top-16 chunks.
 ``paper``
@@ -77,6 +81,10 @@ class RetrievalSettings:
         structure: focus windows cover their paragraph or clause first.
         score_drop: the adaptive budget: no window scoring more than this below the best
             (``focus_chars`` is then the cap).
+        route_to: a question asked of the whole folder (no document named) is searched in the
+            ``route_to`` documents it most likely asks about
+            (:class:`~ctxwin_dagster.core.retrieval.routing.DocumentRouter`: best chunk, name and
+            opening, the years named); 0: every document is searched. Any enhancement mode.
         name: the named setting this came from (``ask``, ``paper``), with ``+`` when changed.
     """
 
@@ -90,6 +98,7 @@ class RetrievalSettings:
     lexical_weight: float | None = None
     structure: bool = False
     score_drop: float | None = None
+    route_to: int = 0
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -99,6 +108,8 @@ class RetrievalSettings:
             value = getattr(self, field_name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
                 raise ValueError(f"{field_name} must be an int >= {minimum} or None; got {value!r}")
+        if isinstance(self.route_to, bool) or not isinstance(self.route_to, int) or self.route_to < 0:
+            raise ValueError(f"route_to must be an int >= 0 (0: search every document); got {self.route_to!r}")
         for field_name in ("lexical_weight", "score_drop"):
             value = getattr(self, field_name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value < 0):
@@ -117,7 +128,7 @@ class RetrievalSettings:
         """A named setting (``ask``, ``focus-dense`` or ``paper``), optionally changed (None: unchanged).
 
         Changing the mode starts from that mode's plain setting (no hybrid search, the mode's
-        ``k``) with the changes given. Without ``enhance_mode``, an option of one mode
+        ``k``; the folder routing is kept) with the changes given. Without ``enhance_mode``, an option of one mode
         (``focus_chars``, ``num_neighbors``, ``context_window_size``) picks that mode.
 
         Raises:
@@ -138,7 +149,7 @@ class RetrievalSettings:
         if "enhance_mode" not in changes and picked:
             changes["enhance_mode"] = next(iter(picked.values()))
         if "enhance_mode" in changes and changes["enhance_mode"] != base.enhance_mode:
-            base = cls(enhance_mode=changes["enhance_mode"])
+            base = cls(enhance_mode=changes["enhance_mode"], route_to=base.route_to)
         return replace(base, **changes, name=f"{name}+")
 
     @property
@@ -181,6 +192,10 @@ class RetrievalSettings:
             text = f"top-{k} chunks, no enhancement"
         if self.hybrid:
             text += ", hybrid (vector + full-text) search"
+        if self.route_to:
+            text += (
+                f", a folder-wide question routed to its {self.route_to} likeliest document{'s' * (self.route_to > 1)}"
+            )
         label = {
             "ask": "ctxwin ask's default",
             "paper": "the paper's protocol",
@@ -203,6 +218,7 @@ RETRIEVAL_PRESETS: dict[str, RetrievalSettings] = {
         question_parts=True,
         lexical_weight=0.2,
         score_drop=0.3,
+        route_to=1,
         name="ask",
     ),
     "focus-dense": RetrievalSettings(

@@ -1,0 +1,111 @@
+"""Asking a whole folder of near copies: one company's annual reports of two years and another
+company's, indexed with the real local embedder. A question that names a year is answered from
+that year's report; the CLI's ``--route-to 0`` searches every report."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from ctxwin_dagster.ask import Asker
+from ctxwin_dagster.backends.tasks.extractive import ExtractiveTasks
+from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
+
+pytestmark = pytest.mark.slow
+
+BODY = """\
+Item 7. Management's Discussion and Analysis of Financial Condition and Results of Operations
+
+Total revenue was ${revenue} million, compared with ${prior} million in the prior year. The increase
+came from higher volumes in the industrial segment and from price increases in the consumer segment.
+
+Capital expenditures were ${capex} million, mainly for new production lines and for the renewal of
+the distribution centers. The Company expects to fund its capital expenditures from operating cash.
+
+Item 8. Financial Statements and Supplementary Data
+
+The Company's independent auditor has audited the consolidated balance sheets and the related
+statements of income, comprehensive income, equity and cash flows.
+"""
+
+REPORTS = {
+    # name: (cover, revenue, prior, capex)
+    "ACME_2018_annual_report": ("ACME Corp.", "fiscal year ended December 31, 2018", 412, 398, 57),
+    "ACME_2022_annual_report": ("ACME Corp.", "fiscal year ended December 31, 2022", 530, 501, 81),
+    "Globex_2022_annual_report": ("Globex Inc.", "fiscal year ended June 30, 2022", 1210, 1144, 140),
+}
+
+
+@pytest.fixture(scope="module")
+def filings(tmp_path_factory, embedder):
+    from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
+    from ctxwin_dagster.core.text.splitting import RecursiveSplitter
+
+    root = tmp_path_factory.mktemp("filings")
+    docs = root / "documents"
+    docs.mkdir()
+    index = ChunkIndex(str(root / "lancedb"))
+    splitter = RecursiveSplitter(chunk_size=400, chunk_overlap=40)
+    for doc_id, (company, period, revenue, prior, capex) in REPORTS.items():
+        text = f"{company}\nAnnual Report on Form 10-K for the {period}\n\n" + BODY.format(
+            revenue=revenue, prior=prior, capex=capex
+        )
+        path = docs / f"{doc_id}.txt"
+        path.write_text(text, encoding="utf-8")
+        sha = hashlib.sha256(path.read_bytes()).hexdigest()
+        chunks = splitter.split(text, doc_id=doc_id, doc_sha256=sha)
+        rows = [
+            {**c.to_dict(), "doc_sha256": sha, "context": "", "context_engine": "", "embedded_text": c.text}
+            for c in chunks
+        ]
+        index.replace_document("t_rag", doc_id, rows, embedder.embed([c.text for c in chunks]), doc_sha256=sha)
+    asker = Asker(index=index, embedder=embedder, tasks=ExtractiveTasks(embedder), documents_dir=docs)
+    return {"root": root, "documents": docs, "lancedb": root / "lancedb", "asker": asker}
+
+
+def test_a_question_naming_a_year_is_answered_from_that_years_report(filings):
+    asker = filings["asker"]
+    question = "What were ACME's capital expenditures in FY2022?"
+    routed = asker.ask(question, variant="t")
+    assert {w.doc_id for w in routed.context.windows} == {"ACME_2022_annual_report"}
+    assert "$81 million" in routed.answer and "$57 million" not in routed.answer
+    # every report searched: the 2018 report's identical sentence comes along
+    everything = asker.ask(question, variant="t", retrieval=RetrievalSettings.named("ask", route_to=0))
+    assert "ACME_2018_annual_report" in {w.doc_id for w in everything.context.windows}
+    # the year picks the report in the other enhancement modes too
+    rows = asker.retrieve(question, variant="t", retrieval=RetrievalSettings.named("paper", route_to=1))
+    assert rows and {r["doc_id"] for r in rows} == {"ACME_2022_annual_report"}
+    # naming the document still searches only it, whatever year is named
+    own = asker.ask(question, variant="t", doc_id="ACME_2018_annual_report")
+    assert {w.doc_id for w in own.context.windows} == {"ACME_2018_annual_report"}
+
+
+def test_a_question_without_a_period_searches_every_report(filings):
+    result = filings["asker"].ask("What were ACME's capital expenditures?", variant="t")
+    assert {"ACME_2018_annual_report", "ACME_2022_annual_report"} <= {w.doc_id for w in result.context.windows}
+
+
+def test_cli_route_to_zero_searches_every_report(filings, capsys):
+    from ctxwin_dagster.cli import main
+
+    base = [
+        "ask",
+        "What were ACME's capital expenditures in FY2022?",
+        "--variant",
+        "t",
+        "--lancedb",
+        str(filings["lancedb"]),
+        "--documents",
+        str(filings["documents"]),
+        "--cache-dir",
+        str(filings["root"] / "cache"),
+        "--json",
+    ]
+    assert main(base) == 0
+    routed = json.loads(capsys.readouterr().out)
+    assert {c["doc_id"] for c in routed["citations"]} == {"ACME_2022_annual_report"}
+    assert main([*base, "--route-to", "0"]) == 0
+    everything = json.loads(capsys.readouterr().out)
+    assert "ACME_2018_annual_report" in {w["doc_id"] for w in everything["windows"]}
