@@ -6,6 +6,8 @@
   windows, sentence focus), merged into one context within a budget;
 * :mod:`.focus` — a question's focus context from the vector hits with every signal of the
   settings (hybrid candidates, question parts, lexical sentence scores, structure, adaptive budget);
+* :mod:`.routing` — a question asked of a whole folder routed to the documents it most likely
+  asks about (their best chunk, their name and opening, the years and quarters it names);
 * :mod:`.lexical` — BM25 over a document's chunks and sentences (``bm25s``), and hybrid fusion;
 * :mod:`.window` — :class:`~.window.Window`, merging windows that overlap or touch (no
   character twice, the best score kept) and joining them;
