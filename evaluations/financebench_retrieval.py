@@ -183,12 +183,17 @@ def techniques(
         ("top-8 chunks as retrieved *(unmerged)*", False, raw(8)),
         ("`focus-dense`: vectors only, top-16, ≤ 4,000", True, focus(RetrievalSettings.named("focus-dense"))),
         (
-            "**`ask` (default)**: hybrid top-24, question parts, BM25 ×0.2, drop 0.3, ≤ 8,000, "
-            f"folder routed to {ask.route_to} when dated",
+            "**`ask` (default)**: hybrid top-24, question parts, BM25 ×0.2, drop 0.3, ≤ 8,000, statements by "
+            f"title, folder routed to {ask.route_to} when dated",
             True,
             focus(ask),
         ),
         ("`ask` without hybrid candidates", True, focus(RetrievalSettings.named("ask", hybrid=False))),
+        (
+            "`ask` without financial statements by title",
+            True,
+            focus(RetrievalSettings.named("ask", statements=False)),
+        ),
         ("`ask` without BM25 sentence scores", True, focus(RetrievalSettings.named("ask", lexical_weight=0.0))),
         ("`ask`, fixed budget 8,000 (no drop)", True, focus(rq._no_drop(ask, 8000))),
         *[

@@ -34,6 +34,7 @@ import numpy as np
 from ctxwin_dagster.core.retrieval.enhance import DEFAULT_FOCUS_BUDGET_CHARS, EnhancedContext, enhance
 from ctxwin_dagster.core.retrieval.lexical import TextBM25, hybrid_hits, question_parts
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
+from ctxwin_dagster.core.retrieval.statements import named_statements, statement_chunks
 from ctxwin_dagster.core.text.sentences import split_sentences
 from ctxwin_dagster.core.text.splitting import Chunk
 
@@ -202,6 +203,18 @@ def focus_context(
     for c in chunks:
         by_doc.setdefault(c.doc_id, []).append(c)
     doc_ids = list(dict.fromkeys(c.doc_id for c, _ in hits))
+    if settings.statements and (asked := named_statements(question)):
+        # the statements the question names: their title chunks lead the candidates
+        titled = [
+            c
+            for d in doc_ids
+            if by_doc.get(d)
+            for c in statement_chunks(_doc_text(d, by_doc[d], doc_texts), by_doc[d], asked)
+        ]
+        if titled:
+            ids = {c.chunk_id for c in titled}
+            best = hits[0][1]
+            hits = [(c, best) for c in titled] + [h for h in hits if h[0].chunk_id not in ids]
     lex_query = lexical_query if lexical_query is not None else " ".join(query_texts(question, settings))
     lexical_weight = settings.effective_lexical_weight
     if lexical is None and (settings.hybrid or lexical_weight):

@@ -9,6 +9,7 @@ the evaluation, so the evaluation measures what users get.
     sentence focus over the top-24 chunks of a hybrid search (vectors fused with BM25 over the
     document's chunks), sentences scored by the question's meaningful parts and by BM25
     (weight 0.2), windows added while within 0.3 of the best score, at most 8,000 characters;
+    a question that names a financial statement gets the chunks holding its title as candidates;
     a question asked of the whole folder that names a year or quarter is searched in the one
     document it most likely asks about when that period dates some documents and not others
     (``route_to=1``, chosen on FinanceBench dev's tuning companies and SQuAD's tuning articles:
@@ -55,7 +56,7 @@ DEFAULT_K = 4
 #: The options of each enhancement mode; an option may only be set in its own mode. The first
 #: option of a mode picks that mode when it is given without one (``--neighbors 2``).
 MODE_OPTIONS: dict[str, tuple[str, ...]] = {
-    "focus": ("focus_chars", "lexical_weight", "score_drop", "question_parts", "structure"),
+    "focus": ("focus_chars", "lexical_weight", "score_drop", "question_parts", "structure", "statements"),
     "neighbors": ("num_neighbors",),
     "budget": ("context_window_size",),
     "none": (),
@@ -79,6 +80,9 @@ class RetrievalSettings:
             meaningful parts (quoted names, ``Label: text`` fields of a templated question).
         lexical_weight: weight of a sentence's BM25 score in focus mode (0 or None: off).
         structure: focus windows cover their paragraph or clause first.
+        statements: a question that names a financial statement ("the cash flow statement",
+            "the balance sheet") gets the chunks holding that statement's title as candidates
+            (:mod:`~ctxwin_dagster.core.retrieval.statements`).
         score_drop: the adaptive budget: no window scoring more than this below the best
             (``focus_chars`` is then the cap).
         route_to: a question asked of the whole folder (no document named) is searched in the
@@ -97,6 +101,7 @@ class RetrievalSettings:
     question_parts: bool = False
     lexical_weight: float | None = None
     structure: bool = False
+    statements: bool = False
     score_drop: float | None = None
     route_to: int = 0
     name: str = ""
@@ -178,6 +183,7 @@ class RetrievalSettings:
                     (self.question_parts, "question parts"),
                     (self.effective_lexical_weight > 0, f"BM25 sentence scores ×{self.effective_lexical_weight:g}"),
                     (self.structure, "clause-following windows"),
+                    (self.statements, "financial statements by title"),
                 )
                 if on
             ]
@@ -218,6 +224,7 @@ RETRIEVAL_PRESETS: dict[str, RetrievalSettings] = {
         question_parts=True,
         lexical_weight=0.2,
         score_drop=0.3,
+        statements=True,
         route_to=1,
         name="ask",
     ),
