@@ -21,6 +21,7 @@ name and opening) is read once and kept while its file is unchanged.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -129,6 +130,20 @@ class Retriever:
         """The top-``k`` rows of ``variant`` for ``vector`` (fused with full-text search of
         ``question`` when ``hybrid``), within ``doc_id`` or every document whose file is there
         (narrowed to the ``route_to`` documents the question most likely asks about when > 0)."""
+        return self._search(question, vector, variant=variant, doc_id=doc_id, k=k, hybrid=hybrid, route_to=route_to)[0]
+
+    def _search(
+        self,
+        question: str,
+        vector: np.ndarray,
+        *,
+        variant: str,
+        doc_id: str | None,
+        k: int,
+        hybrid: bool,
+        route_to: int = 0,
+    ) -> tuple[list[dict[str, Any]], list[str] | None]:
+        """:meth:`search`'s rows, and the documents the search was routed to (None: not routed)."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise AskError(f"k must be an int >= 1; got {k!r}")
         variant = normalize_variant(variant)
@@ -143,9 +158,12 @@ class Retriever:
             # Over every document: only those whose file is in the folder (a document whose file
             # is gone keeps its rows until `ctxwin prune`, but is not searched).
             present = None if doc_id else self.documents.present_ids()
+            routed = None
             if route_to and not doc_id:
-                present = self.route(question, vector, variant=variant, among=present, m=route_to)
-            return index.search(
+                narrowed = self.route(question, vector, variant=variant, among=present, m=route_to)
+                routed = narrowed if narrowed is not None and narrowed != present else None
+                present = narrowed
+            rows = index.search(
                 variant,
                 vector,
                 k=k,
@@ -155,6 +173,7 @@ class Retriever:
                 embedder=self.embedder,
                 doc_ids=present,
             )
+            return rows, routed
         except EmbedderMismatchError as exc:
             raise AskError(str(exc)) from exc
 
@@ -228,7 +247,7 @@ class Retriever:
         if settings.enhance_mode == "focus":
             return self._focus(question, vector, settings, variant=variant, doc_id=doc_id)
         mode, hybrid = cast(EnhanceMode, settings.enhance_mode), settings.hybrid
-        rows = self.search(
+        rows, routed = self._search(
             question,
             vector,
             variant=variant,
@@ -242,7 +261,7 @@ class Retriever:
         score_key = "rrf_score" if hybrid and all("rrf_score" in r for r in rows) else "score"
         hits = hits_from_rows(rows, score_key=score_key)
         chunks, texts = self.chunks(variant, list(dict.fromkeys(c.doc_id for c, _ in hits)))
-        return enhance(
+        ctx = enhance(
             hits,
             chunks,
             mode=mode,
@@ -250,12 +269,13 @@ class Retriever:
             num_neighbors=settings.num_neighbors if mode == "neighbors" else None,
             context_window_size=settings.context_window_size if mode == "budget" else None,
         )
+        return replace(ctx, routed_to=routed) if routed else ctx
 
     def _focus(
         self, question: str, vector: np.ndarray, settings: RetrievalSettings, *, variant: str, doc_id: str | None
     ) -> EnhancedContext:
         k = settings.effective_k
-        rows = self.search(
+        rows, routed = self._search(
             question,
             vector,
             variant=variant,
@@ -289,7 +309,7 @@ class Retriever:
             v = vectors.get(chunk.chunk_id)
             return float(v @ q) if v is not None else 0.0
 
-        return focus_context(
+        ctx = focus_context(
             question,
             hits,
             chunks,
@@ -299,3 +319,4 @@ class Retriever:
             lexical=self.lexical,
             vector_score=vector_score,
         )
+        return replace(ctx, routed_to=routed) if routed else ctx

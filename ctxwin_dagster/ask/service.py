@@ -326,6 +326,12 @@ class Asker:
         self, question: str, ctx: EnhancedContext, *, variant: str, doc_id: str | None, mode: str
     ) -> AskResult:
         notes: list[str] = []
+        if ctx.routed_to:
+            notes.append(
+                f"searched {', '.join(ctx.routed_to)} only: the document{'s' * (len(ctx.routed_to) > 1)} most likely "
+                "asked about, of those dated by the year or quarter the question names (--route-to 0 searches every "
+                "document)"
+            )
         if not ctx.exact and ctx.windows:
             notes.append(
                 "window text rebuilt from the index rows (no document file); white space between chunks may differ"

@@ -71,9 +71,12 @@ def test_a_question_naming_a_year_is_answered_from_that_years_report(filings):
     routed = asker.ask(question, variant="t")
     assert {w.doc_id for w in routed.context.windows} == {"ACME_2022_annual_report"}
     assert "$81 million" in routed.answer and "$57 million" not in routed.answer
+    assert routed.context.routed_to == ["ACME_2022_annual_report"]
+    assert any(n.startswith("searched ACME_2022_annual_report only") for n in routed.notes)
     # every report searched: the 2018 report's identical sentence comes along
     everything = asker.ask(question, variant="t", retrieval=RetrievalSettings.named("ask", route_to=0))
     assert "ACME_2018_annual_report" in {w.doc_id for w in everything.context.windows}
+    assert everything.context.routed_to is None and not any(n.startswith("searched") for n in everything.notes)
     # the year picks the report in the other enhancement modes too
     rows = asker.retrieve(question, variant="t", retrieval=RetrievalSettings.named("paper", route_to=1))
     assert rows and {r["doc_id"] for r in rows} == {"ACME_2022_annual_report"}
@@ -106,6 +109,7 @@ def test_cli_route_to_zero_searches_every_report(filings, capsys):
     assert main(base) == 0
     routed = json.loads(capsys.readouterr().out)
     assert {c["doc_id"] for c in routed["citations"]} == {"ACME_2022_annual_report"}
+    assert any("--route-to 0 searches every document" in n for n in routed["notes"])
     assert main([*base, "--route-to", "0"]) == 0
     everything = json.loads(capsys.readouterr().out)
     assert "ACME_2018_annual_report" in {w["doc_id"] for w in everything["windows"]}

@@ -122,6 +122,8 @@ class EnhancedContext:
         hits: ``(chunk_id, score)`` of the retrieved chunks, in retrieval order.
         exact: True when every window's text was cut from the document text (``doc_texts``);
             False when some were rebuilt from chunks (whitespace in splitter gaps may differ).
+        routed_to: the documents a folder-wide search was narrowed to
+            (:mod:`~ctxwin_dagster.core.retrieval.routing`), else None.
     """
 
     windows: list[Window]
@@ -131,6 +133,7 @@ class EnhancedContext:
     hits: list[tuple[str, float]] = field(default_factory=list)
     exact: bool = True
     focus: dict[str, Any] | None = None
+    routed_to: list[str] | None = None
 
     @property
     def text(self) -> str:
