@@ -199,9 +199,8 @@ class RetrievalSettings:
         if self.hybrid:
             text += ", hybrid (vector + full-text) search"
         if self.route_to:
-            text += (
-                f", a folder-wide question routed to its {self.route_to} likeliest document{'s' * (self.route_to > 1)}"
-            )
+            which = "likeliest document" if self.route_to == 1 else f"{self.route_to} likeliest documents"
+            text += f", a folder-wide question that names a period routed to its {which}"
         label = {
             "ask": "ctxwin ask's default",
             "paper": "the paper's protocol",

@@ -84,5 +84,6 @@ def test_route_to_is_a_retrieval_setting_kept_across_modes():
     assert RetrievalSettings.named("ask", num_neighbors=2).route_to == 1  # another mode keeps the routing
     assert RetrievalSettings.named("paper").route_to == 0
     assert "routed to its 3 likeliest documents" in RetrievalSettings.named("ask", route_to=3).describe()
+    assert "names a period routed to its likeliest document" in RetrievalSettings.named("ask").describe()
     with pytest.raises(ValueError, match="route_to must be an int >= 0"):
         RetrievalSettings.named("ask", route_to=-1)
