@@ -59,18 +59,30 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def _run_forwarding_signals(cmd: list[str], env: dict[str, str]) -> int:
     """Run ``cmd`` until it ends. SIGTERM or SIGINT sent to this command alone (a process
     manager, ``kill``) is passed on to it, so ``dg dev`` stops its UI, daemon and code server
-    instead of being left running without the command that started it."""
+    instead of being left running without the command that started it.
+
+    The handlers are in place before ``cmd`` starts, so it starts with both signals at their
+    defaults even where this command was started with SIGINT ignored (a background job of a
+    script, ``nohup``): ``dg dev`` maps SIGTERM to its SIGINT handler, and an ignored SIGINT
+    would make it ignore SIGTERM too."""
     import signal
     import subprocess
 
-    child = subprocess.Popen(cmd, env=env)
+    started: list[subprocess.Popen] = []
+    pending: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
-        if child.poll() is None:
-            child.send_signal(signum)
+        if not started:
+            pending.append(signum)  # sent once the command has started
+        elif started[0].poll() is None:
+            started[0].send_signal(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
+        child = subprocess.Popen(cmd, env=env)
+        started.append(child)
+        for signum in pending:
+            child.send_signal(signum)
         while True:
             try:
                 return child.wait()

@@ -105,6 +105,8 @@ def test_ctxwin_dev_serves_the_ui_and_daemon_through_dg_dev(tmp_path):
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        # started with SIGINT ignored, as a background job of a script is: dg dev must still stop
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     base = f"http://127.0.0.1:{port}"
     try:

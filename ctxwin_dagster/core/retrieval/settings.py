@@ -31,7 +31,7 @@ Example::
     top-4 chunks, no enhancement (the paper's protocol)
     >>> RetrievalSettings.named("ask", score_drop=0.25).score_drop
     0.25
-    >>> RetrievalSettings.named("ask", num_neighbors=2).describe()
+    >>> RetrievalSettings.named("ask", num_neighbors=2, route_to=0).describe()
     "top-4 chunks, each with ±2 neighbouring chunks, merged (changed from 'ask')"
 """
 
