@@ -16,7 +16,10 @@ if TYPE_CHECKING:
     from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
     from ctxwin_dagster.core.text.folder import DocumentFolder
 
-__all__ = ["IndexedDocuments"]
+__all__ = ["CHUNK_COLUMNS", "IndexedDocuments"]
+
+#: The index columns a :class:`~ctxwin_dagster.core.text.splitting.Chunk` is rebuilt from.
+CHUNK_COLUMNS = ["chunk_id", "doc_id", "chunk_index", "start", "end", "text", "section", "doc_sha256"]
 
 
 class IndexedDocuments:
@@ -100,11 +103,10 @@ class IndexedDocuments:
         """Every indexed chunk of ``doc_ids`` and their texts from the documents folder."""
         chunks: list[Chunk] = []
         texts: dict[str, str] = {}
-        cols = ["chunk_id", "doc_id", "chunk_index", "start", "end", "text", "section", "doc_sha256"]
         if self.index is None:
             raise AskError("there is no index to read chunks from; open the asker with Asker.open(lancedb=...)")
         for d in doc_ids:
-            rows = self.index.rows(variant, doc_id=d, columns=cols)
+            rows = self.index.rows(variant, doc_id=d, columns=CHUNK_COLUMNS)
             chunks.extend(chunks_from_rows(rows))
             shas = {r.get("doc_sha256") for r in rows if r.get("doc_sha256")}
             text = self.text(d, expected_sha256=next(iter(shas)) if len(shas) == 1 else None)

@@ -26,9 +26,16 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ctxwin_dagster.ask.indexed_documents import IndexedDocuments
+from ctxwin_dagster.ask.indexed_documents import CHUNK_COLUMNS, IndexedDocuments
 from ctxwin_dagster.ask.results import AskError, normalize_variant
-from ctxwin_dagster.core.retrieval.enhance import EnhancedContext, EnhanceMode, enhance, hits_from_rows
+from ctxwin_dagster.core.retrieval.around_hits import span_text
+from ctxwin_dagster.core.retrieval.enhance import (
+    EnhancedContext,
+    EnhanceMode,
+    chunks_from_rows,
+    enhance,
+    hits_from_rows,
+)
 from ctxwin_dagster.core.retrieval.focus import (
     LexicalIndexes,
     dense_scorer,
@@ -126,24 +133,11 @@ class Retriever:
         k: int,
         hybrid: bool,
         route_to: int = 0,
-    ) -> list[dict[str, Any]]:
-        """The top-``k`` rows of ``variant`` for ``vector`` (fused with full-text search of
-        ``question`` when ``hybrid``), within ``doc_id`` or every document whose file is there
-        (narrowed to the ``route_to`` documents the question most likely asks about when > 0)."""
-        return self._search(question, vector, variant=variant, doc_id=doc_id, k=k, hybrid=hybrid, route_to=route_to)[0]
-
-    def _search(
-        self,
-        question: str,
-        vector: np.ndarray,
-        *,
-        variant: str,
-        doc_id: str | None,
-        k: int,
-        hybrid: bool,
-        route_to: int = 0,
     ) -> tuple[list[dict[str, Any]], list[str] | None]:
-        """:meth:`search`'s rows, and the documents the search was routed to (None: not routed)."""
+        """The top-``k`` rows of ``variant`` for ``vector`` (fused with full-text search of
+        ``question`` when ``hybrid``), within ``doc_id`` or every document whose file is there,
+        and the documents the search was narrowed to (``route_to`` > 0 and the question names a
+        period that tells them apart; else None)."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise AskError(f"k must be an int >= 1; got {k!r}")
         variant = normalize_variant(variant)
@@ -158,11 +152,11 @@ class Retriever:
             # Over every document: only those whose file is in the folder (a document whose file
             # is gone keeps its rows until `ctxwin prune`, but is not searched).
             present = None if doc_id else self.documents.present_ids()
-            routed = None
-            if route_to and not doc_id:
-                narrowed = self.route(question, vector, variant=variant, among=present, m=route_to)
-                routed = narrowed if narrowed is not None and narrowed != present else None
-                present = narrowed
+            routed = (
+                self.route(question, vector, variant=variant, among=present, m=route_to)
+                if route_to and not doc_id
+                else None
+            )
             rows = index.search(
                 variant,
                 vector,
@@ -171,7 +165,7 @@ class Retriever:
                 query_text=question,
                 hybrid=hybrid,
                 embedder=self.embedder,
-                doc_ids=present,
+                doc_ids=routed if routed is not None else present,
             )
             return rows, routed
         except EmbedderMismatchError as exc:
@@ -181,22 +175,20 @@ class Retriever:
         self, question: str, vector: np.ndarray, *, variant: str, among: list[str] | None, m: int
     ) -> list[str] | None:
         """The ``m`` documents of ``among`` (None: every indexed one) that ``question`` most likely
-        asks about, best first; ``among`` unchanged when it holds ``m`` documents or fewer, or
-        when the question names no period that tells them apart."""
+        asks about, best first; None (search them all) when there are ``m`` or fewer, or when the
+        question names no period that tells them apart."""
         if not any(question_periods(question)):
-            return among
+            return None
         index = self.require_index()
         ids = (
             list(among) if among is not None else sorted({r["doc_id"] for r in index.rows(variant, columns=["doc_id"])})
         )
         if len(ids) <= m:
-            return among
+            return None
         best: dict[str, float] = {}
         for row in index.search(variant, vector, k=ROUTE_DEPTH, embedder=self.embedder, doc_ids=ids):
             best.setdefault(row["doc_id"], float(row["score"]))
-        router = DocumentRouter([self._card(variant, d) for d in ids])
-        routed = router.route(question, best, m)
-        return among if routed is None else routed
+        return DocumentRouter([self._card(variant, d) for d in ids]).route(question, best, m)
 
     def _card(self, variant: str, doc_id: str) -> DocumentCard:
         """``doc_id``'s card: its file's name and opening (or, with no file, its first chunks)."""
@@ -212,13 +204,8 @@ class Retriever:
             except AskError:  # an unreadable file: its indexed chunks still tell what it is
                 opening = None
         if opening is None:
-            rows = self.require_index().rows(variant, doc_id=doc_id, columns=["chunk_index", "start", "end", "text"])
-            opening, end = "", 0
-            for r in sorted(rows, key=lambda r: r["chunk_index"]):
-                if len(opening) >= CARD_CHARS:
-                    break
-                opening += r["text"][max(0, end - r["start"]) :]  # chunks overlap: each character once
-                end = max(end, r["end"])
+            chunks = chunks_from_rows(self.require_index().rows(variant, doc_id=doc_id, columns=CHUNK_COLUMNS))
+            opening = span_text(chunks, 0, min(CARD_CHARS, max((c.end for c in chunks), default=0)))
         card = DocumentCard.of(doc_id, opening, name=path.name if path is not None else doc_id)
         self._cards[(variant, doc_id)] = (stamp, card)
         return card
@@ -235,7 +222,7 @@ class Retriever:
             k=settings.effective_k,
             hybrid=settings.hybrid,
             route_to=settings.route_to,
-        )
+        )[0]
 
     # ----------------------------------------------------------------- context
     def context(
@@ -247,7 +234,7 @@ class Retriever:
         if settings.enhance_mode == "focus":
             return self._focus(question, vector, settings, variant=variant, doc_id=doc_id)
         mode, hybrid = cast(EnhanceMode, settings.enhance_mode), settings.hybrid
-        rows, routed = self._search(
+        rows, routed = self.search(
             question,
             vector,
             variant=variant,
@@ -275,7 +262,7 @@ class Retriever:
         self, question: str, vector: np.ndarray, settings: RetrievalSettings, *, variant: str, doc_id: str | None
     ) -> EnhancedContext:
         k = settings.effective_k
-        rows, routed = self._search(
+        rows, routed = self.search(
             question,
             vector,
             variant=variant,

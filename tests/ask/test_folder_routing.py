@@ -80,6 +80,11 @@ def test_a_question_naming_a_year_is_answered_from_that_years_report(filings):
     # the year picks the report in the other enhancement modes too
     rows = asker.retrieve(question, variant="t", retrieval=RetrievalSettings.named("paper", route_to=1))
     assert rows and {r["doc_id"] for r in rows} == {"ACME_2022_annual_report"}
+    # without the files, each report's card is rebuilt from its indexed chunks
+    indexed_only = Asker(
+        index=asker.retriever.index, embedder=asker.retriever.embedder, tasks=asker.tasks, documents_dir=None
+    )
+    assert indexed_only.ask(question, variant="t").context.routed_to == ["ACME_2022_annual_report"]
     # naming the document still searches only it, whatever year is named
     own = asker.ask(question, variant="t", doc_id="ACME_2018_annual_report")
     assert {w.doc_id for w in own.context.windows} == {"ACME_2018_annual_report"}
