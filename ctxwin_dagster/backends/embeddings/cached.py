@@ -14,7 +14,8 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, cast
 
@@ -41,6 +42,9 @@ __all__ = [
 
 #: ``fn(done, total)`` called after each block of texts is encoded.
 ProgressFn = Callable[[int, int], None]
+
+#: Memory for the vectors of recently embedded texts that fit the window, per embedder.
+RECENT_VECTORS_BYTES = 64 * 2**20
 
 
 @dataclass(slots=True)
@@ -111,6 +115,10 @@ class CachedEmbedder:
         self.stats = EmbeddingStats()
         self._stats_lock = threading.Lock()
         self._tokenizer: EmbeddingTokenizer | None = None
+        # Texts already counted and found within the window, with their vectors (least recently
+        # used first): asking one question after another embeds the same sentences again and
+        # again, and neither their tokens nor the disk cache need reading twice.
+        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
 
     # Subclasses say what their model reads.
     @property
@@ -145,20 +153,61 @@ class CachedEmbedder:
         texts = self._check_texts(texts)
         if not texts:
             return self._embed_fitting(texts)
+        known = self._recent_vectors(texts)
+        new = [t for t in dict.fromkeys(texts) if t not in known]
+        if not new:
+            return self._embed_fitting(texts, known=known)
         limits = self.limits
-        offsets = self.tokenizer.offsets_many(texts)
-        fits = [
-            fit_text(t, self.tokenizer, limits, oversize=cast(Oversize, self.oversize), offsets=o)
-            for t, o in zip(texts, offsets, strict=True)
-        ]
-        over = [f for f in fits if f.over_window]
+        offsets = self.tokenizer.offsets_many(new)
+        fits = {
+            t: fit_text(t, self.tokenizer, limits, oversize=cast(Oversize, self.oversize), offsets=o)
+            for t, o in zip(new, offsets, strict=True)
+        }
+        over = {t: f for t, f in fits.items() if f.over_window}
+        if over:
+            times = Counter(t for t in texts if t in over)  # every occurrence counts, as it is embedded
+            with self._stats_lock:
+                self.stats.texts_over_window += sum(times.values())
+                self.stats.tokens_cut += sum(times[t] * f.tokens_cut for t, f in over.items())
+                self.stats.extra_pieces += sum(times[t] * (len(f.pieces) - 1) for t, f in over.items() if f.pieces)
+        if not any(len(f.pieces) > 1 for f in fits.values()):
+            out = self._embed_fitting(texts, known=known)
+        else:
+            out = self._pool(
+                [
+                    [(f.pieces or ("",), f.weights or (1.0,), 1.0)] if (f := fits.get(t)) else [((t,), (1.0,), 1.0)]
+                    for t in texts
+                ],
+                known=known,
+            )
+        self._remember(texts, out, [t for t, f in fits.items() if not f.over_window and t])
+        return out
+
+    def _recent_vectors(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """The remembered vectors of ``texts`` (each a text known to fit the window)."""
+        if not self._recent:
+            return {}
+        found: dict[str, np.ndarray] = {}
         with self._stats_lock:
-            self.stats.texts_over_window += len(over)
-            self.stats.tokens_cut += sum(f.tokens_cut for f in over)
-            self.stats.extra_pieces += sum(len(f.pieces) - 1 for f in over if len(f.pieces) > 1)
-        if not any(len(f.pieces) > 1 for f in fits):
-            return self._embed_fitting(texts)
-        return self._pool([[(f.pieces or ("",), f.weights or (1.0,), 1.0)] for f in fits])
+            for t in texts:
+                vec = self._recent.get(t)
+                if vec is not None and t not in found:
+                    self._recent.move_to_end(t)
+                    found[t] = vec
+        return found
+
+    def _remember(self, texts: Sequence[str], vectors: np.ndarray, fitting: Sequence[str]) -> None:
+        """Keep the vectors of ``fitting`` (texts of ``texts`` found within the window) in memory,
+        dropping the least recently used beyond :data:`RECENT_VECTORS_BYTES`."""
+        if not fitting or not len(vectors):
+            return
+        row = {t: i for i, t in reversed(list(enumerate(texts)))}
+        most = max(1, RECENT_VECTORS_BYTES // (4 * vectors.shape[1]))
+        with self._stats_lock:
+            for t in fitting:
+                self._recent[t] = vectors[row[t]].copy()
+            while len(self._recent) > most:
+                self._recent.popitem(last=False)
 
     def embed_plans(self, plans: Sequence[RowPlan]) -> np.ndarray:
         """The vectors of index rows planned by :func:`~ctxwin_dagster.core.budget.embedding_window.plan_row`.
@@ -171,9 +220,13 @@ class CachedEmbedder:
             [[(p.pieces or ("",), p.piece_weights or (1.0,), p.weight) for p in plan.parts] for plan in plans]
         )
 
-    def _pool(self, rows: Sequence[Sequence[tuple[Sequence[str], Sequence[float], float]]]) -> np.ndarray:
+    def _pool(
+        self,
+        rows: Sequence[Sequence[tuple[Sequence[str], Sequence[float], float]]],
+        known: Mapping[str, np.ndarray] | None = None,
+    ) -> np.ndarray:
         flat: list[str] = [piece for parts in rows for pieces, _, _ in parts for piece in pieces]
-        vecs = self._embed_fitting(flat)
+        vecs = self._embed_fitting(flat, known=known)
         out = np.zeros((len(rows), vecs.shape[1] if len(flat) else self.dim), dtype=np.float32)
         i = 0
         for r, parts in enumerate(rows):
@@ -207,9 +260,9 @@ class CachedEmbedder:
                 raise TypeError(f"texts[{i}] is a {type(t).__name__}; embed() takes strings")
         return texts
 
-    def _embed_fitting(self, texts: list[str]) -> np.ndarray:
+    def _embed_fitting(self, texts: list[str], known: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
         """Vectors of texts that fit the window (or are to be cut by the model): dedupe, cache,
-        encode the misses, normalize."""
+        encode the misses, normalize. ``known``: vectors already at hand (counted as cache hits)."""
         n = len(texts)
         with self._stats_lock:
             self.stats.calls += 1
@@ -221,12 +274,14 @@ class CachedEmbedder:
         for i, t in enumerate(texts):
             first_index.setdefault(t, i)
         unique = list(first_index)
-        vectors: dict[str, np.ndarray] = {}
+        vectors: dict[str, np.ndarray] = {t: known[t] for t in unique if t in known} if known else {}
         keys: dict[str, str] = {}
         use_cache = not isinstance(self.cache, NullCache)
         if use_cache:
             expected = self._known_dim()
             for t in unique:
+                if t in vectors:
+                    continue
                 key = embedding_cache_key(self._cache_model(), t)
                 keys[t] = key
                 blob = self.cache.get_blob(key)

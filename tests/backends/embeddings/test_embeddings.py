@@ -223,3 +223,30 @@ def test_openai_embedder_retries_with_the_shared_policy_not_the_sdks():
         with pytest.raises(openai.APIStatusError):  # a bad request is not retried
             emb.embed(["beta"])
         assert failures == [] and len(server.embedding_requests) == 1
+
+
+def test_texts_embedded_before_are_not_counted_or_looked_up_again(tmp_path):
+    """Asking question after question embeds the same sentences again: the second time their
+    vectors come from memory, without the tokenizer or the disk cache; a text over the window
+    is still fitted (and counted) every time."""
+    long = "word " * 600  # over the 512-token window of an unknown model
+    texts = ["alpha", "beta", long]
+    with FakeOpenAIServer(embed_dim=8) as server:
+        emb = OpenAIEmbedder(model="m", base_url=server.base_url, cache=ResponseCache(tmp_path / "c.sqlite"), dim=8)
+        first = emb.embed(texts)
+        requests = len(server.embedding_requests)
+        counted: list[list[str]] = []
+        read: list[str] = []
+        offsets_many, get_blob = emb.tokenizer.offsets_many, emb.cache.get_blob
+        emb.tokenizer.offsets_many = lambda ts: counted.append(list(ts)) or offsets_many(ts)  # type: ignore[method-assign]
+        emb.cache.get_blob = lambda key: read.append(key) or get_blob(key)  # type: ignore[method-assign]
+        again = emb.embed(["beta", "alpha", "beta"])
+        assert counted == [] and read == [] and len(server.embedding_requests) == requests
+        np.testing.assert_array_equal(again, first[[1, 0, 1]])
+        assert (emb.stats.cache_hits, emb.stats.duplicates) == (2, 1)
+        over_before = emb.stats.texts_over_window
+        np.testing.assert_allclose(emb.embed([long, "alpha"]), first[[2, 0]], atol=1e-6)
+        assert counted == [[long]], "only the text not known to fit is counted again"
+        assert emb.stats.texts_over_window == over_before + 1
+    s = emb.stats
+    assert s.texts_requested == s.texts_encoded + s.cache_hits + s.duplicates

@@ -108,3 +108,44 @@ def test_concurrent_writers_neither_lose_nor_duplicate_rows(tmp_path):
     assert idx.duplicate_ids("t_rag") == 0
     for i in range(4):
         assert {r["chunk_id"] for r in idx.rows("t_rag", doc_id=f"doc{i}")} == {f"doc{i}-{j}" for j in range(3, 23)}
+
+
+def test_one_document_search_is_lancedbs_exact_scan_and_follows_other_writers(tmp_path):
+    """Within one document the search scans the document's rows held in memory per table
+    version: the same rows and order as LanceDB's own flat scan, and a write by another
+    handle (another process) or a drop is seen at the next read."""
+    import lancedb
+
+    reader, writer = ChunkIndex(str(tmp_path)), ChunkIndex(str(tmp_path))
+    writer.replace_document("t_rag", "a", *make_rows("a", range(40), seed=1))
+    writer.replace_document("t_rag", "b", *make_rows("b", range(10), seed=2))
+    table = lancedb.connect(str(tmp_path)).open_table("t_rag_chunks")
+    rng = np.random.default_rng(3)
+    for _ in range(10):
+        q = rng.normal(size=8).astype("float32")
+        ours = reader.search("t_rag", q, k=12, doc_id="a")
+        flat = (
+            table.search(q, vector_column_name="vector")
+            .metric("cosine")
+            .limit(12)
+            .where("doc_id = 'a'", prefilter=True)
+            .bypass_vector_index()
+            .to_list()
+        )
+        assert [h["chunk_id"] for h in ours] == [h["chunk_id"] for h in flat]
+        assert all(abs(h["score"] - (1 - f["_distance"])) < 1e-5 for h, f in zip(ours, flat))
+        assert set(ours[0]) - {"score"} == set(flat[0]) - {"_distance"}
+    assert reader.count("t_rag", doc_id="a") == 40 and len(reader.rows("t_rag", doc_id="a")) == 40
+
+    rows, vecs = make_rows("a", range(3), seed=4)
+    writer.replace_document("t_rag", "a", rows, vecs)  # another handle rewrites document a
+    assert reader.count("t_rag", doc_id="a") == 3
+    assert {r["chunk_id"] for r in reader.rows("t_rag", doc_id="a")} == {"a-0", "a-1", "a-2"}
+    assert reader.search("t_rag", vecs[2], k=1, doc_id="a")[0]["chunk_id"] == "a-2"
+    reader.rows("t_rag", doc_id="a")[0]["text"] = "changed by a caller"
+    assert reader.rows("t_rag", doc_id="a")[0]["text"] != "changed by a caller"
+
+    writer.drop_table("t_rag")
+    assert reader.count("t_rag", doc_id="a") == 0 and reader.rows("t_rag", doc_id="a") == []
+    writer.replace_document("t_rag", "a", *make_rows("a", range(5), seed=5))
+    assert reader.count("t_rag", doc_id="a") == 5
