@@ -17,9 +17,8 @@ object store).
 
 Indexes are kept up to date by :meth:`ChunkIndex.maintain` at a cost that does not grow with
 the table (see :mod:`ctxwin_dagster.backends.index.upkeep`). Search within one document is exact
-(a flat scan of that document's rows, found by the ``doc_id`` index and held in memory while the
-table's version is unchanged); search over the whole
-table uses the ANN index once there is one, and still finds rows written since it was trained.
+(a flat scan of its rows, held per table version: :mod:`~ctxwin_dagster.backends.index.reads`);
+search over the whole table uses the ANN index once there is one, and finds rows written since.
 
 Each table records what built it, in its vector column's metadata (``ctxwin:embedder:*``, beside
 the ANN record): the embedding model, its dimension, its provider and the row strategy (how a
@@ -53,8 +52,6 @@ Example::
 from __future__ import annotations
 
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -66,6 +63,7 @@ import pyarrow.compute as pc
 
 from ctxwin_dagster.backends.embeddings.identity import EmbedderIdentity, identity_of
 from ctxwin_dagster.backends.index.locks import TableLocks
+from ctxwin_dagster.backends.index.reads import VersionedReads
 from ctxwin_dagster.backends.index.upkeep import (
     PRIMARY_KEY,
     VECTOR,
@@ -178,9 +176,6 @@ def _quote(value: str) -> str:
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 
-#: Documents' rows and counts kept in memory per index, by table version (least recently read dropped).
-READ_CACHE_ENTRIES = 64
-
 
 class ChunkIndex:
     """The per-variant LanceDB tables of chunk rows and vectors.
@@ -205,21 +200,15 @@ class ChunkIndex:
         import lancedb  # imported here: only the index layer needs it
 
         self.uri = str(uri)
-        # Every read checks for a newer version (another process may have written since), so
-        # an open table can be kept and reused instead of listed and opened for each read.
+        # Every read checks for a newer version (another process may write), so open tables are kept.
         self._db = lancedb.connect(
-            self.uri,
-            storage_options=dict(storage_options or {}) or None,
-            read_consistency_interval=timedelta(0),
+            self.uri, storage_options=dict(storage_options or {}) or None, read_consistency_interval=timedelta(0)
         )
         self.table_suffix = table_suffix
         self.policy = policy or IndexPolicy()
         self._locks = TableLocks(self.uri)
         self._open: dict[str, Any] = {}
-        # One document's rows and counts by table version: asking one question after another
-        # reads the same document's rows again and again, and a version says they are unchanged.
-        self._read_cache: OrderedDict[tuple, tuple[int, Any]] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        self._reads = VersionedReads()  # one document's rows, counts and vectors per table version
 
     def writing(self, variant: str, *, timeout_s: float = 900.0):
         """Hold the variant table's write lock (a context manager; see
@@ -254,21 +243,6 @@ class ChunkIndex:
                 table = self._db.create_table(name, schema=_schema(dim, record))
         self._open[name] = table
         return table
-
-    def _cached_read(self, table, key: tuple, read):
-        """``read()``, or its result at the table's current version when it was read before."""
-        version = table.version
-        with self._cache_lock:
-            hit = self._read_cache.get(key)
-            if hit is not None and hit[0] == version:
-                self._read_cache.move_to_end(key)
-                return hit[1]
-        value = read()
-        with self._cache_lock:
-            self._read_cache[key] = (version, value)
-            while len(self._read_cache) > READ_CACHE_ENTRIES:
-                self._read_cache.popitem(last=False)
-        return value
 
     def _table_names(self) -> list[str]:
         lister = getattr(self._db, "list_tables", None)
@@ -408,7 +382,7 @@ class ChunkIndex:
         if table is None:
             return 0
         where = f"doc_id = {_quote(doc_id)}" if doc_id else None
-        return self._cached_read(table, ("count", table.name, where), lambda: table.count_rows(where))
+        return self._reads.get(table, ("count", table.name, where), lambda: table.count_rows(where))
 
     def duplicate_ids(self, variant: str, *, doc_id: str | None = None) -> int:
         """How many rows share a ``chunk_id`` with another row (0 in a healthy index).
@@ -452,7 +426,7 @@ class ChunkIndex:
         if doc_id is None:
             return read()
         key = ("rows", table.name, doc_id, tuple(columns) if columns else None)
-        return [dict(r) for r in self._cached_read(table, key, read)]
+        return [dict(r) for r in self._reads.get(table, key, read)]
 
     def search(
         self,
@@ -502,7 +476,7 @@ class ChunkIndex:
         depth = k * 4 if hybrid else k
         if doc_id:
             # One document's rows (a few hundred): an exact scan of them, held per table version.
-            hits = self._scan_document(table, doc_id, np.asarray(vector, dtype=np.float32).reshape(-1), depth)
+            hits = self._reads.scan(table, where or "", VECTOR, np.asarray(vector, dtype=np.float32), depth)
         else:
             q = (
                 table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
@@ -597,37 +571,8 @@ class ChunkIndex:
         with self.writing(variant):
             self._db.drop_table(name)
             self._open.pop(name, None)
-            with self._cache_lock:  # a table made again under the name starts at version 1 again
-                for key in [k for k in self._read_cache if k[1] == name]:
-                    del self._read_cache[key]
+            self._reads.forget(name)  # a table made again under the name starts at version 1 again
         return True
-
-    def _scan_document(self, table, doc_id: str, vector: np.ndarray, depth: int) -> list[dict[str, Any]]:
-        """The ``depth`` rows of ``doc_id`` closest to ``vector`` by cosine similarity, exactly.
-
-        The same flat scan LanceDB runs for a prefiltered query without its vector index, done
-        over the document's rows read once per table version: asking question after question
-        of one document then costs a matrix product each, not a query plan."""
-
-        def read() -> tuple[pa.Table, np.ndarray]:
-            rows = table.search().where(f"doc_id = {_quote(doc_id)}", prefilter=True).limit(10**9).to_arrow()
-            dim = rows.schema.field(VECTOR).type.list_size
-            mat = rows.column(VECTOR).combine_chunks().flatten().to_numpy(zero_copy_only=False)
-            mat = np.asarray(mat, dtype=np.float32).reshape(-1, dim)
-            norms = np.linalg.norm(mat, axis=1)
-            norms[norms == 0] = 1.0
-            return rows, mat / norms[:, None]
-
-        rows, mat = self._cached_read(table, ("scan", table.name, doc_id), read)
-        if not len(mat):
-            return []
-        q = vector / (float(np.linalg.norm(vector)) or 1.0)
-        sims = mat @ q
-        order = np.argsort(-sims, kind="stable")[:depth]
-        hits = rows.take(pa.array(order)).to_pylist()
-        for h, i in zip(hits, order, strict=True):
-            h["score"] = float(sims[i])
-        return hits
 
     def ensure_fts(self, variant: str) -> bool:
         """Create the full-text index on ``embedded_text`` if it is missing; True if created."""
