@@ -292,7 +292,7 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         default=None,
-        help="documents run at once (every run is queued, each in one of N places; default: the machine's cores)",
+        help="documents run at once (runs in the instance's queue; default: the machine's cores)",
     )
     parser.add_argument("--force", action="store_true", help="run every document again, even when nothing changed")
     parser.add_argument(

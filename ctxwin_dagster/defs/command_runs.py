@@ -37,10 +37,6 @@ from ctxwin_dagster.defs.jobs import VARIANT_JOBS, all_assets_job
 
 #: The tag naming the ``ctxwin`` command (``host:pid``) that asked for a run.
 COMMAND_TAG = "ctxwin/command"
-#: The tag giving a run one of its command's ``--workers`` places (``host:pid/2``): the run
-#: queue runs one run per place at a time (``run_queue.tag_concurrency_limits`` in the instance
-#: settings that ``ctxwin`` writes, :data:`~ctxwin_dagster.runner.launch.DEFAULT_INSTANCE_YAML`).
-WORKER_TAG = "ctxwin/worker"
 SENSOR_NAME = "ctxwin_command_runs"
 #: Dagster's tag holding a sensor run's ``run_key`` (here: the request id).
 RUN_KEY_TAG = "dagster/run_key"

@@ -39,22 +39,10 @@ if TYPE_CHECKING:
 LOCATION = "ctxwin"
 DEFINITIONS_MODULE = "ctxwin_dagster.definitions"
 
-#: How the run queue keeps a command's runs to its ``--workers``: one run per place at a time.
-_WORKER_PLACES_YAML = """\
-  # A ctxwin command queues all its runs at once, each in one of its --workers places (the tag
-  # ctxwin/worker): a place runs one run at a time, and its next run starts as soon as it is free.
-  tag_concurrency_limits:
-    - key: "ctxwin/worker"
-      value:
-        applyLimitPerUniqueValue: true
-      limit: 1
-"""
-
 #: The instance settings ``ctxwin`` writes to a new Dagster home: the run queue, polled every
-#: second, with a limit on runs at once across every launcher of the instance, and the places
-#: that keep each command to its ``--workers``.
-DEFAULT_INSTANCE_YAML = (
-    """\
+#: second, with a limit on runs at once across every launcher of the instance (the CLI keeps
+#: at most ``--workers`` of its own runs in it).
+DEFAULT_INSTANCE_YAML = """\
 # Written by ctxwin for a new Dagster home; edit freely (deploy/ has examples for Kubernetes,
 # Docker and Celery). ctxwin run submits its runs to this instance's run queue.
 telemetry:
@@ -65,9 +53,6 @@ run_queue:
   # Launch the runs of several documents at once (a launch waits for its run's process to start).
   dequeue_use_threads: true
   dequeue_num_workers: 4
-"""
-    + _WORKER_PLACES_YAML
-    + """\
 run_monitoring:
   enabled: true
 # The sensor that launches ctxwin's runs ticks every few seconds; its skipped ticks ("no ctxwin
@@ -78,11 +63,9 @@ retention:
       skipped: 1
       failure: 7
 """
-)
 
-#: What ctxwin wrote to new Dagster homes before (replaced when found unchanged): before it
-#: used the run queue, and before the queue kept each command to its places.
-_OLD_DEFAULT_YAMLS = ("telemetry:\n  enabled: false\n", DEFAULT_INSTANCE_YAML.replace(_WORKER_PLACES_YAML, ""))
+#: What ctxwin wrote to new Dagster homes before it used the run queue (replaced when found).
+_OLD_DEFAULT_YAML = "telemetry:\n  enabled: false\n"
 
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
 
@@ -93,7 +76,7 @@ def prepare_home(dagster_home: str | None) -> Path:
     home = Path(dagster_home or os.environ.get("DAGSTER_HOME") or ".dagster_home").resolve()
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    if not config.exists() or config.read_text(encoding="utf-8") in _OLD_DEFAULT_YAMLS:
+    if not config.exists() or config.read_text(encoding="utf-8") == _OLD_DEFAULT_YAML:
         config.write_text(DEFAULT_INSTANCE_YAML, encoding="utf-8")
     os.environ["DAGSTER_HOME"] = str(home)
     return home
@@ -128,21 +111,6 @@ _EXEC_WITH_PARENT_DEATH = (
     "if os.getppid() != int(sys.argv[1]):\n    sys.exit(0)\n"
     "os.execv(sys.argv[2], sys.argv[2:])\n"
 )
-
-
-def queues_worker_places(instance: DagsterInstance) -> bool:
-    """Whether the instance's run queue runs one run per ``ctxwin/worker`` place at a time (the
-    settings ``ctxwin`` writes); without it a command keeps its ``--workers`` runs itself."""
-    from ctxwin_dagster.defs.command_runs import WORKER_TAG
-
-    queue = getattr(instance.get_concurrency_config(), "run_queue_config", None)
-    return any(
-        limit.get("key") == WORKER_TAG
-        and limit.get("limit") == 1
-        and isinstance(limit.get("value"), Mapping)
-        and limit["value"].get("applyLimitPerUniqueValue") is True
-        for limit in (getattr(queue, "tag_concurrency_limits", None) or [])
-    )
 
 
 def stop_runs(instance: DagsterInstance, run_ids: Iterable[str]) -> list[str]:

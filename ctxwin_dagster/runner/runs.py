@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxwin_dagster.defs.command_runs import COMMAND_TAG, WORKER_TAG, command_id
-from ctxwin_dagster.runner.launch import TERMINAL, Launcher, queues_worker_places, stop_runs, workspace_file
+from ctxwin_dagster.defs.command_runs import COMMAND_TAG, command_id
+from ctxwin_dagster.runner.launch import TERMINAL, Launcher, stop_runs, workspace_file
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -45,7 +45,7 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Stopped()
 
 
-@dataclass(eq=False)  # one run each: identity, as it is followed
+@dataclass
 class Planned:
     """One run to launch: a partition (None: unpartitioned) and the assets it materializes."""
 
@@ -124,7 +124,7 @@ class RunPlanner:
         home: the Dagster home (the daemon's log goes there).
         settings: the project settings of this command (documents and QA folders).
         run_config: the run config every run gets (resources, loggers).
-        workers: runs of this command running at once (its places in the run queue).
+        workers: runs of this command in the queue at once.
         workspace: the workspace file (default: :func:`workspace_file`).
     """
 
@@ -340,18 +340,12 @@ class RunPlanner:
     def _follow(
         self, launcher: Launcher, job_name: str, planned: list[Planned], total: int, *, label: str = ""
     ) -> list[str]:
-        """Run the planned runs, ``workers`` at once, until every one ended; returns the failed."""
+        """Keep ``workers`` runs in flight until every planned run ended; returns the failed."""
         graph = self.defs.resolve_asset_graph()
         job_keys = set(self.defs.resolve_job_def(job_name).asset_layer.executable_asset_keys)
         for p in planned:
             p.steps = len(p.selection) if p.selection is not None else len(job_keys)
         pending = list(planned)
-        # With the queue's places (the settings ctxwin writes) every run is queued at once and
-        # the queue starts each place's next run as soon as the place is free; otherwise the
-        # command keeps its --workers runs in flight itself, each waiting for the sensor's tick.
-        places = self._places(planned) if queues_worker_places(self.instance) else None
-        if places is not None:  # queued largest first (the places' first runs), the small ones after
-            pending = list(places)
         active: list[Planned] = []
         failed: list[str] = []
         done = 0
@@ -359,13 +353,11 @@ class RunPlanner:
         last_report = 0.0
         note = ""
         while pending or active:
-            while pending and (places is not None or len(active) < self.workers):
+            while pending and len(active) < self.workers:
                 p = pending.pop(0)
                 checks = None
                 if p.selection is not None:
                     checks = [c for c in graph.asset_check_keys if c.asset_key in p.selection]
-                if places is not None:
-                    p.tags = {**p.tags, WORKER_TAG: f"{self.command}/{places[p] + 1}"}
                 p.request = launcher.submit(
                     job_name,
                     partition=p.partition,
@@ -413,37 +405,13 @@ class RunPlanner:
                     if steps_done
                     else "ETA after the first step"
                 )
-                waiting = [p for p in active if p.stage in ("", "requested", "queued", "not_started")]
-                stages = ", ".join(f"{p.partition or label} {p.stage}" for p in active if p not in waiting)
-                stages = "; ".join(
-                    x for x in (stages and f"running: {stages}", waiting and f"{len(waiting)} queued") if x
-                )
+                stages = ", ".join(f"{p.partition or label} {p.stage or 'queued'}" for p in active)
                 self.print(
-                    f"  {done}/{len(planned)} done ({total - len(planned)} up to date), {_duration(now - began)} elapsed, {eta}; {stages}"
+                    f"  {done}/{len(planned)} done ({total - len(planned)} up to date), {_duration(now - began)} elapsed, {eta}; running: {stages}"
                 )
             if not launcher.daemon_running() and any(p.stage in ("requested", "queued") for p in active):
                 self.print(launcher.ensure_daemon())
         return failed
-
-    def _places(self, planned: list[Planned]) -> dict[Planned, int]:
-        """Each run's place (0 … ``workers`` - 1), largest document first: each goes to the place
-        with the fewest characters so far, so the places end at about the same time."""
-        folder = self.settings.document_folder()
-
-        def size(p: Planned) -> int:
-            path = folder.path_of(p.partition) if p.partition else None
-            try:
-                return path.stat().st_size if path is not None else 1
-            except OSError:
-                return 1
-
-        load = [0] * min(self.workers, max(1, len(planned)))
-        places: dict[Planned, int] = {}
-        for n, p in sorted(((size(p), p) for p in planned), key=lambda t: -t[0]):
-            place = load.index(min(load))
-            places[p] = place
-            load[place] += n
-        return places
 
     def _add_totals(self, run_id: str) -> None:
         for asset, meta in materialization_metadata(self.instance, run_id).items():

@@ -16,7 +16,6 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from ctxwin_dagster.defs.command_runs import COMMAND_TAG, WORKER_TAG
 from ctxwin_dagster.testing.projects import make_project, run_ctxwin
 from ctxwin_dagster.testing.webserver import dagster_webserver, graphql
 
@@ -82,15 +81,6 @@ def test_runs_belong_to_the_code_location_in_the_webserver(project):
         assert {
             (r["repositoryOrigin"]["repositoryLocationName"], r["repositoryOrigin"]["repositoryName"]) for r in runs
         } == {("ctxwin", "__repository__")}
-
-
-def test_the_runs_were_queued_at_once_each_in_one_of_the_commands_places(project):
-    _, home, _ = project
-    docs = [r for r in _runs(home) if r.job_name == "all_assets_job"]
-    places = sorted(r.tags.get(WORKER_TAG, "") for r in docs)
-    command = docs[0].tags[COMMAND_TAG]
-    # --workers 2 and two documents: one place each, named after the command that queued them.
-    assert places == [f"{command}/1", f"{command}/2"]
 
 
 def test_a_second_run_with_nothing_changed_executes_no_partition(project):
