@@ -47,6 +47,8 @@ class LocalChatServer:
         backend = self.backend
 
         class Handler(BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
+
             def log_message(self, *args: Any) -> None:  # quiet
                 return
 

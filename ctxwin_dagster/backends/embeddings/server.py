@@ -190,6 +190,9 @@ class _Server(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    # The headers and the body go out as two writes: with Nagle's algorithm on, the body waited
+    # for the client's delayed ACK, about 40 ms on every request (60 ms a request instead of 10).
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         log.debug("embedding server: " + format, *args)
