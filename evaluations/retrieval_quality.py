@@ -340,10 +340,18 @@ def techniques(scorer: SentenceScorer, parts: dict[str, np.ndarray], lexical: Le
             focus(RetrievalSettings.named("focus-dense", k=24, focus_chars=6000)),
         ),
         Technique(
-            "**`ask` (default)**: hybrid top-24, question parts, BM25 ×0.2, drop 0.3, ≤ 8,000",
+            "**`ask` (default)**: hybrid top-24, question parts, BM25 ×0.2, drop 0.25, ≤ 8,000, opening 500",
             "focus",
             focus(ask),
             note="the default",
+        ),
+        Technique(
+            "`ask` without the document's opening", "ablation", focus(RetrievalSettings.named("ask", opening_chars=0))
+        ),
+        Technique(
+            "`ask` as before: drop 0.3, no opening",
+            "ablation",
+            focus(RetrievalSettings.named("ask", opening_chars=0, score_drop=0.3)),
         ),
         Technique("`ask` without hybrid candidates", "ablation", focus(RetrievalSettings.named("ask", hybrid=False))),
         Technique(

@@ -49,6 +49,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--k", type=int, help="chunks to retrieve (default 24 for sentence focus, else 4)")
     parser.add_argument(
+        "--opening-chars",
+        type=int,
+        help="sentence focus: also give each document's first N characters, where it names itself, its parties "
+        "and its date (default 500; 0: none)",
+    )
+    parser.add_argument(
         "--hybrid",
         action=argparse.BooleanOptionalAction,
         default=None,

@@ -473,6 +473,11 @@ class EvaluationSettings(dg.ConfigurableResource):
         ge=1,
         description="focus mode: at most this many characters of context in all (unset: the named setting's, 8,000 for ask)",
     )
+    opening_chars: int | None = Field(
+        default=None,
+        ge=0,
+        description="focus mode: also give each document's first N characters (unset: the named setting's, 500 for ask; 0: none)",
+    )
     num_neighbors: int | None = Field(
         default=None, ge=0, description="neighbors mode: chunks added on each side of a hit (unset: 1)"
     )
@@ -505,6 +510,7 @@ class EvaluationSettings(dg.ConfigurableResource):
             enhance_mode=self.enhance_mode or None,
             k=self.k,
             focus_chars=self.focus_chars,
+            opening_chars=self.opening_chars,
             num_neighbors=self.num_neighbors,
             context_window_size=self.context_window_size,
             hybrid=self.hybrid,

@@ -16,6 +16,8 @@ measures what users get:
    like a template ("… DPO is defined as: 365 * …") keeps its company, year and metric.
 3. **Windows** — :func:`~ctxwin_dagster.core.retrieval.sentence_focus.focus_windows` with the budget,
    score drop and structure of the settings, merged by :func:`~ctxwin_dagster.core.retrieval.enhance.enhance`.
+4. **Openings** — with ``opening_chars``, each document in the context also gives its opening
+   (:mod:`~ctxwin_dagster.core.retrieval.opening`), on top of the budget.
 
 :class:`LexicalIndexes` keeps each document's BM25 indexes (sentences, chunks), built once per
 document text; its ``build_seconds`` is the extra index build time.
@@ -28,13 +30,16 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from ctxwin_dagster.core.retrieval.enhance import DEFAULT_FOCUS_BUDGET_CHARS, EnhancedContext, enhance
 from ctxwin_dagster.core.retrieval.lexical import TextBM25, hybrid_hits, question_parts
+from ctxwin_dagster.core.retrieval.opening import opening_end
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 from ctxwin_dagster.core.retrieval.statements import named_statements, statement_chunks
+from ctxwin_dagster.core.retrieval.window import Window, merge_windows
 from ctxwin_dagster.core.text.sentences import split_sentences
 from ctxwin_dagster.core.text.splitting import Chunk
 
@@ -247,7 +252,7 @@ def focus_context(
         def lex_scores(texts: Sequence[str]) -> np.ndarray:
             return np.max(np.stack([np.asarray(s(texts)) for s in scorers]), axis=0)
 
-    return enhance(
+    ctx = enhance(
         hits,
         chunks,
         mode="focus",
@@ -260,3 +265,23 @@ def focus_context(
         structure=settings.structure,
         score_drop=settings.score_drop,
     )
+    return _with_openings(ctx, settings.opening_chars or 0, by_doc, doc_texts)
+
+
+def _with_openings(
+    ctx: EnhancedContext, chars: int, by_doc: Mapping[str, Sequence[Chunk]], doc_texts: Mapping[str, str] | None
+) -> EnhancedContext:
+    """``ctx`` with the opening of each of its documents (:func:`~ctxwin_dagster.core.retrieval.
+    opening.opening_end`), merged with the windows it overlaps; an opening scores 0.0, so it
+    comes after the retrieved windows unless it joins one of them."""
+    if chars <= 0 or not ctx.windows:
+        return ctx
+    openings = []
+    for d in dict.fromkeys(w.doc_id for w in ctx.windows):
+        text = _doc_text(d, by_doc.get(d, []), doc_texts)
+        end = opening_end(text, chars)
+        if end > 0:
+            ids = tuple(c.chunk_id for c in sorted(by_doc.get(d, []), key=lambda c: c.chunk_index) if c.start < end)
+            openings.append(Window(doc_id=d, start=0, end=end, text=text[:end], score=0.0, chunk_ids=ids))
+    texts = {d: _doc_text(d, by_doc.get(d, []), doc_texts) for d in {w.doc_id for w in openings}}
+    return replace(ctx, windows=merge_windows([*ctx.windows, *openings], doc_texts=texts))
