@@ -5,7 +5,10 @@ Four measurements (each prints figures; nothing is asserted):
 ``workers``
     An LLM contextualizer on the loopback test server (FakeOpenAIServer, 500 ms per request),
     8 documents, ``ctxwin run --job swb_rag_job --workers 1`` vs ``--workers 4``, each in a fresh
-    project folder (no cache). Target: ``--workers 4`` at least 3x faster.
+    project folder (no cache). Target: ``--workers 4`` at least 3x faster. With ``--cpu`` every
+    Python process of each command logs its CPU seconds at exit (a ``sitecustomize`` on
+    ``PYTHONPATH``), summed by kind: the runs' own processes, the daemon, the code server, the
+    embedding server and the command; on 2 cores their sum over 2 is a floor for the wall time.
 ``unchanged``
     ``ctxwin run`` on the sample twice in a fresh folder: the cold run, then the wall time of the
     run with nothing changed (target: <= 15 s).
@@ -21,7 +24,7 @@ Four measurements (each prints figures; nothing is asserted):
 
 Run::
 
-    .venv/bin/python benchmarks/bench_runs.py workers|unchanged|executor|floor [--keep DIR]
+    .venv/bin/python benchmarks/bench_runs.py workers|unchanged|executor|floor [--keep DIR] [--cpu]
 
 The commands start one embedding server for their runs (backends/embeddings/server.py); with
 ``CTXWIN_EMBEDDING_SERVER=off`` in the environment every run loads the model itself, as before
@@ -45,13 +48,61 @@ SAMPLE = ROOT / "data" / "documents"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
-def ctxwin(args: list[str], cwd: Path) -> tuple[float, str]:
+# Loaded by every Python process of a command (PYTHONPATH) when ``--cpu`` is given: at exit each
+# appends its CPU seconds and what it was to the file named by CTXWIN_BENCH_CPU_LOG.
+_CPU_SITECUSTOMIZE = """
+import atexit, os, resource, sys
+
+def _ctxwin_bench_cpu():
+    import multiprocessing
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    argv = " ".join(sys.argv)
+    if multiprocessing.parent_process() is not None and "grpc" in argv:
+        kind = "run worker"  # the code server's child that executes one run
+    elif "grpc" in argv:
+        kind = "code server"
+    elif "dagster-daemon" in argv:
+        kind = "daemon"
+    elif "embeddings/server.py" in argv or "embeddings.server" in argv:
+        kind = "embedding server"
+    elif "ctxwin_dagster.cli" in argv or "cli/__main__.py" in argv:
+        kind = "ctxwin command"
+    else:
+        kind = "other: " + argv[:60]
+    with open(os.environ["CTXWIN_BENCH_CPU_LOG"], "a") as f:
+        f.write(f"{kind}\t{usage.ru_utime + usage.ru_stime:.3f}\n")
+
+atexit.register(_ctxwin_bench_cpu)
+"""
+
+
+def cpu_env(folder: Path) -> dict[str, str]:
+    """The environment that makes every Python process of a command log its CPU time at exit
+    (a ``sitecustomize`` on ``PYTHONPATH``; read back with :func:`cpu_by_kind`)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_CPU_SITECUSTOMIZE, encoding="utf-8")
+    path = os.pathsep.join(x for x in (str(folder), os.environ.get("PYTHONPATH", "")) if x)
+    return {"PYTHONPATH": path, "CTXWIN_BENCH_CPU_LOG": str(folder / "cpu.tsv")}
+
+
+def cpu_by_kind(folder: Path) -> dict[str, tuple[int, float]]:
+    """``kind -> (processes, CPU seconds)`` from the log :func:`cpu_env` set up."""
+    out: dict[str, tuple[int, float]] = {}
+    log = folder / "cpu.tsv"
+    for line in log.read_text(encoding="utf-8").splitlines() if log.exists() else []:
+        kind, seconds = line.rsplit("\t", 1)
+        n, total = out.get(kind, (0, 0.0))
+        out[kind] = (n + 1, total + float(seconds))
+    return out
+
+
+def ctxwin(args: list[str], cwd: Path, extra_env: dict[str, str] | None = None) -> tuple[float, str]:
     """Wall time and output of ``ctxwin ARGS`` in ``cwd`` (its own Dagster home)."""
     started = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-m", "ctxwin_dagster.cli", *args],
         cwd=cwd,
-        env={**ENV, "DAGSTER_HOME": str(cwd / "home")},
+        env={**ENV, "DAGSTER_HOME": str(cwd / "home"), **(extra_env or {})},
         capture_output=True,
         text=True,
     )
@@ -92,7 +143,7 @@ def eight_documents(chars: int = 12_000) -> dict[str, str]:
     return out
 
 
-def bench_workers(base: Path, latency: float) -> None:
+def bench_workers(base: Path, latency: float, cpu: bool = False) -> None:
     from ctxwin_dagster.testing import FakeOpenAIServer
 
     docs = eight_documents()
@@ -102,6 +153,7 @@ def bench_workers(base: Path, latency: float) -> None:
         for workers in (1, 4):
             root = project(base / f"workers{workers}", docs)
             calls = server.request_count
+            extra = cpu_env(root / "cpu") if cpu else None
             took, out = ctxwin(
                 [
                     "run",
@@ -115,12 +167,21 @@ def bench_workers(base: Path, latency: float) -> None:
                     str(workers),
                 ],
                 root,
+                extra,
             )
             times[workers] = took
             print(
                 f"--workers {workers}: {took:.1f}s wall, {server.request_count - calls} requests at {latency * 1000:.0f} ms"
             )
             print("   " + next(line for line in out.splitlines() if line.startswith("Summary")))
+            if cpu:
+                kinds = cpu_by_kind(root / "cpu")
+                total = sum(t for _, t in kinds.values())
+                print(
+                    f"   CPU {total:.1f}s in all ({total / (os.cpu_count() or 1):.1f}s of wall time on {os.cpu_count()} cores):"
+                )
+                for kind, (n, t) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
+                    print(f"     {kind:<18} {n:3d} process(es) {t:6.1f}s ({t / n:.1f}s each)")
     print(f"speed-up --workers 4 vs 1: {times[1] / times[4]:.2f}x (target >= 3x; {os.cpu_count()} cores)")
 
 
@@ -235,12 +296,17 @@ def main() -> None:
     parser.add_argument("what", choices=["workers", "unchanged", "executor", "floor"])
     parser.add_argument("--latency", type=float, default=0.5)
     parser.add_argument("--keep", help="work in this folder (kept) instead of a temporary one")
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="workers: also report the CPU seconds of each kind of process (runs, daemon, code server, servers)",
+    )
     parser.add_argument("--doc", action="append", help="floor: only this sample document (repeatable; default all)")
     args = parser.parse_args()
     base = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="ctxwin-bench-"))
     try:
         {
-            "workers": lambda: bench_workers(base, args.latency),
+            "workers": lambda: bench_workers(base, args.latency, args.cpu),
             "unchanged": lambda: bench_unchanged(base),
             "executor": lambda: bench_executor(base),
             "floor": lambda: bench_floor(base, args.doc),
