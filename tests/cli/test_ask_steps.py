@@ -40,3 +40,16 @@ def test_the_command_starts_light_and_its_choices_are_the_askers():
     ).stdout
     for heavy in ("'dagster'", "'lancedb'", "'torch'", "'numpy'", "'ctxwin_dagster.ask.service'"):
         assert heavy not in loaded, f"`ctxwin` imports {heavy} before it knows the command"
+
+
+def test_the_opening_option_reaches_the_retrieval_setting():
+    import argparse
+
+    from ctxwin_dagster.cli.ask import _add_arguments, ask_kwargs, question_options
+
+    parser = argparse.ArgumentParser()
+    _add_arguments(parser)
+    default = ask_kwargs(question_options(parser.parse_args(["Who are the parties?"])))["retrieval"]
+    assert default.opening_chars == 500
+    none = ask_kwargs(question_options(parser.parse_args(["Who are the parties?", "--opening-chars", "0"])))
+    assert none["retrieval"].opening_chars == 0 and "opening" not in none["retrieval"].describe()
