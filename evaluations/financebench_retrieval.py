@@ -183,7 +183,7 @@ def techniques(
         ("top-8 chunks as retrieved *(unmerged)*", False, raw(8)),
         ("`focus-dense`: vectors only, top-16, ≤ 4,000", True, focus(RetrievalSettings.named("focus-dense"))),
         (
-            "**`ask` (default)**: hybrid top-24, question parts, BM25 ×0.2, drop 0.25, ≤ 8,000, opening 500, statements by "
+            "**`ask` (default)**: hybrid top-24, question parts, BM25 ×0.2, drop 0.23, ≤ 8,000, opening 500, statements by "
             f"title, folder routed to {ask.route_to} when dated",
             True,
             focus(ask),

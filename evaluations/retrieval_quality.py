@@ -340,7 +340,7 @@ def techniques(scorer: SentenceScorer, parts: dict[str, np.ndarray], lexical: Le
             focus(RetrievalSettings.named("focus-dense", k=24, focus_chars=6000)),
         ),
         Technique(
-            "**`ask` (default)**: hybrid top-24, question parts, BM25 ×0.2, drop 0.25, ≤ 8,000, opening 500",
+            "**`ask` (default)**: hybrid top-24, question parts, BM25 ×0.2, drop 0.23, ≤ 8,000, opening 500",
             "focus",
             focus(ask),
             note="the default",

@@ -144,7 +144,7 @@ def test_a_p_value_just_under_the_threshold_is_not_printed_as_the_threshold():
 def test_evaluation_measures_what_ctxwin_ask_gives():
     settings = EvaluationSettings().retrieval_settings()
     assert settings == RetrievalSettings.named("ask") and settings.enhance_mode == "focus"
-    assert settings.hybrid and settings.question_parts and settings.score_drop == 0.25 and settings.effective_k == 24
+    assert settings.hybrid and settings.question_parts and settings.score_drop == 0.23 and settings.effective_k == 24
     assert settings.opening_chars == 500 and EvaluationSettings(opening_chars=0).retrieval_settings().opening_chars == 0
     paper = EvaluationSettings(retrieval="paper").retrieval_settings()
     assert (paper.effective_k, paper.hybrid, paper.enhance_mode) == (4, False, "none")
