@@ -50,7 +50,7 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENI
 
 # Loaded by every Python process of a command (PYTHONPATH) when ``--cpu`` is given: at exit each
 # appends its CPU seconds and what it was to the file named by CTXWIN_BENCH_CPU_LOG.
-_CPU_SITECUSTOMIZE = """
+_CPU_SITECUSTOMIZE = r"""
 import atexit, os, resource, sys
 
 def _ctxwin_bench_cpu():
