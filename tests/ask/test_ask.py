@@ -152,11 +152,13 @@ def test_retrieval_over_all_documents_and_enhancement_options(asker):
         assert not r.not_found
     default = asker.ask("Who was the Norse leader?", variant="swb", doc_id="squad_Normans")
     assert default.context.mode == "focus" and len(default.context.hits) == 24  # 24 hybrid candidates by default
+    ask = RetrievalSettings.named("ask")
     assert (
-        default.context_chars <= 8000
+        default.context_chars <= ask.focus_chars + ask.opening_chars
         and default.context.focus["budget_chars"] == 8000
-        and default.context.focus["score_drop"] == 0.3
+        and default.context.focus["score_drop"] == 0.23
     )
+    assert any(w["start"] == 0 for w in default.windows), "the article's opening is in the context"
     small = asker.ask(
         "Who was the Norse leader?",
         variant="swb",
@@ -281,11 +283,14 @@ def test_llm_answers_cite_windows_and_are_cached(workspace, embedder, squad, tmp
     item = next(q for q in squad.values() if q.question == "Who was the Norse leader?")
 
     def responder(body):
+        # a stand-in model: it answers the question about the leader from a passage naming Rollo
+        # (the article's opening, given with every context, names him too) and nothing else
         user = body["messages"][-1]["content"]
+        question = user.rsplit("Question:", 1)[-1].lower()
         for label, passage in re.findall(
             r"\[([0-9a-f]{32})\]\n(.*?)(?=\n\n\[[0-9a-f]{32}\]\n|\n\nQuestion:)", user, flags=re.S
         ):
-            if "Rollo" in passage:
+            if "leader" in question and "Rollo" in passage:
                 return f"Their leader was Rollo [{label}]."
         return NOT_IN_DOCUMENTS
 
