@@ -277,11 +277,11 @@ def _with_openings(
     if chars <= 0 or not ctx.windows:
         return ctx
     openings = []
+    texts: dict[str, str] = {}
     for d in dict.fromkeys(w.doc_id for w in ctx.windows):
-        text = _doc_text(d, by_doc.get(d, []), doc_texts)
+        text = texts[d] = _doc_text(d, by_doc.get(d, []), doc_texts)
         end = opening_end(text, chars)
         if end > 0:
             ids = tuple(c.chunk_id for c in sorted(by_doc.get(d, []), key=lambda c: c.chunk_index) if c.start < end)
             openings.append(Window(doc_id=d, start=0, end=end, text=text[:end], score=0.0, chunk_ids=ids))
-    texts = {d: _doc_text(d, by_doc.get(d, []), doc_texts) for d in {w.doc_id for w in openings}}
     return replace(ctx, windows=merge_windows([*ctx.windows, *openings], doc_texts=texts))
