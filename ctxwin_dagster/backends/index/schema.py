@@ -1,0 +1,108 @@
+"""A chunk table's schema and the record of what built it.
+
+Every variant table has the same columns: the chunk's fields, how its row was embedded (nullable,
+added as nulls to tables written before they existed) and the vector. The vector field's metadata
+holds an :class:`IndexRecord` (``ctxwin:embedder:*``): the embedding model, its dimension, its
+provider and the row strategy, so a table is never written or searched with another model than
+the one that built it (:class:`EmbedderMismatchError`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ctxwin_dagster.backends.embeddings.identity import EmbedderIdentity
+from ctxwin_dagster.backends.index.upkeep import PRIMARY_KEY, VECTOR
+
+__all__ = ["EmbedderMismatchError", "IndexError_", "IndexRecord"]
+
+_STR_FIELDS = ("chunk_id", "doc_id", "doc_sha256", "section", "text", "context", "embedded_text", "context_engine")
+_INT_FIELDS = ("chunk_index", "start", "end")
+# How a row was embedded (core.embedding_window.RowPlan.to_dict): nullable, added to tables
+# written before they existed.
+_EMBED_STR_FIELDS = ("embed_strategy",)
+_EMBED_INT_FIELDS = ("embed_pieces", "chunk_tokens", "context_tokens", "context_tokens_cut", "chunk_tokens_cut")
+
+
+class IndexError_(RuntimeError):
+    """An index operation failed; the message names the table and what to do."""
+
+
+class EmbedderMismatchError(IndexError_):
+    """A table is written or searched with another embedding model than the one that built it."""
+
+
+_RECORD = "ctxwin:embedder:"
+
+
+@dataclass(frozen=True)
+class IndexRecord:
+    """What built a table: the embedding model, its vector size, its provider (``local``,
+    ``openai``) and the row strategy (how a contextualized row was fitted into the model's window;
+    ``chunk only`` for a table of bare chunks, empty when the writer did not say)."""
+
+    model: str
+    dim: int
+    provider: str = ""
+    row_strategy: str = ""
+
+    @property
+    def embedder(self) -> EmbedderIdentity:
+        return EmbedderIdentity(self.model, self.dim, self.provider)
+
+    def describe(self) -> str:
+        text = self.embedder.describe()
+        return f"{text}, row strategy {self.row_strategy}" if self.row_strategy else text
+
+    def to_metadata(self) -> dict[str, str]:
+        return {
+            _RECORD + "model": self.model,
+            _RECORD + "dim": str(self.dim),
+            _RECORD + "provider": self.provider,
+            _RECORD + "row_strategy": self.row_strategy,
+        }
+
+    @classmethod
+    def from_metadata(cls, meta: Mapping[bytes, bytes] | Mapping[str, str] | None) -> IndexRecord | None:
+        """The record in a vector field's metadata; None for a table made before records."""
+        text = {_text(k): _text(v) for k, v in (meta or {}).items()}
+        model = text.get(_RECORD + "model", "")
+        if not model:
+            return None
+        return cls(
+            model,
+            int(text.get(_RECORD + "dim") or 0),
+            text.get(_RECORD + "provider", ""),
+            text.get(_RECORD + "row_strategy", ""),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "dim": self.dim, "provider": self.provider, "row_strategy": self.row_strategy}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _schema(dim: int, record: IndexRecord | None = None) -> pa.Schema:
+    vector_meta = record.to_metadata() if record is not None else None
+    return pa.schema(
+        [pa.field("chunk_id", pa.string(), nullable=False, metadata=PRIMARY_KEY), pa.field("doc_id", pa.string())]
+        + [pa.field(f, pa.int64()) for f in _INT_FIELDS]
+        + [pa.field(f, pa.string()) for f in _STR_FIELDS[2:]]
+        + [pa.field(f, pa.string()) for f in _EMBED_STR_FIELDS]
+        + [pa.field(f, pa.int64()) for f in _EMBED_INT_FIELDS]
+        + [pa.field(VECTOR, pa.list_(pa.float32(), dim), metadata=vector_meta)]
+    )
+
+
+def _add_missing_fields(table: Any, schema: pa.Schema) -> None:
+    """Add (as nulls) the columns of ``schema`` that a table written by an older version lacks."""
+    have = set(table.schema.names)
+    missing = [f for f in schema if f.name not in have]
+    if missing:
+        table.add_columns(missing)
