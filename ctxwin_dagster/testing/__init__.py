@@ -6,6 +6,8 @@ the CLI) never imports this package.
 * :mod:`.server` — :class:`FakeOpenAIServer`, a loopback OpenAI-compatible HTTP server (chat
   completions, embeddings, models) with fault injection, and its deterministic
   :func:`default_responder` and :func:`fake_embedding`;
+* :mod:`.chat` — :func:`~.chat.loopback_chat`, a chat backend on that server with short backoffs,
+  and :func:`~.chat.chat_request`;
 * :mod:`.lexical_judge` — :func:`lexical_judge_responder`, a responder for that server that
   answers RAGAS's judge prompts by word overlap, so ragas's real judge path runs offline;
 * :mod:`.webserver` — :func:`~.webserver.dagster_webserver`, the real Dagster webserver started on

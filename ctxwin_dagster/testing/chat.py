@@ -1,0 +1,30 @@
+"""A chat backend on :class:`~ctxwin_dagster.testing.server.FakeOpenAIServer`, for tests.
+
+:func:`chat_request` makes a one-message request; :func:`loopback_chat` an
+:class:`~ctxwin_dagster.backends.chat.backend.OpenAIChatBackend` on the server with short
+backoffs, so a test of retries takes milliseconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctxwin_dagster.backends.base import ChatRequest
+from ctxwin_dagster.backends.chat.backend import OpenAIChatBackend
+from ctxwin_dagster.testing.server import FakeOpenAIServer
+
+__all__ = ["FAST_BACKOFF", "TEST_MODEL", "chat_request", "loopback_chat"]
+
+TEST_MODEL = "test-model"
+#: Backoffs of a few milliseconds: retries are tested, not waited for.
+FAST_BACKOFF: dict[str, Any] = {"backoff_base_s": 0.01, "backoff_max_s": 0.05}
+
+
+def chat_request(text: str, **kw: Any) -> ChatRequest:
+    """A request of one user message."""
+    return ChatRequest(messages=({"role": "user", "content": text},), **kw)
+
+
+def loopback_chat(server: FakeOpenAIServer, **kw: Any) -> OpenAIChatBackend:
+    """A backend of :data:`TEST_MODEL` on ``server`` with :data:`FAST_BACKOFF` (``kw`` overrides)."""
+    return OpenAIChatBackend(**{"model": TEST_MODEL, "base_url": server.base_url, **FAST_BACKOFF, **kw})
