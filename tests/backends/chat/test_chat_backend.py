@@ -10,6 +10,7 @@ import pickle
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,12 @@ from ctxwin_dagster.testing.chat import FAST_BACKOFF, TEST_MODEL, chat_request, 
 
 MODEL, FAST = TEST_MODEL, FAST_BACKOFF
 req, make_backend = chat_request, loopback_chat
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as s:
+        yield s
 
 
 def closed_port() -> int:

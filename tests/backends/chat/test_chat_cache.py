@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,12 @@ from ctxwin_dagster.testing.chat import TEST_MODEL, chat_request, loopback_chat
 
 MODEL = TEST_MODEL
 req, make_backend = chat_request, loopback_chat
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as s:
+        yield s
 
 
 # ----------------------------------------------------------------------------- cache
