@@ -297,8 +297,9 @@ def financebench_section(results: list[dict], meta: dict, peers: list[dict]) -> 
             "**Folder routing** (`core/retrieval/routing.py`, `route_to` in the retrieval settings; `ctxwin ask "
             "--route-to N`, 0 to search every document): when a question names a year or quarter that dates some of "
             'the folder\'s documents and not others (a year in the file name, or "fiscal year / quarterly period ended <date>" '
-            "in the opening), the documents are ranked by reciprocal rank fusion of their best chunk, BM25 over their "
-            "name and first 3,000 characters, and how their dates fit the periods named; the search then runs in the "
+            "in the opening), the documents are ranked first by how their dates fit the periods named, and those "
+            "that fit alike by reciprocal rank fusion of their best chunk and BM25 over their name and first 3,000 "
+            "characters; the search then runs in the "
             "first `route_to` documents (the `ask` default: 1). "
             + "; ".join(
                 f"{name}: {r['routed']} of {r['questions']} questions routed, own filing first for "

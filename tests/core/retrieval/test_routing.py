@@ -62,6 +62,38 @@ def test_the_year_named_picks_among_near_copies_even_when_another_years_chunk_ra
     assert router.route("What was ACME's FY2022 revenue?", best, 2)[0] == "ACME_2022_10K"
 
 
+def test_the_period_named_outranks_a_closer_chunk_and_card_of_another_period():
+    # A question that names no company: another company's filing, of the wrong period, has both
+    # the closest chunk and the closest card; the one quarterly report of the period asked for
+    # still comes first (fused as three equal votes, it came second).
+    router = DocumentRouter(
+        [
+            DocumentCard.of(
+                "AMCOR_2023Q4_EARNINGS",
+                "Amcor reports fourth quarter and fiscal 2023 results. Cash and cash equivalents",
+            ),
+            DocumentCard.of(
+                "BESTBUY_2024Q2_10Q", "Best Buy Co. Form 10-Q for the quarterly period ended July 29, 2023"
+            ),
+            DocumentCard.of("BESTBUY_2017_10K", "Best Buy Co. Form 10-K for the fiscal year ended January 28, 2017"),
+        ]
+    )
+    best = {"AMCOR_2023Q4_EARNINGS": 0.71, "BESTBUY_2017_10K": 0.64, "BESTBUY_2024Q2_10Q": 0.55}
+    question = "Was there any drop in Cash & Cash equivalents between FY 2023 and Q2 of FY2024?"
+    assert router.route(question, best, 1) == ["BESTBUY_2024Q2_10Q"]
+    # an annual question prefers the annual report of that year to the quarter's release
+    annual = DocumentRouter(
+        [
+            DocumentCard.of("AMCOR_2023Q4_EARNINGS", "Amcor reports fourth quarter and fiscal 2023 results"),
+            DocumentCard.of("AMCOR_2023_10K", "Amcor plc Form 10-K for the fiscal year ended June 30, 2023"),
+        ]
+    )
+    margin = {"AMCOR_2023Q4_EARNINGS": 0.66, "AMCOR_2023_10K": 0.60}
+    assert annual.route("Does AMCOR have an improving gross margin profile as of FY2023?", margin, 1) == [
+        "AMCOR_2023_10K"
+    ]
+
+
 def test_routing_stands_aside_when_the_dates_tell_nothing_apart():
     router = _filings()
     best = {"ACME_2018_10K": 0.62, "ACME_2022_10K": 0.60}
