@@ -98,7 +98,7 @@ def _answers_asset(variant: str):
         partitions_def=documents_partitions,
         group_name="evaluation",
         kinds={"python", "lancedb"},
-        code_version="3",  # 3: the extractive answer's rule (backends/tasks/answering.py)
+        code_version="4",  # 4: the extractive answer ranks sentences with a model (backends/tasks/answering.py)
         description=(
             f"Every question of the document answered from the {variant} index with ctxwin ask's "
             f"retrieval and enhancement (or the experiment's), with citations."

@@ -133,3 +133,21 @@ def test_the_ai_act_prohibitions_are_answered_with_the_list(embedder, ai_act_tex
     assert not res.not_found, res
     assert "1. The following AI practices shall be prohibited:" in res.text
     assert "(a) the placing on the market" in res.text and "(b) the placing on the market" in res.text
+
+
+def test_the_sentence_model_prefers_the_sentence_that_holds_what_is_asked_and_the_first_passage():
+    question = "When did the Normans conquer England?"
+    dated = "So the Normans did conquer England in 1066 at last."
+    echo = "The Normans did conquer England long ago."  # the question's words, and no date
+    plain = AnswerRule(abstain_at=None, sentences=1, ranker=None, margin=0.1)
+    one = AnswerRule(abstain_at=None, sentences=1)
+    # cosine + BM25 alone: the sentence that echoes the question's words wins
+    assert answer_from_passages(question, [("1", dated), ("2", echo)], bag_of_words, rule=plain).cited == ["2"]
+    # the model weighs the date asked for, and the first passage (the best retrieved)
+    ranked = answer_from_passages(question, [("1", dated), ("2", echo)], bag_of_words, rule=one)
+    assert ranked.cited == ["1"] and "1066" in ranked.text
+
+
+def test_a_ranker_of_the_wrong_size_is_refused():
+    with pytest.raises(ValueError, match="one weight per feature"):
+        AnswerRule(ranker=(0.0, (1.0, 2.0)))
