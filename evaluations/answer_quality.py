@@ -232,13 +232,13 @@ def fit_ranker(cases: list[Case], answerer: Answerer, rule: AnswerRule) -> tuple
     tune_all = [c for c in cases if c.split == "tune"]
     folds = [model([c for c in tune if half[c.item.doc_id] != f]) for f in (0, 1)]
     print("two folds over the tuning documents (the other half's figures):", flush=True)
-    for name, r in [("no model, margin 0.1", replace(rule, ranker=None, margin=0.1))] + [
-        (f"model, margin {m}", replace(rule, margin=m)) for m in (0.1, 0.2, 0.3, 0.4)
+    for name, r, fitted in [("no model, margin 0.1", replace(rule, ranker=None, margin=0.1), False)] + [
+        (f"model, margin {m}", replace(rule, margin=m), True) for m in (0.1, 0.2, 0.3, 0.4)
     ]:
         got: dict[str, list[dict]] = {}
         for f in (0, 1):
             part = [c for c in tune_all if half.get(c.item.doc_id, hash(c.item.doc_id) % 2) == f]
-            rr = r if r.ranker is None else replace(r, ranker=folds[1 - f])
+            rr = replace(r, ranker=folds[1 - f]) if fitted else r
             for k, v in measure(part, answerer, rr).items():
                 got.setdefault(k, []).append(v)
         print(
