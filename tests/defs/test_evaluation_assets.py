@@ -47,6 +47,8 @@ def test_evaluation_graph_writes_a_comparison_report(tmp_path, folder_resources)
         assert len(qa) == 208 and all(q["doc_id"] == "squad_Normans" for q in qa)
         answers = result.output_for_node("swb_rag_answers")
         assert len(answers) == 25
+        meta = result.asset_materializations_for_node("swb_rag_answers")[0].metadata
+        assert meta["answer_rule"].value.startswith("sentences ranked by the sentence model")  # the offline default
         answerable = [a for a in answers if a["reference_spans"]]
         assert answerable and all(a["retrieved"] and a["contexts"] for a in answerable)
         checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}

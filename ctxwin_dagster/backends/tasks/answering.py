@@ -152,6 +152,37 @@ class AnswerRule:
         if self.ranker is not None and len(self.ranker[1]) != len(RANK_FEATURES):
             raise ValueError(f"ranker needs one weight per feature ({', '.join(RANK_FEATURES)})")
 
+    def describe(self) -> str:
+        """The rule in plain words, for a run's metadata.
+
+        >>> print(AnswerRule().describe())  # doctest: +NORMALIZE_WHITESPACE
+        sentences ranked by the sentence model (10 signals); up to 3 within 0.3 of the best;
+        NOT_IN_DOCUMENTS under a cosine of 0.40, or at a not-found probability of 0.75 (questions
+        of up to 9 content words); lists kept whole (up to 16 items, 6,000 characters)
+        >>> print(AnswerRule(ranker=None, margin=0.1, abstain_at=None, list_items=0).describe())  # doctest: +NORMALIZE_WHITESPACE
+        sentences ranked by cosine + 0.3 × BM25; up to 3 within 0.1 of the best;
+        NOT_IN_DOCUMENTS under a cosine of 0.40; lists not kept
+        """
+        rank = (
+            f"the sentence model ({len(RANK_FEATURES)} signals)"
+            if self.ranker is not None
+            else f"cosine + {self.lexical_weight:g} × BM25"
+        )
+        abstain = f"NOT_IN_DOCUMENTS under a cosine of {self.floor:.2f}"
+        if self.abstain_at is not None:
+            abstain += (
+                f", or at a not-found probability of {self.abstain_at:g}"
+                f" (questions of up to {self.model_max_words} content words)"
+            )
+        lists = (
+            f"lists kept whole (up to {self.list_items} items, {self.list_chars:,} characters)"
+            if self.list_items
+            else "lists not kept"
+        )
+        return (
+            f"sentences ranked by {rank}; up to {self.sentences} within {self.margin:g} of the best; {abstain}; {lists}"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Pick:

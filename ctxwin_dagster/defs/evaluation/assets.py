@@ -174,6 +174,8 @@ def _answers_asset(variant: str):
                 "question_tokens_cut": question_fit["tokens_cut"],
                 "not_found": sum(1 for r in records if r["not_found"]),
                 "engine": tasks.engine,
+                # how the extractive engine picks an answer's sentences (a chat model answers as it reads)
+                "answer_rule": rule.describe() if (rule := getattr(tasks, "answer_rule", None)) else "the chat model's",
                 "mean_context_chars": round(sum(sum(len(c) for c in r["contexts"]) for r in records) / n, 1),
                 "input_tokens": sum(r["input_tokens"] or 0 for r in records),
                 "input_chars": sum(r["input_chars"] or 0 for r in records),
