@@ -21,7 +21,8 @@ bootstrap CIs.
 
 Run::
 
-    HF_HUB_OFFLINE=1 .venv/bin/python evaluations/answer_quality.py --fit     # tuning split: fit and decide
+    HF_HUB_OFFLINE=1 .venv/bin/python evaluations/answer_quality.py --fit-ranker  # tuning split: the sentence model
+    HF_HUB_OFFLINE=1 .venv/bin/python evaluations/answer_quality.py --fit     # tuning split: the not-found model
     HF_HUB_OFFLINE=1 .venv/bin/python evaluations/answer_quality.py           # both splits, the report
 
 Writes ``evaluations/reports/answer_quality.md`` and ``.json``.
