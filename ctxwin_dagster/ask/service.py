@@ -354,7 +354,9 @@ class Asker:
             )
         passages, by_label = self._passages(ctx)
         dropped_before = self.tasks.stats["answer_passages_dropped"]
-        res = self.tasks.answer(question, passages, doc_id=doc_id or "")
+        res = self.tasks.answer(
+            question, passages, doc_id=doc_id or "", starts=[by_label[label][0].start for label, _ in passages]
+        )
         dropped = self.tasks.stats["answer_passages_dropped"] - dropped_before
         if dropped:
             notes.append(

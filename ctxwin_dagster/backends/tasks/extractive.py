@@ -545,12 +545,22 @@ class ExtractiveTasks:
         return results
 
     # ----------------------------------------------------------------- answer
-    def answer(self, question: str, passages: Sequence[tuple[str, str]], *, doc_id: str = "") -> AnswerResult:
-        """The passage sentences closest to the question, citing their chunk ids."""
+    def answer(
+        self,
+        question: str,
+        passages: Sequence[tuple[str, str]],
+        *,
+        doc_id: str = "",
+        starts: Sequence[int | None] | None = None,
+    ) -> AnswerResult:
+        """The passage sentences that answer the question (see
+        :func:`~ctxwin_dagster.backends.tasks.answering.answer_from_passages`), citing their chunk
+        ids; ``starts``, the passages' offsets in their documents, tell a document's opening."""
         passages = [(str(cid), str(text)) for cid, text in passages]
         lang = detect_language(question + "\n" + " ".join(t for _, t in passages[:2]))
         tpl = get_template("answer", lang)
-        key = self.memo.key("answer", question, passages, tpl.id)
+        offsets = list(starts) if starts is not None else None
+        key = self.memo.key("answer", question, passages, tpl.id, offsets)
         hit = self.memo.get(key)
         if hit is not None:
             if hit["not_found"]:
@@ -559,7 +569,7 @@ class ExtractiveTasks:
             return AnswerResult(
                 hit["text"], hit["cited"], hit["not_found"], recs, self.engine, self.model, tpl.id, [], hit["score"]
             )
-        result = self._answer(question, passages, doc_id, tpl, english=lang == "en")
+        result = self._answer(question, passages, doc_id, tpl, english=lang == "en", starts=offsets)
         self.memo.put(
             key,
             {
@@ -573,11 +583,20 @@ class ExtractiveTasks:
         return result
 
     def _answer(
-        self, question: str, passages: list[tuple[str, str]], doc_id: str, tpl, *, english: bool
+        self,
+        question: str,
+        passages: list[tuple[str, str]],
+        doc_id: str,
+        tpl,
+        *,
+        english: bool,
+        starts: Sequence[int | None] | None = None,
     ) -> AnswerResult:
         ts = time.perf_counter()
         msgs = tpl.render(question=question, passages=format_passages(passages))
-        found = answer_from_passages(question, passages, self._embed, rule=self.answer_rule, english=english)
+        found = answer_from_passages(
+            question, passages, self._embed, rule=self.answer_rule, english=english, starts=starts
+        )
         if found.not_found:
             self.stats["answers_not_found"] += 1
         rec = self._record(STAGE_ANSWER, doc_id, "", tpl.id, msgs, found.text, time.perf_counter() - ts)

@@ -515,11 +515,19 @@ class LLMTasks:
         return tpl.render(document=cut.text, chunk=chunk.text)
 
     # ----------------------------------------------------------------- answer
-    def answer(self, question: str, passages: Sequence[tuple[str, str]], *, doc_id: str = "") -> AnswerResult:
+    def answer(
+        self,
+        question: str,
+        passages: Sequence[tuple[str, str]],
+        *,
+        doc_id: str = "",
+        starts: Sequence[int | None] | None = None,
+    ) -> AnswerResult:
         """An answer from ``passages`` citing their chunk ids, or ``NOT_IN_DOCUMENTS``.
 
         Passages that do not fit the model are dropped from the end (the least relevant when
-        they come ranked) and counted in ``stats["answer_passages_dropped"]``.
+        they come ranked) and counted in ``stats["answer_passages_dropped"]``. The model reads
+        the passages themselves, so ``starts`` is not used.
         """
         return self.answer_many([(question, passages, doc_id)])[0]
 

@@ -135,7 +135,18 @@ class Contextualizer(Protocol):
 
 @runtime_checkable
 class Answerer(Protocol):
-    def answer(self, question: str, passages: Sequence[tuple[str, str]], *, doc_id: str = "") -> AnswerResult: ...
+    def answer(
+        self,
+        question: str,
+        passages: Sequence[tuple[str, str]],
+        *,
+        doc_id: str = "",
+        starts: Sequence[int | None] | None = None,
+    ) -> AnswerResult:
+        """An answer from ``passages`` (``(chunk id, text)``, best first); ``starts`` are their
+        offsets in their documents when known (the extractive engine reads a document's opening
+        from them)."""
+        ...
 
 
 @runtime_checkable

@@ -339,7 +339,7 @@ class ExtractiveWindowReader:
                 summary_block=summary_block(summary, lang), window=n, windows=total, text=w.text, question=question
             )
             found = answer_from_passages(
-                question, [(f"W{n}", w.text)], self._embed, rule=self.rule, english=lang == "en"
+                question, [(f"W{n}", w.text)], self._embed, rule=self.rule, english=lang == "en", starts=[w.start]
             )
             if found.not_found or found.top is None:
                 best = found.best or 0.0

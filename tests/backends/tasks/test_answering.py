@@ -14,6 +14,7 @@ from ctxwin_dagster.backends.tasks.answering import (
     answer_from_passages,
     answer_signals,
     not_found_probability,
+    opening_flags,
 )
 from ctxwin_dagster.core.methods.prompts import NOT_IN_DOCUMENTS
 
@@ -151,3 +152,23 @@ def test_the_sentence_model_prefers_the_sentence_that_holds_what_is_asked_and_th
 def test_a_ranker_of_the_wrong_size_is_refused():
     with pytest.raises(ValueError, match="one weight per feature"):
         AnswerRule(ranker=(0.0, (1.0, 2.0)))
+
+
+def test_a_question_about_the_document_itself_is_answered_from_its_opening():
+    preamble = (
+        "This Agreement is made on 20 December 2018 by and between Todos Medical Ltd. and Provista Diagnostics Inc."
+    )
+    clause = "Neither party may assign this agreement without the consent of the other party."
+    question = "Who are the parties to this agreement?"
+    passages = [("1", clause), ("2", preamble)]  # the opening comes last, as ctxwin ask appends it
+    one = AnswerRule(abstain_at=None, sentences=1, floor=0.0)
+    # offsets unknown: the clause that shares the question's words wins
+    assert answer_from_passages(question, passages, bag_of_words, rule=one).cited == ["1"]
+    # the preamble starts the document: the sentence that names the parties answers
+    found = answer_from_passages(question, passages, bag_of_words, rule=one, starts=[9000, 0])
+    assert found.cited == ["2"] and "Todos Medical" in found.text
+    # a question not about the document itself keeps the clause
+    other = answer_from_passages("May a party assign its rights?", passages, bag_of_words, rule=one, starts=[9000, 0])
+    assert other.cited == ["1"]
+    assert opening_flags([(0, 0, 10, "x"), (1, 480, 600, "y"), (1, 20, 40, "z")], [9000, 100]) == [False, False, True]
+    assert opening_flags([(0, 0, 10, "x")], None) == opening_flags([(0, 0, 10, "x")], [None]) == [False]

@@ -150,7 +150,7 @@ def test_the_asker_takes_only_a_task_engine(extractive):
     class AnswersOnly:
         engine = model = "stub"
 
-        def answer(self, question, passages, doc_id=""):
+        def answer(self, question, passages, doc_id="", starts=None):
             raise AssertionError("not reached")
 
     with pytest.raises(
