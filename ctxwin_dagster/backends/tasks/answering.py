@@ -9,8 +9,10 @@ whether the best of them answers. :func:`answer_from_passages` does both:
    its gap to the best one, its BM25 score over the passages' sentences (divided by the best; the
    question's quoted names and labelled fields count twice), the rarity-weighted share of the
    question's words it holds and its gap to the best share, its passage's rank (passages come best
-   first, as retrieved), its length, and whether it holds the number, date or name the question
-   asks for. With :attr:`AnswerRule.ranker` None the score is the cosine plus
+   first, as retrieved), its length, whether it holds the number, date or name the question
+   asks for, and whether it lies in its document's opening (known when the passages' document
+   offsets are given), alone and when the question is about the document itself ("Who are the
+   parties to this agreement?"). With :attr:`AnswerRule.ranker` None the score is the cosine plus
    :attr:`AnswerRule.lexical_weight` × the scaled BM25, as before the model.
 2. **Decide.** Nothing answers when the best cosine is under :attr:`AnswerRule.floor`, or when
    the probability that the passages do not hold the answer (:func:`not_found_probability`, a
