@@ -31,7 +31,13 @@ import numpy as np
 
 from ctxwin_dagster.backends.base import CallRecord, CallTags, Embedder, Ledger
 from ctxwin_dagster.backends.tasks.answering import NOT_FOUND_MODEL, AnswerRule, answer_from_passages
-from ctxwin_dagster.backends.tasks.memo import TaskMemo, chunk_parts, record_from_dict, record_to_dict
+from ctxwin_dagster.backends.tasks.memo import (
+    TaskMemo,
+    chunk_parts,
+    extractive_record,
+    record_from_dict,
+    record_to_dict,
+)
 from ctxwin_dagster.backends.tasks.results import (
     STAGE_ANSWER,
     STAGE_CONTEXT,
@@ -77,32 +83,6 @@ DEFAULT_ANSWER_THRESHOLD = 0.40
 
 def _sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def extractive_record(
-    meter: PromptMeter,
-    model: str,
-    tags: CallTags,
-    version: str,
-    messages: Sequence[Mapping[str, Any]],
-    output: str,
-    latency: float,
-) -> CallRecord:
-    """The record of work done in place of a model call: the prompt an LLM would have been sent,
-    metered with ``meter``, and the extractive ``output`` (``backend="extractive"``, cost 0)."""
-    return CallRecord(
-        backend="extractive",
-        model=model,
-        tags=tags,
-        prompt_version=version,
-        input_tokens=meter.count_messages(messages),
-        output_tokens=meter.counter.count(output),
-        input_chars=sum(len(m.get("content") or "") for m in messages),
-        output_chars=len(output),
-        latency_s=latency,
-        cost_usd=0.0,
-        usage_counted=True,
-    )
 
 
 _LABELS = {

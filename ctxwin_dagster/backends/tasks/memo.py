@@ -12,10 +12,11 @@ calls are accounted: token counts and the cost of the work kept, nothing paid.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ctxwin_dagster.backends.base import CallRecord, CallTags
+from ctxwin_dagster.core.budget.tokens import PromptMeter
 from ctxwin_dagster.core.methods.swb import ChunkLike
 
 if TYPE_CHECKING:
@@ -23,6 +24,32 @@ if TYPE_CHECKING:
 
 #: Bump when the extractive selection changes, so cached results are not reused.
 ALGORITHM_VERSION = "1"
+
+
+def extractive_record(
+    meter: PromptMeter,
+    model: str,
+    tags: CallTags,
+    version: str,
+    messages: Sequence[Mapping[str, Any]],
+    output: str,
+    latency: float,
+) -> CallRecord:
+    """The record of work done in place of a model call: the prompt an LLM would have been sent,
+    metered with ``meter``, and the extractive ``output`` (``backend="extractive"``, cost 0)."""
+    return CallRecord(
+        backend="extractive",
+        model=model,
+        tags=tags,
+        prompt_version=version,
+        input_tokens=meter.count_messages(messages),
+        output_tokens=meter.counter.count(output),
+        input_chars=sum(len(m.get("content") or "") for m in messages),
+        output_chars=len(output),
+        latency_s=latency,
+        cost_usd=0.0,
+        usage_counted=True,
+    )
 
 
 def record_to_dict(rec: CallRecord) -> dict[str, Any]:

@@ -36,8 +36,9 @@ import numpy as np
 
 from ctxwin_dagster.backends.base import CallRecord, CallTags, ChatBackend, ChatRequest, Embedder, Ledger
 from ctxwin_dagster.backends.tasks.answering import AnswerRule, answer_from_passages
-from ctxwin_dagster.backends.tasks.extractive import DEFAULT_ANSWER_THRESHOLD, extractive_record
+from ctxwin_dagster.backends.tasks.extractive import DEFAULT_ANSWER_THRESHOLD
 from ctxwin_dagster.backends.tasks.llm import check_sampling
+from ctxwin_dagster.backends.tasks.memo import extractive_record
 from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.budget.tokens import PromptMeter, TokenCounter, get_token_counter
 from ctxwin_dagster.core.methods.prompts import (
