@@ -161,10 +161,8 @@ class DocumentCard:
         return score
 
 
-def _ranks(scores: np.ndarray, *, ties: bool) -> np.ndarray:
-    """1-based ranks, best first: stable order, or equal scores sharing the best rank (``ties``)."""
-    if ties:
-        return np.array([1 + int((scores > s).sum()) for s in scores])
+def _ranks(scores: np.ndarray) -> np.ndarray:
+    """1-based ranks, best first, in a stable order (ties keep the documents' order)."""
     ranks = np.empty(len(scores), dtype=int)
     ranks[np.argsort(-scores, kind="stable")] = np.arange(1, len(scores) + 1)
     return ranks
@@ -200,11 +198,11 @@ class DocumentRouter:
         document's best chunk similarity (a document missing from it ranks last on that signal)."""
         n = len(self.cards)
         dense = np.array([best_chunk.get(d, -np.inf) for d in self.doc_ids], dtype=float)
-        fused = 1.0 / (RRF_K + _ranks(dense, ties=False))
+        fused = 1.0 / (RRF_K + _ranks(dense))
         unique = self._bm25.scores(card_words(question))
         lexical = np.array([unique[self._bm25.row[c.text]] for c in self.cards], dtype=float)
         if lexical.any():
-            fused += 1.0 / (RRF_K + _ranks(lexical, ties=False))
+            fused += 1.0 / (RRF_K + _ranks(lexical))
         dated = self.dated(question)
         if dated is not None:
             # The period decides first: a fused score is below 2 / (RRF_K + 1) < 1, so adding the
