@@ -251,6 +251,16 @@ def _words(text: str) -> set[str]:
     return {_stem(w) for w in _WORD.findall(text.lower()) if w not in _STOP}
 
 
+def _question_idf(question: str, sentences: Sequence[str]) -> tuple[set[str], list[set[str]], dict[str, float]]:
+    """The question's content words, each sentence's, and each question word's IDF over the
+    sentences (the passages' own statistics)."""
+    q = _words(question) or {"_"}
+    sets = [_words(t) for t in sentences]
+    n = len(sets)
+    idf = {w: math.log((n + 1) / (sum(1 for x in sets if w in x) + 0.5)) for w in q}
+    return q, sets, idf
+
+
 def answer_signals(question: str, sentences: Sequence[str], sims: np.ndarray, best_row: int) -> dict[str, float]:
     """What tells an answerable question from one the passages do not answer.
 
@@ -266,16 +276,9 @@ def answer_signals(question: str, sentences: Sequence[str], sims: np.ndarray, be
     * ``negated``, ``negation_unmatched``: the question is negated; and the best sentence is not;
     * ``type_missing``: the question asks for a number or a date and the top sentences have none.
     """
-    q = _words(question) or {"_"}
-    sets = [_words(s) for s in sentences]
-    n = len(sets)
-    df: dict[str, int] = {}
-    for s in sets:
-        for w in s & q:
-            df[w] = df.get(w, 0) + 1
-    idf = {w: math.log((n + 1) / (df.get(w, 0) + 0.5)) for w in q}
+    q, sets, idf = _question_idf(question, sentences)
     total = sum(idf.values()) or 1.0
-    in_passages = set(df)
+    in_passages = {w for x in sets for w in x & q}
     best_words = sets[best_row] if sets else set()
     top = " ".join(sentences[i] for i in np.argsort(-sims, kind="stable")[:3])
     ql = question.lower()
@@ -351,10 +354,7 @@ def sentence_features(
     [0.0, -0.2]
     """
     n = len(sentences)
-    q = _words(question) or {"_"}
-    sets = [_words(t) for t in sentences]
-    df = {w: sum(1 for x in sets if w in x) for w in q}
-    idf = {w: math.log((n + 1) / (df[w] + 0.5)) for w in q}
+    q, sets, idf = _question_idf(question, sentences)
     total = sum(idf.values()) or 1.0
     overlap = np.array([sum(idf[w] for w in q & x) / total for x in sets])
     ql = question.lower()
