@@ -354,9 +354,8 @@ class Asker:
             )
         passages, by_label = self._passages(ctx)
         dropped_before = self.tasks.stats["answer_passages_dropped"]
-        res = self.tasks.answer(
-            question, passages, doc_id=doc_id or "", starts=[by_label[label][0].start for label, _ in passages]
-        )
+        # one passage per window, in order: each window's offset in its document
+        res = self.tasks.answer(question, passages, doc_id=doc_id or "", starts=[w.start for w in ctx.windows])
         dropped = self.tasks.stats["answer_passages_dropped"] - dropped_before
         if dropped:
             notes.append(
