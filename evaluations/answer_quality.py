@@ -225,8 +225,8 @@ def fit_ranker(cases: list[Case], answerer: Answerer, rule: AnswerRule) -> tuple
 
     tune = [c for c in cases if c.split == "tune" and not c.item.is_impossible and c.retrieval_hit]
     rows = {id(c): ranker_rows(c, answerer) for c in tune}
-    docs = sorted({c.item.doc_id for c in tune})
-    half = {d: i % 2 for i, d in enumerate(docs)}
+    tune_all = [c for c in cases if c.split == "tune"]
+    half = {d: i % 2 for i, d in enumerate(sorted({c.item.doc_id for c in tune_all}))}
 
     def model(train: list[Case]) -> tuple[float, tuple[float, ...]]:
         x = np.vstack([rows[id(c)][0] for c in train])
@@ -234,7 +234,6 @@ def fit_ranker(cases: list[Case], answerer: Answerer, rule: AnswerRule) -> tuple
         lr = LogisticRegression(max_iter=5000, C=1.0).fit(x, y)
         return round(float(lr.intercept_[0]), 4), tuple(round(float(w), 4) for w in lr.coef_[0])
 
-    tune_all = [c for c in cases if c.split == "tune"]
     folds = [model([c for c in tune if half[c.item.doc_id] != f]) for f in (0, 1)]
     print("two folds over the tuning documents (the other half's figures):", flush=True)
     for name, r, fitted in [("no model, margin 0.1", replace(rule, ranker=None, margin=0.1), False)] + [
@@ -242,7 +241,7 @@ def fit_ranker(cases: list[Case], answerer: Answerer, rule: AnswerRule) -> tuple
     ]:
         got: dict[str, list[dict]] = {}
         for f in (0, 1):
-            part = [c for c in tune_all if half.get(c.item.doc_id, hash(c.item.doc_id) % 2) == f]
+            part = [c for c in tune_all if half[c.item.doc_id] == f]
             rr = replace(r, ranker=folds[1 - f]) if fitted else r
             for k, v in measure(part, answerer, rr).items():
                 got.setdefault(k, []).append(v)
