@@ -13,7 +13,8 @@ is said by one :class:`~ctxwin_dagster.core.retrieval.settings.RetrievalSettings
   full-text search when hybrid) grown by :func:`~ctxwin_dagster.core.retrieval.enhance.enhance`.
 
 A question asked of the whole folder (no ``doc_id``) is first routed to the ``route_to``
-documents it most likely asks about when the settings say so
+documents it most likely asks about (by the period it names, or the kind of document it points
+at: "this agreement") when the settings say so
 (:class:`~ctxwin_dagster.core.retrieval.routing.DocumentRouter`); each document's card (its file
 name and opening) is read once and kept while its file is unchanged.
 """
@@ -48,6 +49,7 @@ from ctxwin_dagster.core.retrieval.routing import (
     ROUTE_DEPTH,
     DocumentCard,
     DocumentRouter,
+    question_kind,
     question_periods,
 )
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
@@ -137,7 +139,7 @@ class Retriever:
         """The top-``k`` rows of ``variant`` for ``vector`` (fused with full-text search of
         ``question`` when ``hybrid``), within ``doc_id`` or every document whose file is there,
         and the documents the search was narrowed to (``route_to`` > 0 and the question names a
-        period that tells them apart; else None)."""
+        period or a kind of document that tells them apart; else None)."""
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise AskError(f"k must be an int >= 1; got {k!r}")
         variant = normalize_variant(variant)
@@ -175,9 +177,10 @@ class Retriever:
         self, question: str, vector: np.ndarray, *, variant: str, among: list[str] | None, m: int
     ) -> list[str] | None:
         """The ``m`` documents of ``among`` (None: every indexed one) that ``question`` most likely
-        asks about, best first; None (search them all) when there are ``m`` or fewer, or when the
-        question names no period that tells them apart."""
-        if not any(question_periods(question)):
+        asks about, best first (every document of the kind it points at, when only "this agreement"
+        or the like tells them apart); None (search them all) when there are ``m`` or fewer, or
+        when the question names no period and no kind that tells them apart."""
+        if not any(question_periods(question)) and question_kind(question) is None:
             return None
         index = self.require_index()
         ids = (

@@ -36,6 +36,7 @@ from ctxwin_dagster.core.methods.sliding_qa import (
 )
 from ctxwin_dagster.core.retrieval.around_hits import span_text
 from ctxwin_dagster.core.retrieval.enhance import EnhancedContext
+from ctxwin_dagster.core.retrieval.routing import routing_note
 from ctxwin_dagster.core.retrieval.settings import RETRIEVAL_PRESETS, RetrievalSettings
 from ctxwin_dagster.core.retrieval.window import Window
 from ctxwin_dagster.core.text.splitting import Chunk
@@ -327,11 +328,7 @@ class Asker:
     ) -> AskResult:
         notes: list[str] = []
         if ctx.routed_to:
-            notes.append(
-                f"searched {', '.join(ctx.routed_to)} only: the document{'s' * (len(ctx.routed_to) > 1)} most likely "
-                "asked about, of those dated by the year or quarter the question names (--route-to 0 searches every "
-                "document)"
-            )
+            notes.append(routing_note(question, ctx.routed_to))
         if not ctx.exact and ctx.windows:
             notes.append(
                 "window text rebuilt from the index rows (no document file); white space between chunks may differ"

@@ -65,7 +65,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         help="without --doc, a question naming a year or quarter is searched in the N documents it most likely asks "
-        "about, when that period dates some documents and not others (default 1; 0 searches every document)",
+        "about, when that period dates some documents and not others, and one pointing at 'this agreement' (or "
+        "contract, lease, license, regulation, directive) in the documents of that kind (default 1; 0 searches "
+        "every document)",
     )
     parser.add_argument(
         "--window-tokens", type=int, help="sliding-window size in tokens (default 4000, capped by the model)"

@@ -1,11 +1,15 @@
 """Asking a whole folder of near copies: one company's annual reports of two years and another
 company's, indexed with the real local embedder. A question that names a year is answered from
-that year's report; the CLI's ``--route-to 0`` searches every report."""
+that year's report; the CLI's ``--route-to 0`` searches every report. And a folder of different
+kinds (a contract, a law, an article): a question about "this agreement" is answered from the
+contract, not from the law's clauses on agreements."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +18,8 @@ from ctxwin_dagster.backends.tasks.extractive import ExtractiveTasks
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 
 pytestmark = pytest.mark.slow
+
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "documents"
 
 BODY = """\
 Item 7. Management's Discussion and Analysis of Financial Condition and Results of Operations
@@ -38,31 +44,55 @@ REPORTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def filings(tmp_path_factory, embedder):
+def _index_folder(root: Path, embedder, chunk_size: int) -> dict:
+    """Index every file of ``root / "documents"`` (T-RAG rows) with the real embedder."""
     from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
     from ctxwin_dagster.core.text.splitting import RecursiveSplitter
 
-    root = tmp_path_factory.mktemp("filings")
     docs = root / "documents"
-    docs.mkdir()
     index = ChunkIndex(str(root / "lancedb"))
-    splitter = RecursiveSplitter(chunk_size=400, chunk_overlap=40)
-    for doc_id, (company, period, revenue, prior, capex) in REPORTS.items():
-        text = f"{company}\nAnnual Report on Form 10-K for the {period}\n\n" + BODY.format(
-            revenue=revenue, prior=prior, capex=capex
-        )
-        path = docs / f"{doc_id}.txt"
-        path.write_text(text, encoding="utf-8")
+    splitter = RecursiveSplitter(chunk_size=chunk_size, chunk_overlap=chunk_size // 10)
+    for path in sorted(docs.glob("*.txt")):
+        text = path.read_text(encoding="utf-8")
         sha = hashlib.sha256(path.read_bytes()).hexdigest()
-        chunks = splitter.split(text, doc_id=doc_id, doc_sha256=sha)
+        chunks = splitter.split(text, doc_id=path.stem, doc_sha256=sha)
         rows = [
             {**c.to_dict(), "doc_sha256": sha, "context": "", "context_engine": "", "embedded_text": c.text}
             for c in chunks
         ]
-        index.replace_document("t_rag", doc_id, rows, embedder.embed([c.text for c in chunks]), doc_sha256=sha)
+        index.replace_document("t_rag", path.stem, rows, embedder.embed([c.text for c in chunks]), doc_sha256=sha)
     asker = Asker(index=index, embedder=embedder, tasks=ExtractiveTasks(embedder), documents_dir=docs)
     return {"root": root, "documents": docs, "lancedb": root / "lancedb", "asker": asker}
+
+
+@pytest.fixture(scope="module")
+def filings(tmp_path_factory, embedder):
+    root = tmp_path_factory.mktemp("filings")
+    (root / "documents").mkdir()
+    for doc_id, (company, period, revenue, prior, capex) in REPORTS.items():
+        text = f"{company}\nAnnual Report on Form 10-K for the {period}\n\n" + BODY.format(
+            revenue=revenue, prior=prior, capex=capex
+        )
+        (root / "documents" / f"{doc_id}.txt").write_text(text, encoding="utf-8")
+    return _index_folder(root, embedder, 400)
+
+
+@pytest.fixture(scope="module")
+def kinds(tmp_path_factory, embedder):
+    """The sample's Todos contract and Normans article, and the AI Act's opening with its clause on
+    bodies established "under the law of a third country with which the Union has concluded an
+    agreement" (the passage a folder-wide search found for the contract's governing law)."""
+    root = tmp_path_factory.mktemp("kinds")
+    docs = root / "documents"
+    docs.mkdir()
+    for name in ("cuad_todos_medical_reseller.txt", "squad_Normans.txt"):
+        shutil.copy(SAMPLE / name, docs / name)
+    act = (SAMPLE / "eu_ai_act_2024_1689_EN.txt").read_text(encoding="utf-8")
+    clause = act.index("Conformity assessment bodies established under the law of a third country")
+    (docs / "eu_ai_act_excerpt.txt").write_text(
+        act[:3000] + "\n\n" + act[clause - 1500 : clause + 1500], encoding="utf-8"
+    )
+    return _index_folder(root, embedder, 1000)
 
 
 def test_a_question_naming_a_year_is_answered_from_that_years_report(filings):
@@ -118,3 +148,19 @@ def test_cli_route_to_zero_searches_every_report(filings, capsys):
     assert main([*base, "--route-to", "0"]) == 0
     everything = json.loads(capsys.readouterr().out)
     assert "ACME_2018_annual_report" in {w["doc_id"] for w in everything["windows"]}
+
+
+def test_a_question_about_this_agreement_is_answered_from_the_folders_contract(kinds):
+    asker = kinds["asker"]
+    question = "Which country's law governs this agreement?"
+    routed = asker.ask(question, variant="t")
+    assert routed.context.routed_to == ["cuad_todos_medical_reseller"]
+    assert {w.doc_id for w in routed.context.windows} == {"cuad_todos_medical_reseller"}
+    assert "governed by and construed in accordance with the laws of the State of Israel" in routed.answer
+    assert any('of the kind it points at ("this agreement")' in n for n in routed.notes), routed.notes
+    # every document searched: the law's clause on agreements comes along
+    everything = asker.ask(question, variant="t", retrieval=RetrievalSettings.named("ask", route_to=0))
+    assert "eu_ai_act_excerpt" in {w.doc_id for w in everything.context.windows}
+    # a question that does not point at a document of a kind searches the whole folder
+    plain = asker.ask("When did the Normans conquer England?", variant="t")
+    assert plain.context.routed_to is None and "1066" in plain.answer

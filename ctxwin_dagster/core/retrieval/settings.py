@@ -15,7 +15,9 @@ the evaluation, so the evaluation measures what users get.
     a question asked of the whole folder that names a year or quarter is searched in the one
     document it most likely asks about when that period dates some documents and not others
     (``route_to=1``, chosen on FinanceBench dev's tuning companies and SQuAD's tuning articles:
-    evaluations/financebench_retrieval.py, evaluations/squad_folder.py).
+    evaluations/financebench_retrieval.py, evaluations/squad_folder.py); one that points at a kind
+    of document ("this agreement") is searched in the folder's documents of that kind
+    (evaluations/kind_folder.py).
 ``focus-dense``
     the earlier default: sentence focus by vectors alone, 4,000 characters from the top-16 chunks.
 ``paper``
@@ -102,7 +104,8 @@ class RetrievalSettings:
         route_to: a question asked of the whole folder (no document named) is searched in the
             ``route_to`` documents it most likely asks about
             (:class:`~ctxwin_dagster.core.retrieval.routing.DocumentRouter`: best chunk, name and
-            opening, the years named); 0: every document is searched. Any enhancement mode.
+            opening, the years named, the kind of document pointed at); 0: every document is
+            searched. Any enhancement mode.
         name: the named setting this came from (``ask``, ``paper``), with ``+`` when changed.
     """
 
@@ -222,7 +225,10 @@ class RetrievalSettings:
             text += ", hybrid (vector + full-text) search"
         if self.route_to:
             which = "likeliest document" if self.route_to == 1 else f"{self.route_to} likeliest documents"
-            text += f", a folder-wide question that names a period routed to its {which}"
+            text += (
+                f", a folder-wide question that names a period routed to its {which}, one that points at"
+                " a kind of document ('this agreement') to the documents of that kind"
+            )
         label = {
             "ask": "ctxwin ask's default",
             "paper": "the paper's protocol",

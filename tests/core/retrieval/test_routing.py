@@ -1,10 +1,18 @@
-"""Folder routing: the periods a question names, a document's dates, and when routing narrows."""
+"""Folder routing: the periods a question names, a document's dates, the kind of document a
+question points at ("this agreement"), and when routing narrows."""
 
 from __future__ import annotations
 
 import pytest
 
-from ctxwin_dagster.core.retrieval.routing import DocumentCard, DocumentRouter, Periods, question_periods
+from ctxwin_dagster.core.retrieval.routing import (
+    DocumentCard,
+    DocumentRouter,
+    Periods,
+    question_kind,
+    question_periods,
+    routing_note,
+)
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 
 
@@ -119,3 +127,68 @@ def test_route_to_is_a_retrieval_setting_kept_across_modes():
     assert "names a period routed to its likeliest document" in RetrievalSettings.named("ask").describe()
     with pytest.raises(ValueError, match="route_to must be an int >= 0"):
         RetrievalSettings.named("ask", route_to=-1)
+
+
+@pytest.mark.parametrize(
+    "question, kind",
+    [
+        ("Which country's law governs this agreement?", "contract"),
+        ("Highlight the parts (if any) of this contract related to Governing Law", "contract"),
+        ("Can this License be assigned?", "contract"),
+        ("Which AI practices are prohibited by this Regulation?", "regulation"),
+        # a kind named without pointing at the document, or a word that only starts like one
+        ("What agreement ended the French and Indian War?", None),
+        ("When was the agreement signed?", None),
+        ("What does this agreements clause say?", "contract"),
+        ("Is this contractor paid monthly?", None),
+    ],
+)
+def test_question_kind_is_read_from_this_and_a_kind_word(question, kind):
+    assert question_kind(question) == kind
+
+
+def _mixed_folder(*extra: DocumentCard) -> DocumentRouter:
+    return DocumentRouter(
+        [
+            DocumentCard.of("eu_ai_act", "REGULATION (EU) 2024/1689 OF THE EUROPEAN PARLIAMENT AND OF THE COUNCIL"),
+            DocumentCard.of("reseller", "Exhibit 4.10 MARKETING AND RESELLER AGREEMENT (the Agreement) is made"),
+            DocumentCard.of("squad_Normans", "The Normans were the people who gave their name to Normandy"),
+            *extra,
+        ]
+    )
+
+
+def test_a_question_about_this_agreement_searches_the_folders_contracts_only():
+    question = "Which country's law governs this agreement?"
+    # the regulation's clause on third countries' law is the closest chunk, yet it is no agreement
+    best = {"eu_ai_act": 0.71, "reseller": 0.52, "squad_Normans": 0.20}
+    assert _mixed_folder().route(question, best, 1) == ["reseller"]
+    # every contract of the folder is searched; the file name alone can say "agreement"
+    services = DocumentCard.of("FEDERATED-EX-99-SERVICES AGREEMENT", "Federated Government Income Securities, Inc.")
+    assert services.kinds == {"contract"}
+    two = _mixed_folder(services)
+    assert set(two.route(question, {**best, services.doc_id: 0.6}, 1)) == {services.doc_id, "reseller"}
+    assert two.route("Which AI practices are prohibited by this Regulation?", best, 1) == ["eu_ai_act"]
+    # a period and a kind: the first document of the best-fitting period among those of the kind
+    dated = _mixed_folder(DocumentCard.of("lease_2019", "LEASE AGREEMENT dated March 1, 2019"))
+    assert dated.route("What rent does this lease set for 2019?", best, 1) == ["lease_2019"]
+    assert routing_note("What rent does this lease set for 2019?", ["lease_2019"]).startswith(
+        "searched lease_2019 only: the document most likely asked about, of those dated by the year or quarter "
+        'the question names and of the kind it points at ("this lease")'
+    )
+
+
+def test_the_kind_stands_aside_when_it_tells_nothing_apart():
+    best = {"reseller": 0.52}
+    assert _mixed_folder().route("Which country's law governs the agreement?", best, 1) is None  # not "this"
+    contracts = DocumentRouter(
+        [
+            DocumentCard.of("reseller", "MARKETING AND RESELLER AGREEMENT"),
+            DocumentCard.of("cobranding", "CO-BRANDING AGREEMENT"),
+        ]
+    )
+    assert contracts.route("Which country's law governs this agreement?", best, 1) is None  # all contracts
+    articles = DocumentRouter(
+        [DocumentCard.of("squad_Normans", "The Normans were"), DocumentCard.of("squad_Warsaw", "Warsaw is")]
+    )
+    assert articles.route("Which country's law governs this agreement?", {}, 1) is None  # no contract at all
