@@ -305,5 +305,6 @@ class DocumentRouter:
             return None
         order = list(self.scores(question, best_chunk))
         if kind is not None:
-            order = [d for d in order if d in set(kind)]
+            of_kind = set(kind)
+            order = [d for d in order if d in of_kind]
         return order[:m] if dated is not None else order
