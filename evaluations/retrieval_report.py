@@ -194,14 +194,10 @@ def write_report(results: list[dict], meta: dict, out: Path) -> tuple[Path, Path
         lines[lines.index("## Cost") : lines.index("## Cost")] = financebench_section(
             saved["results"], saved["meta"], peers
         )
-    squad_folder = out / "squad_folder.json"
-    if squad_folder.is_file():
-        saved = json.loads(squad_folder.read_text(encoding="utf-8"))
-        lines[lines.index("## Cost") : lines.index("## Cost")] = squad_folder_section(saved["results"], saved["meta"])
-    kind_folder = out / "kind_folder.json"
-    if kind_folder.is_file():
-        saved = json.loads(kind_folder.read_text(encoding="utf-8"))
-        lines[lines.index("## Cost") : lines.index("## Cost")] = kind_folder_section(saved["results"], saved["meta"])
+    for name, section in (("squad_folder.json", squad_folder_section), ("kind_folder.json", kind_folder_section)):
+        if (out / name).is_file():
+            saved = json.loads((out / name).read_text(encoding="utf-8"))
+            lines[lines.index("## Cost") : lines.index("## Cost")] = section(saved["results"], saved["meta"])
     md = out / "retrieval_quality.md"
     md.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return md, js
