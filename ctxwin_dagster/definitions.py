@@ -14,7 +14,7 @@ from typing import Any
 
 import dagster as dg
 
-from ctxwin_dagster.core.experiment import Experiment, home_experiment
+from ctxwin_dagster.core.experiment import DOC_IDS_FILE, Experiment, home_experiment
 from ctxwin_dagster.defs.automation import stale_documents_sensor, with_stale_reruns
 from ctxwin_dagster.defs.command_runs import command_runs_sensor, requests_spec
 from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts, global_summaries, swb_rag_contexts
@@ -64,9 +64,6 @@ EVALUATION_ASSETS = [
 
 #: Per-document assets run only when a person asks (not in all_assets_job): questions written by a model.
 REQUEST_ASSETS = [generated_questions]
-
-#: The file in a Dagster home that remembers which doc_id each file name was given.
-DOC_IDS_FILE = "ctxwin_doc_ids.json"
 
 
 def default_resources(experiment: Experiment | None = None, home: str | Path | None = None) -> dict[str, Any]:

@@ -65,8 +65,9 @@ def open_asker(
         tasks: TaskEngine = LLMTasks(chat, max_tokens=max_tokens) if max_tokens else LLMTasks(chat)
     else:
         tasks = ExtractiveTasks(embedder)
-    asker = cls(index=ChunkIndex(uri), embedder=embedder, tasks=tasks, documents_dir=documents)
-    if doc_ids_file:  # the ids the experiment's runs gave the files (see core/text/folder.py)
-        asker.documents.doc_ids_file = Path(doc_ids_file)
+    # doc_ids_file: the ids the experiment's runs gave the files (see core/text/folder.py)
+    asker = cls(
+        index=ChunkIndex(uri), embedder=embedder, tasks=tasks, documents_dir=documents, doc_ids_file=doc_ids_file
+    )
     asker._closers.extend(closers)
     return asker

@@ -72,6 +72,9 @@ class Asker:
         limits: the answer model's limits for the auto mode's fit check; default
             ``tasks.limits``, or :data:`DEFAULT_LIMITS_MODEL`'s for the extractive engine.
         counter: the token counter of fit checks and sliding windows; default ``tasks.counter``.
+        doc_ids_file: the experiment's record of the id each file was given (the home's
+            ``ctxwin_doc_ids.json``), so a file is found under the id its runs gave it; None:
+            ids are derived from the folder as it is now.
     """
 
     def __init__(
@@ -84,6 +87,7 @@ class Asker:
         documents_dir: str | Path | None = None,
         limits: ModelLimits | None = None,
         counter: TokenCounter | None = None,
+        doc_ids_file: str | Path | None = None,
     ) -> None:
         from ctxwin_dagster.backends.tasks.results import TaskEngine
 
@@ -92,7 +96,7 @@ class Asker:
             raise TypeError(
                 f"tasks must be a task engine (LLMTasks, ExtractiveTasks); {type(tasks).__name__} lacks {missing}"
             )
-        self.documents = IndexedDocuments(index, documents_dir)
+        self.documents = IndexedDocuments(index, documents_dir, doc_ids_file=doc_ids_file)
         self.retriever = Retriever(index, embedder, self.documents)
         self.index = index
         self.embedder = embedder

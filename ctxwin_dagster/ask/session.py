@@ -78,6 +78,8 @@ class AskerSpec:
         Raises:
             AskError: a named experiment that was never built.
         """
+        from ctxwin_dagster.core.experiment import DOC_IDS_FILE
+
         exp = experiment_of(args)
         answerer = dict(exp.sections.get("answerer") or {})
         explicit = getattr(args, "model", None) is not None
@@ -99,7 +101,7 @@ class AskerSpec:
             cache_dir=absolute(cache_dir),
             max_tokens=getattr(args, "max_tokens", None),
             embeddings=json.dumps(dict(exp.sections.get("embeddings") or {}), sort_keys=True, default=str),
-            doc_ids_file=absolute(home / "ctxwin_doc_ids.json") if home.is_dir() else None,
+            doc_ids_file=absolute(home / DOC_IDS_FILE) if home.is_dir() else None,
         )
 
     def open(self) -> Asker:

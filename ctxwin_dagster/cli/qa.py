@@ -105,7 +105,6 @@ def cmd_qa_import(args: argparse.Namespace) -> int:
     from ctxwin_dagster.core.evaluation.qa.importers import detect_format, import_squad_json, import_table
     from ctxwin_dagster.core.evaluation.qa.items import QAFormatError, write_qa_jsonl
     from ctxwin_dagster.core.text.documents import DocumentError, read_document
-    from ctxwin_dagster.core.text.folder import scan_documents
 
     source = Path(args.source)
     if not source.is_file():
@@ -130,7 +129,7 @@ def cmd_qa_import(args: argparse.Namespace) -> int:
             for name, text in result.documents.items():
                 (docs / name).write_text(text, encoding="utf-8", newline="")
         else:
-            folder = scan_documents(docs)
+            folder = _folder(docs)
             folder.require_documents()
 
             def read_text(doc_id: str) -> str:
@@ -155,6 +154,16 @@ def cmd_qa_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _folder(docs: Path):
+    """``docs`` scanned with the ids its experiment's runs gave its files (a question names the
+    document its runs know), or as it is when no run has recorded any."""
+    from ctxwin_dagster.core.experiment import folder_ids_file
+    from ctxwin_dagster.core.text.folder import load_id_registry, scan_documents
+
+    ids = folder_ids_file(docs)
+    return scan_documents(docs, known=load_id_registry(ids) if ids is not None else None)
+
+
 def cmd_qa_generate(args: argparse.Namespace) -> int:
     import json
     import shlex
@@ -167,7 +176,6 @@ def cmd_qa_generate(args: argparse.Namespace) -> int:
     from ctxwin_dagster.core.evaluation.qa.items import write_qa_jsonl
     from ctxwin_dagster.core.experiment import experiment_name_for
     from ctxwin_dagster.core.text.documents import DocumentError, read_document
-    from ctxwin_dagster.core.text.folder import scan_documents
 
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     try:
@@ -177,7 +185,7 @@ def cmd_qa_generate(args: argparse.Namespace) -> int:
     docs = Path(args.documents)
     if not docs.is_dir():
         raise SystemExit(f"ctxwin qa generate: the documents folder {docs} does not exist; pass --documents")
-    folder = scan_documents(docs)
+    folder = _folder(docs)
     folder.require_documents()
     if args.doc:
         chosen = []

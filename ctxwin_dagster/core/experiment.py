@@ -48,6 +48,7 @@ __all__ = [
     "Experiment",
     "ExperimentConflict",
     "experiment_name_for",
+    "folder_ids_file",
     "home_experiment",
     "load_experiment_file",
 ]
@@ -67,6 +68,8 @@ DEFAULT_HOME = ".dagster_home"
 EXPERIMENTS_DIR = "data/experiments"
 #: The file in a Dagster home that holds its experiment.
 EXPERIMENT_FILE = "ctxwin_experiment.json"
+#: The file in a Dagster home that remembers which doc_id each file name was given.
+DOC_IDS_FILE = "ctxwin_doc_ids.json"
 #: The name of the default experiment.
 SAMPLE = "sample"
 
@@ -299,3 +302,15 @@ def default_home(name: str) -> Path:
     if name == SAMPLE:
         return Path(os.environ.get("DAGSTER_HOME") or DEFAULT_HOME)
     return Path(EXPERIMENTS_DIR) / name / "dagster_home"
+
+
+def folder_ids_file(documents_dir: str | Path) -> Path | None:
+    """The ids file (:data:`DOC_IDS_FILE`) of the experiment whose home holds ``documents_dir``
+    (the home ``ctxwin run --documents DIR`` made for it), so a command that names a folder
+    gives its files the ids its runs gave them; None when no run has recorded any yet."""
+    home = default_home(experiment_name_for(documents_dir))
+    path = home / DOC_IDS_FILE
+    if not path.is_file():
+        return None
+    held = Path(home_experiment(home).documents_dir).expanduser().resolve()
+    return path if held == Path(documents_dir).expanduser().resolve() else None

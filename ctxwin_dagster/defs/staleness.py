@@ -48,6 +48,13 @@ NOT_RESULT_FIELDS = frozenset({"api_key", "cache_dir", "max_concurrency", "max_r
 #: its version}; the caller passes the current versions as ``extra``.
 EXTRA_INPUTS = {"qa_sets": {"qa": "qa_version"}}
 
+#: What a code version changed, said once with the reason of the runs it causes: {(asset, new
+#: code version): what changed and what the run does about it}.
+CODE_VERSION_NOTES = {
+    # two files with the same text keep their own index rows; every index is rebuilt once
+    ("chunks", "2"): "chunk ids now include the document id",
+}
+
 _DATA_VERSION = "dagster/data_version"
 _CODE_VERSION = "dagster/code_version"
 
@@ -217,7 +224,8 @@ class StalenessChecker:
                 return (
                     "settings changed" if settings_then else "settings unknown (materialized before they were recorded)"
                 )
-            return f"code version {code_then or None} -> {code_now}"
+            note = CODE_VERSION_NOTES.get((key.to_user_string(), code_now))
+            return f"code version {code_then or None} -> {code_now}" + (f" ({note})" if note else "")
         if (
             key.to_user_string() == "raw_documents"
             and document_sha256 is not None

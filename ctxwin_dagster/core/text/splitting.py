@@ -66,23 +66,26 @@ DEFAULT_SEPARATORS: tuple[str, ...] = ("\n\n", "\n", " ", "")
 SECTION_JOIN = " > "
 
 
-def make_chunk_id(doc_sha256: str, start: int, end: int) -> str:
-    """Stable id of the span ``[start, end)`` of the document whose text hashes to ``doc_sha256``.
+def make_chunk_id(doc_id: str, doc_sha256: str, start: int, end: int) -> str:
+    """Stable id of the span ``[start, end)`` of the document ``doc_id`` whose text hashes to ``doc_sha256``.
 
-    The first 32 hex characters of ``sha256(f"{doc_sha256}:{start}:{end}")``: the same
+    The first 32 hex characters of ``sha256(f"{doc_id}:{doc_sha256}:{start}:{end}")``: the same
     document and span always give the same id, so re-indexing replaces rows instead of
-    duplicating them.
+    duplicating them. The document's id is part of it: two files with the same text are two
+    documents, and each keeps its own index rows (rows are merged on ``chunk_id``).
 
     Example::
 
-        >>> make_chunk_id("abc", 0, 10) == make_chunk_id("abc", 0, 10)
+        >>> make_chunk_id("d", "abc", 0, 10) == make_chunk_id("d", "abc", 0, 10)
         True
-        >>> make_chunk_id("abc", 0, 10) == make_chunk_id("abc", 0, 11)
+        >>> make_chunk_id("d", "abc", 0, 10) == make_chunk_id("d", "abc", 0, 11)
         False
-        >>> len(make_chunk_id("abc", 0, 10))
+        >>> make_chunk_id("note", "abc", 0, 10) == make_chunk_id("copy_of_note", "abc", 0, 10)
+        False
+        >>> len(make_chunk_id("d", "abc", 0, 10))
         32
     """
-    return hashlib.sha256(f"{doc_sha256}:{start}:{end}".encode()).hexdigest()[:32]
+    return hashlib.sha256(f"{doc_id}:{doc_sha256}:{start}:{end}".encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +95,7 @@ class Chunk:
     ``chunk_index`` is the chunk's position among its document's chunks (0-based);
     ``section`` is the heading path in force at ``start`` (e.g. ``"CHAPTER II > Article 5"``)
     or None; ``doc_sha256`` the hash of the document text the offsets refer to (the
-    ``chunk_id`` is made from it), empty when not known.
+    ``chunk_id`` is made from it and ``doc_id``), empty when not known.
 
     Example::
 
@@ -348,8 +351,8 @@ class RecursiveSplitter:
         Args:
             text: the document text.
             doc_id: the document's id, copied onto every chunk.
-            doc_sha256: the sha256 of the document text; with the offsets it makes
-                ``chunk_id`` (see :func:`make_chunk_id`).
+            doc_sha256: the sha256 of the document text; with ``doc_id`` and the offsets it
+                makes ``chunk_id`` (see :func:`make_chunk_id`).
             sections: detect headings (:func:`detect_sections`) and set ``Chunk.section``.
 
         Example::
@@ -364,7 +367,7 @@ class RecursiveSplitter:
         found = detect_sections(text) if sections else []
         return [
             Chunk(
-                chunk_id=make_chunk_id(doc_sha256, s, e),
+                chunk_id=make_chunk_id(doc_id, doc_sha256, s, e),
                 doc_id=doc_id,
                 chunk_index=i,
                 start=s,

@@ -135,7 +135,13 @@ def _answers_asset(variant: str):
         question_fit = _question_window(embedder, [q["question"] for q in questions], embeddings.oversize)
         records = []
         with build_tasks(answerer, embeddings, pipeline) as tasks:
-            asker = Asker(index=lancedb.index(), embedder=embedder, tasks=tasks, documents_dir=settings.documents_dir)
+            asker = Asker(
+                index=lancedb.index(),
+                embedder=embedder,
+                tasks=tasks,
+                documents_dir=settings.documents_dir,
+                doc_ids_file=settings.doc_ids_file or None,  # the ids the runs gave the files, not a new scan's
+            )
             # The chunks as the index holds them (the asset's upstream is the index, not the chunks asset).
             by_id = {c.chunk_id: c for c in asker.indexed_chunks(variant, doc_id)}
             for q in questions:

@@ -48,7 +48,7 @@ def raw_documents(context: dg.AssetExecutionContext, settings: ProjectSettings):
     partitions_def=documents_partitions,
     group_name="ingest",
     kinds={"python"},
-    code_version="1",
+    code_version="2",  # 2: a chunk's id includes its document's id (two files with the same text keep their own rows)
     description="Recursive 1,000/100-character chunks with exact character offsets and section paths.",
     check_specs=[
         dg.AssetCheckSpec(

@@ -185,7 +185,7 @@ def test_split_chunks_exact_and_stable_ids(text, so):
         assert c.text == text[c.start : c.end]
         assert c.chunk_index == i
         assert c.doc_id == "doc"
-        assert c.chunk_id == make_chunk_id(sha, c.start, c.end)
+        assert c.chunk_id == make_chunk_id("doc", sha, c.start, c.end)
         assert c.section == section_at(detect_sections(text), c.start)
     ids = [c.chunk_id for c in chunks]
     assert len(set(ids)) == len(ids)  # different spans, different ids
@@ -202,11 +202,22 @@ def test_token_length_function_random(text, so):
 
 
 def test_make_chunk_id():
-    expected = hashlib.sha256(b"abc:0:10").hexdigest()[:32]
-    assert make_chunk_id("abc", 0, 10) == expected
-    assert make_chunk_id("abc", 0, 10) != make_chunk_id("abc", 1, 10)
-    assert make_chunk_id("abc", 0, 10) != make_chunk_id("abd", 0, 10)
-    assert re.fullmatch(r"[0-9a-f]{32}", make_chunk_id("x", 5, 6))
+    expected = hashlib.sha256(b"d:abc:0:10").hexdigest()[:32]
+    assert make_chunk_id("d", "abc", 0, 10) == expected
+    assert make_chunk_id("d", "abc", 0, 10) != make_chunk_id("d", "abc", 1, 10)
+    assert make_chunk_id("d", "abc", 0, 10) != make_chunk_id("d", "abd", 0, 10)
+    assert re.fullmatch(r"[0-9a-f]{32}", make_chunk_id("d", "x", 5, 6))
+
+
+def test_same_text_in_two_documents_gives_two_sets_of_ids():
+    """Two files with the same text (a contract filed twice) are two documents: no chunk of one
+    shares an id with a chunk of the other, so neither can take the other's index rows."""
+    text = "Alpha beta gamma.\n\nDelta epsilon zeta.\n\nEta theta iota."
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    splitter = RecursiveSplitter(chunk_size=20, chunk_overlap=0)
+    note, copy = splitter.split(text, doc_id="note", doc_sha256=sha), splitter.split(text, doc_id="x", doc_sha256=sha)
+    assert [(c.start, c.end) for c in note] == [(c.start, c.end) for c in copy]
+    assert not {c.chunk_id for c in note} & {c.chunk_id for c in copy}
 
 
 def test_chunk_to_dict_and_frozen():
