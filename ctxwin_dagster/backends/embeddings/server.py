@@ -20,6 +20,15 @@ The server speaks OpenAI's embeddings API (``POST /v1/embeddings`` with ``model`
   fits texts before sending them, so a refusal means a client bug, never a silent cut;
 * ``GET /v1/models`` lists the models with their dimension and window; ``GET /health``.
 
+A request that is not one of these gets a 4xx with a JSON error in OpenAI's shape
+(``{"error": {"message": …}}``) saying what was wrong: a body that is not a JSON object, an
+``input`` that is not a string or a non-empty list of strings, a field of the wrong type, a model
+not served here. A body over :data:`MAX_BODY_BYTES` (64 MiB; ``CTXWIN_EMBEDDING_SERVER_MAX_BODY``,
+bytes, when the server starts) gets a 413 naming the limit before any of it is read. Each
+connection has its own thread and the system holds up to 128 waiting connections
+(:mod:`~ctxwin_dagster.backends.loopback`), so many runs connecting at once are all served, and a
+client slow to send its texts holds up no one.
+
 It serves the models it was started with (``--model``, repeatable; the shipped
 all-MiniLM-L6-v2 by default), loaded in the background from the moment it starts, so a command
 does not wait for the load before launching its runs. Requests are encoded one at a time (the
@@ -28,7 +37,8 @@ of different documents together would change each text's padding, so vectors wou
 the same as an in-process run's, for no gain on a CPU (a forward pass of 64 texts already keeps
 both cores busy).
 
-The server stops when its parent closes its stdin (the command ends, however it ends) and on
+At start it logs ``listening on http://127.0.0.1:PORT`` and the models it serves (its log is
+``ctxwin-embeddings.log`` in the command's home). The server stops when its parent closes its stdin (the command ends, however it ends) and on
 SIGTERM or SIGINT. Run it by hand with::
 
     python -m ctxwin_dagster.backends.embeddings.server --port 8765 [--model FOLDER]
@@ -39,7 +49,6 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -49,23 +58,35 @@ import threading
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ctxwin_dagster.backends.embeddings.local import ENV_VAR
+from ctxwin_dagster.backends.loopback import (
+    LoopbackServer,
+    RequestError,
+    check_field,
+    limit_from_env,
+    read_json_object,
+    send_error,
+    send_json,
+)
 
 if TYPE_CHECKING:
     from ctxwin_dagster.backends.embeddings.local import LocalEmbedder
 
-__all__ = ["ENV_VAR", "READY_PREFIX", "EmbeddingService", "ModelHost", "serve", "served_models"]
+__all__ = ["ENV_VAR", "MAX_BODY_BYTES", "READY_PREFIX", "EmbeddingService", "ModelHost", "serve", "served_models"]
 
 log = logging.getLogger(__name__)
 
 #: The line the server prints on stdout once it listens: ``READY_PREFIX + url``.
 READY_PREFIX = "ctxwin embedding server listening on "
+#: The largest request body read (bytes); ``CTXWIN_EMBEDDING_SERVER_MAX_BODY`` when the server starts.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_BODY_ENV = "CTXWIN_EMBEDDING_SERVER_MAX_BODY"
 
 
 class ModelHost:
@@ -178,13 +199,13 @@ class ModelHost:
         return np.asarray(vecs, dtype=np.float32), int(sum(min(n, limit) for n in counts))
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
+class _Server(LoopbackServer):
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], host: ModelHost) -> None:
+    def __init__(self, address: tuple[str, int], host: ModelHost, *, max_body: int = MAX_BODY_BYTES) -> None:
         super().__init__(address, _Handler)
         self.host = host
+        self.max_body = max_body
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -197,25 +218,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         log.debug("embedding server: " + format, *args)
 
-    def _reply(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _error(self, status: int, message: str) -> None:
-        self._reply(
-            status, {"error": {"message": message, "type": "invalid_request_error" if status < 500 else "server_error"}}
-        )
-
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
         host = self.server.host
         if self.path.rstrip("/") in ("/v1/models", "/models"):
-            self._reply(200, {"object": "list", "data": host.describe()})
+            send_json(self, 200, {"object": "list", "data": host.describe()})
         elif self.path.rstrip("/") == "/health":
-            self._reply(
+            send_json(
+                self,
                 200,
                 {
                     "loaded": host._loaded.is_set(),
@@ -226,38 +235,38 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             )
         else:
-            self._error(404, f"no such path {self.path}; use POST /v1/embeddings, GET /v1/models or GET /health")
+            send_error(
+                self, RequestError(404, f"no such path {self.path}; use POST /v1/embeddings, GET /v1/models or /health")
+            )
 
     def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
         if self.path.rstrip("/") not in ("/v1/embeddings", "/embeddings"):
-            self._error(404, f"no such path {self.path}; use POST /v1/embeddings")
+            send_error(self, RequestError(404, f"no such path {self.path}; use POST /v1/embeddings"), close=True)
             return
+        refusal: RequestError | None = None
         try:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-            texts = body.get("input")
-            if isinstance(texts, str):
-                texts = [texts]
-            if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
-                raise ValueError("input must be a string or a list of strings")
-            batch_size = int(body.get("batch_size") or 64)
-            if batch_size < 1:
-                raise ValueError("batch_size must be >= 1")
-            model = str(body.get("model") or "")
-            precision = body.get("precision")
+            body = read_json_object(self, max_bytes=self.server.max_body, setting=MAX_BODY_ENV)
+            request = _EmbeddingsRequest(body)
             vecs, tokens = self.server.host.encode(
-                model,
-                texts,
-                batch_size=batch_size,
-                truncate=bool(body.get("truncate")),
-                precision=str(precision) if precision else None,
+                request.model,
+                request.texts,
+                batch_size=request.batch_size,
+                truncate=request.truncate,
+                precision=request.precision,
             )
-        except (ValueError, KeyError, json.JSONDecodeError) as exc:
-            self._error(400, str(exc).strip("'\""))
-            return
+        except RequestError as exc:
+            refusal = exc
+        except KeyError as exc:
+            refusal = RequestError(404, str(exc).strip("'\""), param="model", code="model_not_found")
+        except ValueError as exc:
+            refusal = RequestError(400, str(exc))
         except Exception as exc:
-            self._error(500, f"{type(exc).__name__}: {exc}")
+            refusal = RequestError(500, f"{type(exc).__name__}: {exc}")
+        if refusal is not None:
+            # A refused body may be partly unread: the connection carries no further request.
+            send_error(self, refusal, close=True)
             return
-        as_base64 = body.get("encoding_format") == "base64"
+        as_base64 = request.encoding_format == "base64"
         data = [
             {
                 "object": "embedding",
@@ -266,25 +275,64 @@ class _Handler(BaseHTTPRequestHandler):
             }
             for i, v in enumerate(vecs)
         ]
-        self._reply(
+        send_json(
+            self,
             200,
             {
                 "object": "list",
                 "data": data,
-                "model": model,
+                "model": request.model,
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
             },
         )
+
+
+class _EmbeddingsRequest:
+    """The fields of one ``POST /v1/embeddings``, checked (see the module docstring)."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        texts = body.get("input")
+        if texts is None:
+            raise RequestError(400, "input is missing; send a string or a list of strings", param="input")
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            raise RequestError(400, "input must be a string or a list of strings", param="input")
+        if not texts:
+            raise RequestError(400, "input is an empty list; send at least one text", param="input")
+        self.texts: list[str] = texts
+        self.model: str = check_field(body, "model", str, "the name of a served model") or ""
+        batch_size = check_field(body, "batch_size", int, "a whole number >= 1")
+        self.batch_size: int = 64 if batch_size is None else batch_size
+        if self.batch_size < 1:
+            raise RequestError(400, f"batch_size must be >= 1; got {self.batch_size}", param="batch_size")
+        self.truncate: bool = bool(check_field(body, "truncate", bool, "true or false"))
+        self.precision: str | None = check_field(body, "precision", str, "'float32' or 'bfloat16'") or None
+        self.encoding_format: str = check_field(body, "encoding_format", str, "'float' or 'base64'") or "float"
+        if self.encoding_format not in ("float", "base64"):
+            raise RequestError(
+                400,
+                f"encoding_format must be 'float' or 'base64'; got {self.encoding_format!r}",
+                param="encoding_format",
+            )
 
 
 def serve(
     models: list[str], *, host: str = "127.0.0.1", port: int = 0, device: str = "cpu", watch_stdin: bool = False
 ) -> None:
     """Serve until SIGTERM/SIGINT (or, with ``watch_stdin``, until stdin closes)."""
+    max_body = limit_from_env(MAX_BODY_ENV, MAX_BODY_BYTES)
     models_host = ModelHost(models, device=device)
-    server = _Server((host, port), models_host)
+    server = _Server((host, port), models_host, max_body=max_body)
     models_host.load_in_background()
     url = f"http://{host}:{server.server_address[1]}"
+    log.info(
+        "embedding server: listening on %s (pid %d), serving %s; bodies up to %s bytes",
+        url,
+        os.getpid(),
+        ", ".join(models_host.embedders),
+        f"{max_body:,}",
+    )
     print(READY_PREFIX + url, flush=True)
 
     def stop(*_: object) -> None:
