@@ -59,7 +59,9 @@ def cmd_dev(args: argparse.Namespace) -> int:
 def _run_forwarding_signals(cmd: list[str], env: dict[str, str]) -> int:
     """Run ``cmd`` until it ends. SIGTERM or SIGINT sent to this command alone (a process
     manager, ``kill``) is passed on to it, so ``dg dev`` stops its UI, daemon and code server
-    instead of being left running without the command that started it.
+    instead of being left running without the command that started it. ``cmd`` and every process
+    it starts run in a process group that a watchdog ends when this command ends, however it
+    ends: on ``kill -9`` too, and whatever ``cmd`` left running (:mod:`ctxwin_dagster.runner.processes`).
 
     The handlers are in place before ``cmd`` starts, so it starts with both signals at their
     defaults even where this command was started with SIGINT ignored (a background job of a
@@ -68,6 +70,9 @@ def _run_forwarding_signals(cmd: list[str], env: dict[str, str]) -> int:
     import signal
     import subprocess
 
+    from ctxwin_dagster.runner.processes import WatchedGroup
+
+    group = WatchedGroup()
     started: list[subprocess.Popen] = []
     pending: list[int] = []
 
@@ -79,7 +84,7 @@ def _run_forwarding_signals(cmd: list[str], env: dict[str, str]) -> int:
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        child = subprocess.Popen(cmd, env=env)
+        child = group.start(cmd, env=env, stdin=subprocess.DEVNULL)
         started.append(child)
         for signum in pending:
             child.send_signal(signum)
@@ -89,6 +94,7 @@ def _run_forwarding_signals(cmd: list[str], env: dict[str, str]) -> int:
             except KeyboardInterrupt:  # pragma: no cover - the handler above takes SIGINT
                 continue
     finally:
+        group.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

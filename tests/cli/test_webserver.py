@@ -6,7 +6,10 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 import pytest
 
@@ -69,21 +72,61 @@ def test_webserver_serves_assets_and_partitions(webserver):
     assert set(keys["data"]["assetNodes"][0]["partitionKeys"]) == {"squad_Normans", "cuad_todos_medical_reseller"}
 
 
-def _group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs (zombies, ended but not yet reaped, do not count)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, start time) of process ``pid`` from /proc, or None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def _tree(root: int) -> dict[int, int]:
+    """Every running process that descends from ``root`` (``root`` included): pid -> start time."""
+    stats = {int(p.name): st for p in Path("/proc").glob("[0-9]*") if (st := _stat(int(p.name))) is not None}
+    found = {root: stats[root][2]} if root in stats else {}
+    grew = True
+    while grew:
+        grew = False
+        for pid, (state, parent, started) in stats.items():
+            if parent in found and pid not in found and state != "Z":
+                found[pid] = started
+                grew = True
+    return found
+
+
+def _alive(tree: dict[int, int]) -> list[int]:
+    """The processes of ``tree`` still running: the same pid and start time (a zombie, ended but
+    not yet reaped, does not count)."""
+    return [
+        pid for pid, started in tree.items() if (st := _stat(pid)) is not None and st[0] != "Z" and st[2] == started
+    ]
+
+
+def _command_lines(pids: list[int]) -> str:
+    lines = []
+    for pid in pids:
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            lines.append(f"{pid}: " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200])
         except OSError:
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+    return "\n".join(lines)
 
 
-def test_ctxwin_dev_serves_the_ui_and_daemon_through_dg_dev(tmp_path):
-    """``ctxwin dev`` (``make dev``) starts ``dg dev`` on the experiment's home: the UI answers with
-    the project's assets, the daemon runs the sensors, and nothing warns that it is superseded."""
+def _assert_ended(tree: dict[int, int], message: str) -> None:
+    """Every process of ``tree`` ends within a minute (a hang guard); else fail with ``message``
+    and the processes left."""
+    deadline = time.time() + 60
+    while time.time() < deadline and _alive(tree):
+        time.sleep(1)
+    assert not _alive(tree), f"{message}:\n" + _command_lines(_alive(tree))
+
+
+@contextmanager
+def _ctxwin_dev(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, TextIO, dict[int, int]]]:
+    """``ctxwin dev`` as a subprocess on a one-document project, once the UI serves the project's
+    assets and the daemon's sensors beat: the process, its output (a file) and its process tree
+    (recorded then). Whatever of that tree is still running afterwards is killed."""
     import signal
     import socket
 
@@ -109,6 +152,7 @@ def test_ctxwin_dev_serves_the_ui_and_daemon_through_dg_dev(tmp_path):
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     base = f"http://127.0.0.1:{port}"
+    tree: dict[int, int] = {}
     try:
         deadline = time.time() + 240
         nodes: list = []
@@ -129,22 +173,39 @@ def test_ctxwin_dev_serves_the_ui_and_daemon_through_dg_dev(tmp_path):
             -3000:
         ]
         assert "SENSOR" in beats, output[-3000:]
+        tree = _tree(proc.pid)
+        yield proc, log, tree
+    finally:
+        for pid in _alive({**_tree(proc.pid), **tree}):
+            os.kill(pid, signal.SIGKILL)
+        proc.wait(60)
+        log.close()
+
+
+def test_ctxwin_dev_serves_the_ui_and_daemon_through_dg_dev(tmp_path):
+    """``ctxwin dev`` (``make dev``) starts ``dg dev`` on the experiment's home: the UI answers with
+    the project's assets, the daemon runs the sensors, and nothing warns that it is superseded;
+    SIGTERM to the command alone (as a process manager sends it) stops the UI and daemon too."""
+    import signal
+
+    with _ctxwin_dev(tmp_path) as (proc, log, tree):
+        log.seek(0)
+        output = log.read()
         assert "superseded" not in output.lower() and "SupersessionWarning" not in output
-        # SIGTERM to the command alone (as a process manager sends it) stops the UI and daemon too.
         proc.send_signal(signal.SIGTERM)
         proc.wait(90)
-        deadline = time.time() + 60
-        while time.time() < deadline and _group_alive(proc.pid):
-            time.sleep(1)
-        assert not _group_alive(proc.pid), "ctxwin dev ended and left dg dev's processes running"
-    finally:
-        if _group_alive(proc.pid):
-            os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-        if _group_alive(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+        _assert_ended(tree, "ctxwin dev ended and left processes running")
+
+
+def test_kill_9_of_ctxwin_dev_leaves_none_of_its_processes(tmp_path):
+    """``kill -9`` of ``ctxwin dev``, which no handler of it sees, still ends ``dg dev``, the
+    webserver, the daemon, the code servers and the embedding server it started."""
+    import signal
+
+    with _ctxwin_dev(tmp_path) as (proc, _, tree):
+        started = _command_lines(list(tree))
+        for part in ("dg dev", "dagster_webserver", "dagster._daemon", "dagster code-server", "embeddings.server"):
+            assert part in started, started
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        _assert_ended(tree, "kill -9 of ctxwin dev left processes running")
