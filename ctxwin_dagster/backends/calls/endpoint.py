@@ -4,7 +4,8 @@
 * :func:`resolve_api_key` — the one place a key is chosen: the one given, else the environment
   variable, else a placeholder for a local server; OpenAI itself without a key is an error that
   names the variable to set.
-* :func:`redact_key` — takes keys out of text that may end up in a log or an error message.
+* :func:`redact_key` — takes keys out of text that may end up in a log or an error message
+  (see :mod:`~ctxwin_dagster.backends.calls.secrets`).
 
 Example::
 
@@ -19,8 +20,9 @@ Example::
 from __future__ import annotations
 
 import os
-import re
 from urllib.parse import urlsplit, urlunsplit
+
+from ctxwin_dagster.backends.calls.secrets import redact, register_secret
 
 __all__ = [
     "OPENAI_BASE_URL",
@@ -34,7 +36,6 @@ __all__ = [
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 # What a local server (vLLM, Ollama, llama.cpp, LM Studio) gets when no key is set: the SDK needs one.
 PLACEHOLDER_KEY = "sk-no-key-required"
-_KEY_PATTERN = re.compile(r"\b(sk-[A-Za-z0-9_\-*]{2})[A-Za-z0-9_\-*]{4,}")
 
 
 class MissingAPIKeyError(ValueError, RuntimeError):
@@ -75,6 +76,7 @@ def resolve_api_key(api_key: str | None, base_url: str | None, *, what: str, env
     """
     key = api_key or os.environ.get(env)
     if key:
+        register_secret(key)  # masked in every message and log line of this process from now on
         return key
     if base_url is None or base_url.strip().rstrip("/").lower() == OPENAI_BASE_URL:
         raise MissingAPIKeyError(
@@ -85,7 +87,6 @@ def resolve_api_key(api_key: str | None, base_url: str | None, *, what: str, env
 
 
 def redact_key(text: str, key: str | None = None) -> str:
-    """``text`` with ``key`` (when it is a real key) and anything shaped like ``sk-…`` masked."""
-    if key and key != PLACEHOLDER_KEY and len(key) >= 4:
-        text = text.replace(key, "***")
-    return _KEY_PATTERN.sub(r"\1***", text)
+    """``text`` with ``key`` (when it is a real key), every key ctxwin knows of and any key-shaped
+    value masked (:func:`~ctxwin_dagster.backends.calls.secrets.redact`)."""
+    return redact(text, key if key != PLACEHOLDER_KEY else None)

@@ -179,7 +179,9 @@ async def run_judge(
     usage: JudgeUsage,
 ) -> None:
     r = import_ragas()
-    from openai import AsyncOpenAI, DefaultAsyncHttpxClient
+    from openai import AsyncOpenAI
+
+    from ctxwin_dagster.backends.calls.secrets import async_http_client
 
     own_embedder = None
     if judge.needs_embeddings() and embedder is None:
@@ -210,7 +212,7 @@ async def run_judge(
 
         local = LocalChatServer(LocalChatBackend(model=judge.model.strip(), max_new_tokens=judge.max_tokens)).start()
         base_url = local.base_url
-    http_client = DefaultAsyncHttpxClient(event_hooks={"response": [usage.hook]})
+    http_client = async_http_client(event_hooks={"response": [usage.hook]})  # error bodies with the key masked
     # Retries follow the project's one policy (backends/calls/retry.py), not the SDK's own.
     client = AsyncOpenAI(
         base_url=base_url,
