@@ -11,7 +11,21 @@ starts that server on first use:
   ``<cache_dir>/ask-servers/<spec key>.json``; the key covers the spec and the installed code,
   so another experiment, other settings or an upgrade get another server;
 * **what it serves**: ``POST /ask`` (a question with :func:`~.session.question_options`; the
-  reply is what ``ctxwin ask`` prints and its exit code), ``GET /health``, ``POST /stop``;
+  reply is what ``ctxwin ask`` prints and its exit code), ``GET /health``, ``POST /stop``. A body
+  that is not a JSON object, a field of the wrong type or options that contradict each other get
+  a 4xx with a JSON error in OpenAI's shape (``{"error": {"message": …}}``), which ``ctxwin ask``
+  prints. A body over :data:`MAX_BODY_BYTES` (1 MiB; ``CTXWIN_ASK_SERVER_MAX_BODY``, bytes) gets
+  a 413 naming the limit before any of it is read, and a question over
+  :data:`MAX_QUESTION_CHARS` characters (10,000; ``CTXWIN_ASK_MAX_QUESTION_CHARS``) a 400 naming
+  it; both limits are read when the server starts;
+* **the API key**: ``ctxwin ask`` sends the chat model's key variables of its own environment
+  (:data:`KEY_VARIABLES`, ``OPENAI_API_KEY``) with each question, over this authenticated
+  loopback channel; when they differ from the server's, the server takes them and opens the
+  asker again before answering, so a key the user changed (or removed) is used from the next
+  question on. Keys are never logged nor written to the state file;
+* **many at once**: each connection has its own thread and the system holds up to 128 waiting
+  connections (:mod:`~ctxwin_dagster.backends.loopback`), so a client slow to send its question
+  holds up no one. Questions themselves are answered one at a time: they share one asker;
 * **fresh**: a run that writes the index (a new table version) makes the server open the asker
   again before the next question; the documents are read from their files at each question, as
   in process;
@@ -41,13 +55,26 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from ctxwin_dagster.ask.session import AskerSpec
 
-__all__ = ["ENV_VAR", "IDLE_SECONDS", "Client", "Reply", "enabled", "find", "start", "state_file", "stop"]
+__all__ = [
+    "ENV_VAR",
+    "IDLE_SECONDS",
+    "KEY_VARIABLES",
+    "MAX_BODY_BYTES",
+    "MAX_QUESTION_CHARS",
+    "Client",
+    "Reply",
+    "enabled",
+    "find",
+    "start",
+    "state_file",
+    "stop",
+]
 
 #: ``off`` (or ``0``/``no``/``false``) in the environment: ``ctxwin ask`` never uses or starts a server.
 ENV_VAR = "CTXWIN_ASK_SERVER"
@@ -55,6 +82,14 @@ ENV_VAR = "CTXWIN_ASK_SERVER"
 IDLE_SECONDS = 900.0
 #: How long a client waits for a new server to listen (it loads its models after that).
 START_TIMEOUT = 60.0
+#: The largest request body the server reads (bytes); ``CTXWIN_ASK_SERVER_MAX_BODY`` changes it.
+MAX_BODY_BYTES = 1024 * 1024
+MAX_BODY_ENV = "CTXWIN_ASK_SERVER_MAX_BODY"
+#: The longest question the server answers (characters); ``CTXWIN_ASK_MAX_QUESTION_CHARS`` changes it.
+MAX_QUESTION_CHARS = 10_000
+MAX_QUESTION_ENV = "CTXWIN_ASK_MAX_QUESTION_CHARS"
+#: The environment variables that hold the chat model's key: each question carries the client's.
+KEY_VARIABLES = ("OPENAI_API_KEY",)
 
 
 def enabled() -> bool:
@@ -101,10 +136,14 @@ class Client:
             return None
 
     def ask(self, question: str, options: dict[str, Any], *, as_json: bool) -> Reply:
-        """Ask one question (see :func:`~.session.question_options`); a server that went away
-        gives status -1."""
+        """Ask one question (see :func:`~.session.question_options`), with this environment's
+        :data:`KEY_VARIABLES`. A question the server refuses gives status 1 and its reason; a
+        server that went away gives status -1."""
+        keys = {name: os.environ.get(name) for name in KEY_VARIABLES}
         try:
-            got = self._call("POST", "/ask", {"question": question, "options": options, "json": as_json})
+            got = self._call("POST", "/ask", {"question": question, "options": options, "json": as_json, "keys": keys})
+        except urllib.error.HTTPError as exc:
+            return Reply(1, err=f"ctxwin ask: {_error_message(exc)}")
         except (OSError, ValueError) as exc:
             return Reply(-1, err=f"the ask server (pid {self.pid}) did not answer: {exc}")
         return Reply(int(got["status"]), got.get("out", ""), got.get("err", ""))
@@ -115,6 +154,14 @@ class Client:
             return True
         except (OSError, ValueError):
             return False
+
+
+def _error_message(exc: urllib.error.HTTPError) -> str:
+    """The message of the server's JSON error reply (OpenAI's shape), else the HTTP status."""
+    try:
+        return str(json.loads(exc.read().decode("utf-8"))["error"]["message"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"the ask server refused the question: HTTP {exc.code} {exc.reason}"
 
 
 def _read_state(path: Path) -> dict[str, Any] | None:
@@ -226,32 +273,41 @@ class _AskService:
         threading.Thread(target=self._open, daemon=True).start()
 
     def _open(self) -> None:
+        with self.lock:
+            self._reopen()
+
+    def _reopen(self) -> None:
+        """Open the asker (again), the lock held."""
         from ctxwin_dagster.ask.results import AskError
 
-        with self.lock:
-            try:
-                if self.asker is not None:
-                    self.asker.close()
-                self.signature = _index_signature(self.spec.lancedb)
-                self.asker = self.spec.open()
-                self.open_error = None
-                _warm(self.asker)
-            except (AskError, ValueError, OSError) as exc:
-                self.asker, self.open_error = None, str(exc)
-            finally:
-                self.ready.set()
+        try:
+            if self.asker is not None:
+                self.asker.close()
+            self.signature = _index_signature(self.spec.lancedb)
+            self.asker = self.spec.open()
+            self.open_error = None
+            _warm(self.asker)
+        except (AskError, ValueError, OSError) as exc:
+            self.asker, self.open_error = None, str(exc)
+        finally:
+            self.ready.set()
 
-    def ask(self, question: str, options: dict[str, Any], as_json: bool) -> dict[str, Any]:
+    def ask(
+        self, question: str, options: dict[str, Any], as_json: bool, keys: dict[str, str | None] | None = None
+    ) -> dict[str, Any]:
+        """The reply to one question; ``keys``: the client's :data:`KEY_VARIABLES` (None: keep the server's)."""
         from ctxwin_dagster.ask.results import AskError
         from ctxwin_dagster.ask.session import ask_kwargs, format_result
 
         self.ready.wait()
         self.last_used = time.monotonic()
-        if _index_signature(self.spec.lancedb) != self.signature:
-            self.ready.clear()
-            self._open()
         with self.lock:
             self.last_used = time.monotonic()
+            new_keys = _take_keys(keys)
+            if new_keys or _index_signature(self.spec.lancedb) != self.signature:
+                if new_keys:
+                    print("the API key changed: opening the asker again", flush=True)
+                self._reopen()
             if self.asker is None:
                 return {"status": 2, "err": f"ctxwin ask: {self.open_error}"}
             try:
@@ -261,11 +317,28 @@ class _AskService:
                 result = self.asker.ask(question, **kwargs)
             except (AskError, ValueError) as exc:
                 return {"status": 1, "err": f"ctxwin ask: {exc}"}
+            except Exception as exc:  # noqa: BLE001 - the client is told, the server goes on
+                return {"status": 1, "err": f"ctxwin ask: {type(exc).__name__}: {exc}"}
             finally:
                 self.questions += 1
                 self.last_used = time.monotonic()
         out = json.dumps(result.to_dict(), ensure_ascii=False) if as_json else format_result(result)
         return {"status": 0, "out": out}
+
+
+def _take_keys(keys: dict[str, str | None] | None) -> bool:
+    """Put the client's key variables in this process's environment (read by the chat and
+    embedding clients when the asker is opened); whether any changed."""
+    changed = False
+    for name, value in (keys or {}).items():
+        if os.environ.get(name) == value:
+            continue
+        changed = True
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    return changed
 
 
 def _warm(asker: Any) -> None:
@@ -277,32 +350,28 @@ def _warm(asker: Any) -> None:
             print(f"warm-up of the {variant} index: {exc}", flush=True)
 
 
-def _handler(service: _AskService, token: str, server_stop: threading.Event):
+def _handler(service: _AskService, token: str, server_stop: threading.Event, limits: _Limits):
+    from ctxwin_dagster.backends.loopback import RequestError, read_json_object, send_error, send_json
+
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # every reply has its length; the client closes after it
         disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
             pass  # questions are not logged
 
-        def _send(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
         def _authorized(self) -> bool:
             if secrets.compare_digest(self.headers.get("Authorization", ""), f"Bearer {token}"):
                 return True
-            self._send(401, {"error": "a token is needed (see the server's state file)"})
+            send_error(self, RequestError(401, "a token is needed (see the server's state file)"), close=True)
             return False
 
-        def do_GET(self) -> None:
+        def do_GET(self) -> None:  # noqa: N802 - the base class's name
             if not self._authorized():
                 return
             if self.path == "/health":
-                self._send(
+                send_json(
+                    self,
                     200,
                     {
                         "key": service.key,
@@ -313,35 +382,112 @@ def _handler(service: _AskService, token: str, server_stop: threading.Event):
                     },
                 )
             else:
-                self._send(404, {"error": f"no {self.path}"})
+                send_error(self, RequestError(404, f"no {self.path}; use POST /ask, GET /health or POST /stop"))
 
-        def do_POST(self) -> None:
+        def do_POST(self) -> None:  # noqa: N802 - the base class's name
             if not self._authorized():
                 return
-            length = int(self.headers.get("Content-Length") or 0)
             try:
-                body = json.loads(self.rfile.read(length) or b"{}")
-            except ValueError:
-                self._send(400, {"error": "the body is not JSON"})
+                if self.path not in ("/ask", "/stop"):
+                    raise RequestError(404, f"no {self.path}; use POST /ask, GET /health or POST /stop")
+                body = read_json_object(self, max_bytes=limits.body_bytes, setting=MAX_BODY_ENV)
+                if self.path == "/stop":
+                    send_json(self, 200, {"stopping": True})
+                    server_stop.set()
+                    return
+                question = _checked_question(body, limits.question_chars)
+                reply = service.ask(question.text, question.options, question.as_json, question.keys)
+            except RequestError as exc:
+                send_error(self, exc, close=True)
                 return
-            if self.path == "/stop":
-                self._send(200, {"stopping": True})
-                server_stop.set()
-            elif self.path == "/ask" and isinstance(body.get("question"), str):
-                self._send(200, service.ask(body["question"], dict(body.get("options") or {}), bool(body.get("json"))))
-            else:
-                self._send(400, {"error": "POST /ask needs a question"})
+            send_json(self, 200, reply)
 
     return Handler
 
 
+@dataclass(frozen=True)
+class _Limits:
+    body_bytes: int = MAX_BODY_BYTES
+    question_chars: int = MAX_QUESTION_CHARS
+
+
+@dataclass(frozen=True)
+class _Question:
+    text: str
+    options: dict[str, Any]
+    as_json: bool
+    keys: dict[str, str | None] | None
+
+
+#: The type of each option of :func:`~.session.question_options` (None: not given).
+_OPTION_KINDS: dict[str, tuple[type | tuple[type, ...], str]] = {
+    **dict.fromkeys(("variant", "doc", "mode", "retrieval"), (str, "a string")),
+    **dict.fromkeys(("no_enhance", "hybrid"), (bool, "true or false")),
+    **dict.fromkeys(
+        (
+            "neighbors",
+            "window_chars",
+            "focus_chars",
+            "opening_chars",
+            "k",
+            "route_to",
+            "window_tokens",
+            "overlap_tokens",
+        ),
+        (int, "a whole number"),
+    ),
+    "early_stop": ((int, float), "a number from 0 to 1"),
+}
+
+
+def _checked_question(body: dict[str, Any], max_chars: int) -> _Question:
+    """The fields of ``POST /ask``, checked.
+
+    Raises:
+        RequestError: (400) a missing, empty or too long question, a field of the wrong type,
+            options :func:`~.session.ask_kwargs` refuses, or a key variable this server does not use.
+    """
+    from ctxwin_dagster.ask.results import AskError
+    from ctxwin_dagster.ask.session import ask_kwargs
+    from ctxwin_dagster.backends.loopback import RequestError, check_field
+
+    text = check_field(body, "question", str, "a string")
+    if text is None or not text.strip():
+        raise RequestError(400, "question is empty; pass the question to answer", param="question")
+    if len(text) > max_chars:
+        raise RequestError(
+            400,
+            f"the question is {len(text):,} characters; the ask server answers questions of at most "
+            f"{max_chars:,} ({MAX_QUESTION_ENV} when it starts changes that)",
+            param="question",
+            code="question_too_long",
+        )
+    options = check_field(body, "options", dict, "an object (the options of ctxwin ask)") or {}
+    for name, (kinds, what) in _OPTION_KINDS.items():
+        check_field(options, name, kinds, what)
+    try:
+        ask_kwargs(options)
+    except (AskError, ValueError, TypeError) as exc:
+        raise RequestError(400, f"options: {exc}", param="options") from None
+    as_json = check_field(body, "json", bool, "true or false")
+    keys = check_field(body, "keys", dict, f"an object of {', '.join(KEY_VARIABLES)}")
+    for name, value in (keys or {}).items():
+        if name not in KEY_VARIABLES:
+            raise RequestError(400, f"keys: {name!r} is not one of {list(KEY_VARIABLES)}", param="keys")
+        if value is not None and not isinstance(value, str):
+            raise RequestError(400, f"keys: {name} must be a string or null", param="keys")
+    return _Question(text, options, bool(as_json), keys)
+
+
 def serve(spec: AskerSpec, state: Path, *, idle: float = IDLE_SECONDS) -> None:
     """Serve ``spec`` until idle for ``idle`` seconds, ``/stop``, SIGTERM or SIGINT."""
+    from ctxwin_dagster.backends.loopback import LoopbackServer, limit_from_env
+
+    limits = _Limits(limit_from_env(MAX_BODY_ENV, MAX_BODY_BYTES), limit_from_env(MAX_QUESTION_ENV, MAX_QUESTION_CHARS))
     token = secrets.token_urlsafe(24)
     server_stop = threading.Event()
     service = _AskService(spec)
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(service, token, server_stop))
-    httpd.daemon_threads = True
+    httpd = LoopbackServer(("127.0.0.1", 0), _handler(service, token, server_stop, limits))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: server_stop.set())
     state.parent.mkdir(parents=True, exist_ok=True)
@@ -351,7 +497,11 @@ def serve(spec: AskerSpec, state: Path, *, idle: float = IDLE_SECONDS) -> None:
         json.dump({"pid": os.getpid(), "port": httpd.server_address[1], "token": token, "key": service.key}, fh)
     os.replace(tmp, state)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    print(f"ask server pid {os.getpid()} on 127.0.0.1:{httpd.server_address[1]} for {spec.lancedb}", flush=True)
+    print(
+        f"ask server pid {os.getpid()} listening on http://127.0.0.1:{httpd.server_address[1]} for {spec.lancedb} "
+        f"(bodies up to {limits.body_bytes:,} bytes, questions up to {limits.question_chars:,} characters)",
+        flush=True,
+    )
     try:
         while not server_stop.wait(1.0):
             if time.monotonic() - service.last_used > idle and not service.lock.locked():

@@ -8,15 +8,19 @@
 * :func:`read_json_object`: a request body is read only when its ``Content-Length`` is within
   the server's limit; a larger one gets a 413 naming the limit before a byte of it is read. The
   body must be one JSON object; anything else is a :class:`RequestError` (a 4xx) saying what was
-  wrong, never a server error.
+  wrong, never a server error. After a 413 the server lets the client finish sending (it throws
+  up to :data:`DISCARD_BYTES` away) before closing, since a connection closed under a client
+  still sending is reset and the client would see a broken pipe instead of the reason.
 * :func:`send_error`: errors are JSON in OpenAI's shape,
   ``{"error": {"message", "type", "param", "code"}}``, so an OpenAI client shows the message.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -33,6 +37,8 @@ __all__ = [
 
 #: Connections the system holds for a server before it accepts them.
 LISTEN_BACKLOG = 128
+#: The most of a refused body read and thrown away after the refusal (see the module docstring).
+DISCARD_BYTES = 256 * 1024 * 1024
 
 
 class LoopbackServer(ThreadingHTTPServer):
@@ -45,9 +51,12 @@ class LoopbackServer(ThreadingHTTPServer):
 class RequestError(Exception):
     """A request the server refuses: its HTTP status (4xx) and what to send instead."""
 
-    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, *, param: str | None = None, code: str | None = None, unread: int = 0
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+        self.unread = unread  # bytes of the body still on their way (a refusal before reading it)
 
 
 def limit_from_env(name: str, default: int) -> int:
@@ -85,7 +94,21 @@ def send_error(handler: BaseHTTPRequestHandler, error: RequestError, *, close: b
     """Reply ``error`` in OpenAI's error shape."""
     kind = "invalid_request_error" if error.status < 500 else "server_error"
     body = {"error": {"message": error.message, "type": kind, "param": error.param, "code": error.code}}
-    send_json(handler, error.status, body, close=close)
+    send_json(handler, error.status, body, close=close or error.unread > 0)
+    if error.unread > 0:
+        _discard(handler, error.unread)
+
+
+def _discard(handler: BaseHTTPRequestHandler, length: int) -> None:
+    """Read and throw away what the client still sends of a refused body (its reply is out and
+    the connection closed for writing), up to ``length`` or :data:`DISCARD_BYTES`."""
+    with contextlib.suppress(OSError):
+        handler.wfile.flush()
+        handler.connection.shutdown(socket.SHUT_WR)
+        handler.connection.settimeout(10.0)
+        left = min(length, DISCARD_BYTES)
+        while left > 0 and (chunk := handler.connection.recv(min(left, 1 << 20))):
+            left -= len(chunk)
 
 
 def read_json_object(handler: BaseHTTPRequestHandler, *, max_bytes: int, setting: str) -> dict[str, Any]:
@@ -113,6 +136,7 @@ def read_json_object(handler: BaseHTTPRequestHandler, *, max_bytes: int, setting
             f"the body is {length:,} bytes; this server reads at most {max_bytes:,} bytes a request "
             f"(the environment variable {setting} when it starts changes that)",
             code="body_too_large",
+            unread=length,
         )
     data = handler.rfile.read(length) if length else b""
     if not data.strip():

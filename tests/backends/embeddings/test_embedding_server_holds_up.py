@@ -95,6 +95,9 @@ def test_a_body_over_the_limit_is_refused_before_it_is_read(server):
     status, reply = headers_only(port, "/v1/embeddings", 10_000_000)
     assert status == 413 and f"at most {LIMIT:,} bytes" in reply["error"]["message"]
     assert MAX_BODY_ENV in reply["error"]["message"]
+    # A client that sends it all the same gets the reason, not a broken connection.
+    sent = _embed(url, {"model": MODEL, "input": "word " * LIMIT})
+    assert sent.status_code == 413 and f"at most {LIMIT:,} bytes" in sent.json()["error"]["message"]
     # A body within the limit is read and answered.
     within = _embed(url, {"model": MODEL, "input": "word " * (LIMIT // 10), "truncate": True})
     assert within.status_code == 200 and within.json()["usage"]["prompt_tokens"] == 256
