@@ -6,6 +6,7 @@ implementation beside the live one; secrets only ever come from ``EnvVar``.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -116,7 +117,26 @@ def _cache(cache_dir: str, name: str) -> ResponseCache:
     return ResponseCache(folder / name)
 
 
-class ChatModelResource(dg.ConfigurableResource):
+class ServerWaits(dg.ConfigurableResource):
+    """How long calls to a model server may wait: the base of the resources that call one. The
+    waits change no result (``NOT_RESULT_FIELDS`` in ``defs/staleness.py`` leaves them out)."""
+
+    timeout_s: float = Field(
+        default=120.0, gt=0, description="read timeout: seconds an attempt waits for the server's reply once connected"
+    )
+    connect_timeout_s: float = Field(
+        default=10.0, gt=0, description="connect timeout: seconds an attempt waits for the connection to open"
+    )
+    deadline_s: float = Field(
+        default=600.0, gt=0, description="seconds a request may take with all its retries; no retry starts after it"
+    )
+
+    def waits(self) -> dict[str, float]:
+        """The three waits, as the backends take them."""
+        return {"timeout_s": self.timeout_s, "connect_timeout_s": self.connect_timeout_s, "deadline_s": self.deadline_s}
+
+
+class ChatModelResource(ServerWaits):
     """A chat model for one role (contextualizer/summarizer, answerer, judge).
 
     With ``model`` empty (the default) there is no chat endpoint and the role is played by the
@@ -138,7 +158,6 @@ class ChatModelResource(dg.ConfigurableResource):
     max_retries: int = Field(
         default=5, ge=0, le=20, description="retries with backoff on 429, 5xx, timeouts and dropped connections"
     )
-    timeout_s: float = Field(default=120.0, gt=0, description="seconds before a request times out")
     cache_dir: str = Field(default=DEFAULT_CACHE_DIR, description="folder of the response cache (responses.sqlite)")
     max_new_tokens: int = Field(
         default=0, ge=0, description="local models (local:NAME): cap of every reply's tokens (0: 512)"
@@ -151,14 +170,15 @@ class ChatModelResource(dg.ConfigurableResource):
         return bool(self.model.strip())
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._backend = self._new_backend() if self.configured else None
+        # Retries are logged to the run's log, so a run waiting on a server says so.
+        self._backend = self._new_backend(context.log) if self.configured else None
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._backend is not None:
             self._backend.close()
             self._backend = None
 
-    def _new_backend(self) -> LocalChatBackend | OpenAIChatBackend:
+    def _new_backend(self, logger: logging.Logger | None = None) -> LocalChatBackend | OpenAIChatBackend:
         from ctxwin_dagster.backends.chat.factory import make_chat_backend
 
         return make_chat_backend(
@@ -168,8 +188,9 @@ class ChatModelResource(dg.ConfigurableResource):
             cache=_cache(self.cache_dir, "responses.sqlite"),
             max_concurrency=self.max_concurrency,
             max_retries=self.max_retries,
-            timeout_s=self.timeout_s,
             max_new_tokens=self.max_new_tokens or None,
+            logger=logger,
+            **self.waits(),
         )
 
     def backend(self) -> LocalChatBackend | OpenAIChatBackend | None:
@@ -213,7 +234,7 @@ class QuestionWriterResource(ChatModelResource):
         return Path(self.out_dir)
 
 
-class EmbeddingsResource(dg.ConfigurableResource):
+class EmbeddingsResource(ServerWaits):
     """The embedder: local ``all-MiniLM-L6-v2`` (default, offline) or an OpenAI-compatible model,
     and how index rows fit its window (nothing is cut silently; see ``core/budget/embedding_window.py``)."""
 
@@ -260,11 +281,14 @@ class EmbeddingsResource(dg.ConfigurableResource):
         description="provider 'local': 'auto' (bfloat16 on a CPU that computes it natively, about 2x faster, vectors "
         "within cosine 0.9999 of float32; float32 elsewhere), 'float32' or 'bfloat16'",
     )
+    timeout_s: float = Field(
+        default=60.0, gt=0, description="provider 'openai': read timeout, seconds an attempt waits for the reply"
+    )
 
     _embedder: CachedEmbedder | None = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._embedder = self._new_embedder()
+        self._embedder = self._new_embedder(context.log)
 
     def embedder(self) -> CachedEmbedder:
         """The run's embedder (one per run, with its vector cache; made on first use outside a run)."""
@@ -272,7 +296,7 @@ class EmbeddingsResource(dg.ConfigurableResource):
             self._embedder = self._new_embedder()
         return self._embedder
 
-    def _new_embedder(self) -> CachedEmbedder:
+    def _new_embedder(self, logger: logging.Logger | None = None) -> CachedEmbedder:
         from ctxwin_dagster.backends.embeddings.factory import make_embedder
 
         return make_embedder(
@@ -285,6 +309,8 @@ class EmbeddingsResource(dg.ConfigurableResource):
             oversize=self.oversize,
             max_input_tokens=self.max_input_tokens or None,
             precision=self.precision,
+            logger=logger,
+            **self.waits(),
         )
 
 

@@ -43,7 +43,18 @@ if TYPE_CHECKING:
 #: A run's tag naming why it was launched.
 REASON_TAG = "ctxwin/reason"
 #: Resource fields that never change a result (keys, caches, transport).
-NOT_RESULT_FIELDS = frozenset({"api_key", "cache_dir", "max_concurrency", "max_retries", "timeout_s", "batch_size"})
+NOT_RESULT_FIELDS = frozenset(
+    {
+        "api_key",
+        "cache_dir",
+        "max_concurrency",
+        "max_retries",
+        "timeout_s",
+        "connect_timeout_s",
+        "deadline_s",
+        "batch_size",
+    }
+)
 #: Inputs an asset reads outside Dagster, per asset key: {name: the metadata entry that records
 #: its version}; the caller passes the current versions as ``extra``.
 EXTRA_INPUTS = {"qa_sets": {"qa": "qa_version"}}

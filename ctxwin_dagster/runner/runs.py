@@ -59,6 +59,7 @@ class Planned:
     finished: float = 0.0
     status: str = ""
     stage: str = ""
+    log_cursor: str | None = None  # where the run's log was read up to (its warnings are printed)
     steps: int = 1
     steps_done: int = 0
 
@@ -108,6 +109,23 @@ def current_stage(instance: dg.DagsterInstance, run_id: str) -> tuple[str, int]:
     done = len(instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_SUCCESS).records)
     event = recs[0].event_log_entry.dagster_event if recs else None
     return ((event.step_key or "") if event is not None else "", done)
+
+
+def run_warnings(instance: dg.DagsterInstance, run_id: str, cursor: str | None) -> tuple[list[str], str | None]:
+    """The messages logged at WARNING or above in the run (a model call being retried, a step's
+    warning) after ``cursor``, as ``step: message``, and the cursor after them."""
+    import logging
+
+    def level(value: str | int) -> int:  # Dagster keeps a level as its number or its name
+        return value if isinstance(value, int) else logging.getLevelNamesMapping().get(value.upper(), 0)
+
+    got = instance.get_records_for_run(run_id, cursor=cursor)
+    lines = [
+        f"{e.step_key or 'run'}: {e.user_message}"
+        for e in (r.event_log_entry for r in got.records)
+        if not e.is_dagster_event and level(e.level) >= logging.WARNING
+    ]
+    return lines, got.cursor or cursor
 
 
 def _duration(seconds: float) -> str:
@@ -382,6 +400,9 @@ class RunPlanner:
                     stage = status.lower()
                     if status == "STARTED":
                         stage, p.steps_done = current_stage(self.instance, p.run_id)
+                        warnings, p.log_cursor = run_warnings(self.instance, p.run_id, p.log_cursor)
+                        for line in warnings:  # e.g. the retries of a model server that does not answer
+                            self.print(f"  {p.partition or label}: {line}")
                     changed |= stage != p.stage
                     p.stage = stage
                     continue

@@ -16,6 +16,9 @@ Faults are a queue consumed one per chat request, in order:
 ``"truncated"``  a valid answer cut mid-way with ``finish_reason="length"``
 ``"overflow"``   a 400 ``context_length_exceeded``, as OpenAI and vLLM send for a too-long prompt
 
+With ``silent=True`` the server takes every connection and request and never answers any (a
+hung server): each request waits until :meth:`~FakeOpenAIServer.stop`.
+
 Example::
 
     >>> from openai import OpenAI
@@ -182,6 +185,8 @@ class FakeOpenAIServer:
         report_usage: include ``usage`` in chat responses (False to test counting fallbacks).
         cached_tokens: ``usage.prompt_tokens_details.cached_tokens`` to report (capped).
         structured: what it does with ``response_format`` (see :data:`STRUCTURED`).
+        silent: take connections and requests and never answer (chat requests are still
+            recorded and counted).
 
     Attributes:
         base_url: ``"http://127.0.0.1:PORT/v1"``, set by :meth:`start`.
@@ -212,10 +217,12 @@ class FakeOpenAIServer:
         report_usage: bool = True,
         cached_tokens: int = 0,
         structured: str = "schema",
+        silent: bool = False,
     ) -> None:
         if structured not in STRUCTURED:
             raise ValueError(f"structured must be one of {STRUCTURED}; got {structured!r}")
         self.structured = structured
+        self.silent = silent
         if latency_s < 0:
             raise ValueError(f"latency_s must be >= 0; got {latency_s}")
         if embed_dim < 1:
@@ -352,6 +359,15 @@ class FakeOpenAIServer:
             except ValueError:
                 self._send_error(h, 400, "request body is not valid JSON", "invalid_request_error")
                 return
+        is_chat = method == "POST" and path in ("/v1/chat/completions", "/chat/completions")
+        if self.silent:  # a hung server: the request is read, and nothing is ever sent back
+            if is_chat:
+                with self._lock:
+                    self._requests.append(body)
+                    self._request_count += 1
+            self._stopping.wait()
+            h.close_connection = True
+            return
         if self._api_key is not None and h.headers.get("Authorization") != f"Bearer {self._api_key}":
             self._send_error(h, 401, "Incorrect API key provided.", "invalid_request_error", code="invalid_api_key")
             return
@@ -360,7 +376,7 @@ class FakeOpenAIServer:
                 {"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in (self.models or ["fake-model"])
             ]
             self._send_json(h, 200, {"object": "list", "data": data})
-        elif method == "POST" and path in ("/v1/chat/completions", "/chat/completions"):
+        elif is_chat:
             self._in(h, lambda: self._chat(h, body))
         elif method == "POST" and path in ("/v1/embeddings", "/embeddings"):
             self._in(h, lambda: self._embeddings(h, body))

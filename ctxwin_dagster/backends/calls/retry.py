@@ -6,6 +6,12 @@ malformed body, 429 (except ``insufficient_quota``), 408, 409 and 5xx are retrie
 retrying with exponential backoff and jitter that honours the server's ``Retry-After``. The
 SDK's own retries must be off (``max_retries=0`` on the client), so that retries are not doubled.
 
+Waits are bounded twice: each attempt by the client's ``httpx.Timeout`` (a connect timeout and a
+read timeout, made by :func:`http_timeout`), and the whole request by the policy's ``deadline_s``
+across its retries. :func:`failure_reason` says which one an attempt hit ("no reply within 120 s
+(read timeout)", "could not connect within 10 s (connect timeout)"), and every retry is logged
+with its attempt number, that reason and the wait before the next attempt.
+
 .. _tenacity: https://tenacity.readthedocs.io
 
 Example::
@@ -39,15 +45,27 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ParamSpec, TypeVar
 
+import httpx
 import openai
 import tenacity
 
 from ctxwin_dagster.backends.calls.endpoint import redact_key
 
-__all__ = ["MalformedResponseError", "RetryPolicy", "error_code", "is_transient", "retry_after_s"]
+__all__ = [
+    "MalformedResponseError",
+    "RetryPolicy",
+    "error_code",
+    "failure_reason",
+    "http_timeout",
+    "is_transient",
+    "retry_after_s",
+    "attempts_text",
+    "timed_out",
+]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +97,72 @@ def is_transient(exc: BaseException) -> bool:
             return error_code(exc) != "insufficient_quota"
         return status in (408, 409) or status >= 500
     return False
+
+
+def http_timeout(read_s: float, connect_s: float) -> httpx.Timeout:
+    """The ``httpx.Timeout`` of one attempt: ``connect_s`` to open the connection, ``read_s`` to
+    wait for each part of the reply (and to send the request)."""
+    if not read_s > 0 or not connect_s > 0:
+        raise ValueError(
+            f"timeout_s (read) and connect_timeout_s must be > 0 seconds; got {read_s!r} and {connect_s!r}"
+        )
+    return httpx.Timeout(read_s, connect=connect_s)
+
+
+_TIMEOUT_PHASES = (
+    (httpx.ConnectTimeout, "connect"),
+    (httpx.ReadTimeout, "read"),
+    (httpx.WriteTimeout, "write"),
+    (httpx.PoolTimeout, "pool"),
+)
+
+
+def timed_out(exc: BaseException) -> tuple[str, float | None] | None:
+    """``(phase, seconds)`` when ``exc`` is a timeout of the SDK: the phase is ``"connect"``,
+    ``"read"``, ``"write"`` or ``"pool"`` and the seconds that phase was given (from the request's
+    timeout); None for any other error.
+
+    Example::
+
+        >>> request = httpx.Request("POST", "http://localhost/v1/chat/completions",
+        ...                         extensions={"timeout": http_timeout(60, 10).as_dict()})
+        >>> exc = openai.APITimeoutError(request)
+        >>> exc.__cause__ = httpx.ReadTimeout("timed out")
+        >>> timed_out(exc), failure_reason(exc)
+        (('read', 60.0), 'no reply within 60 s (read timeout)')
+    """
+    if not isinstance(exc, openai.APITimeoutError):
+        return None
+    phase = next((name for kind, name in _TIMEOUT_PHASES if isinstance(exc.__cause__, kind)), "read")
+    limits = exc.request.extensions.get("timeout") or {}
+    seconds = limits.get(phase)
+    return phase, None if seconds is None else float(seconds)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """What went wrong in one attempt, in words: ``no reply within 120 s (read timeout)``,
+    ``could not connect within 10 s (connect timeout)``, ``cannot reach the server (ConnectError:
+    …)`` for a refused or dropped connection, else the error's type and message."""
+    timeout = timed_out(exc)
+    if timeout is not None:
+        phase, seconds = timeout
+        within = "" if seconds is None else f" within {seconds:g} s"
+        if phase == "read":
+            return f"no reply{within} (read timeout)"
+        if phase == "connect":
+            return f"could not connect{within} (connect timeout)"
+        return f"timed out{within} ({phase} timeout)"
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__ or exc
+        return f"cannot reach the server ({type(cause).__name__}: {cause})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def attempts_text(attempts: int, deadline_s: float | None = None) -> str:
+    """How a request ended, for an error message: ``"3 attempts"``, or with ``deadline_s`` (the
+    deadline ended the retries) ``"gave up after the 600 s deadline (3 attempts)"``."""
+    count = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    return count if deadline_s is None else f"gave up after the {deadline_s:g} s deadline ({count})"
 
 
 def retry_after_s(exc: BaseException | None) -> float | None:
@@ -116,6 +200,11 @@ class RetryPolicy:
         backoff_base_s / backoff_max_s: the n-th wait is drawn between half and all of
             ``min(backoff_max_s, backoff_base_s * 2**(n-1))`` (jitter). A server's
             ``Retry-After`` is honoured instead, up to ``max(backoff_max_s, 60)`` seconds.
+        deadline_s: the request's total time across its retries (None: no limit). No attempt
+            starts once the deadline would have passed before it (tenacity's
+            ``stop_before_delay``); the attempt in flight ends within its own timeouts.
+        log: where each retry is logged (attempt number, reason, wait); default this module's
+            logger. A Dagster resource passes its run's log (``context.log``).
 
     Use :meth:`call` for one function call, or iterate :meth:`retrying` (``for attempt in
     policy.retrying(): with attempt: ...``) to run a block per attempt; :meth:`async_retrying`
@@ -125,6 +214,8 @@ class RetryPolicy:
     max_retries: int = 5
     backoff_base_s: float = 0.5
     backoff_max_s: float = 30.0
+    deadline_s: float | None = None
+    log: logging.Logger | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_retries, int) or self.max_retries < 0:
@@ -133,6 +224,8 @@ class RetryPolicy:
             raise ValueError(f"backoff_base_s must be >= 0; got {self.backoff_base_s!r}")
         if not self.backoff_max_s >= self.backoff_base_s:
             raise ValueError(f"backoff_max_s ({self.backoff_max_s}) must be >= backoff_base_s ({self.backoff_base_s})")
+        if self.deadline_s is not None and not self.deadline_s > 0:
+            raise ValueError(f"deadline_s must be > 0 seconds or None; got {self.deadline_s!r}")
 
     def delay_s(self, attempt: int, exc: BaseException | None) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (from 1) that raised ``exc``."""
@@ -142,12 +235,24 @@ class RetryPolicy:
         ceiling = min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1))
         return ceiling / 2 + random.uniform(0, ceiling / 2)  # jitter, not crypto
 
+    def gave_up_at_deadline(self, attempts: int, exc: BaseException) -> bool:
+        """Whether the deadline, not the number of attempts, ended a request that failed with
+        ``exc`` after ``attempts`` attempts."""
+        return self.deadline_s is not None and is_transient(exc) and 0 < attempts < self.max_retries + 1
+
+    def outcome(self, attempts: int, exc: BaseException) -> str:
+        """:func:`attempts_text` of a request that failed with ``exc`` after ``attempts`` attempts."""
+        return attempts_text(attempts, self.deadline_s if self.gave_up_at_deadline(attempts, exc) else None)
+
     def _options(self) -> dict[str, Any]:
+        stop: tenacity.stop.stop_base = tenacity.stop_after_attempt(self.max_retries + 1)
+        if self.deadline_s is not None:
+            stop = stop | tenacity.stop_before_delay(self.deadline_s)
         return {
             "retry": tenacity.retry_if_exception(is_transient),
-            "stop": tenacity.stop_after_attempt(self.max_retries + 1),
+            "stop": stop,
             "wait": self._wait,
-            "before_sleep": _log_retry,
+            "before_sleep": partial(_log_retry, self.log or log, self.max_retries + 1),
             "reraise": True,
         }
 
@@ -167,13 +272,17 @@ class RetryPolicy:
         return self.retrying()(fn, *args, **kwargs)
 
 
-def _log_retry(state: tenacity.RetryCallState) -> None:
+def _log_retry(logger: logging.Logger, most: int, state: tenacity.RetryCallState) -> None:
+    """A warning that attempt N of at most ``most`` failed, why (:func:`failure_reason`, from
+    which server) and how long the wait before the next one is."""
     exc = state.outcome.exception() if state.outcome else None
     wait = state.next_action.sleep if state.next_action else 0.0
-    log.info(
-        "attempt %d failed (%s: %.200s); retrying in %.2f s",
+    request = getattr(exc, "request", None)
+    where = f" from {request.url}" if isinstance(request, httpx.Request) else ""
+    logger.warning(
+        "attempt %d (of at most %d) failed (%.300s); retrying in %.2f s",
         state.attempt_number,
-        type(exc).__name__,
-        redact_key(str(exc)),
+        most,
+        redact_key((failure_reason(exc) if exc is not None else "no error") + where),
         wait,
     )

@@ -15,7 +15,11 @@ What it adds to the SDK:
 * **Retries** — the shared :class:`~ctxwin_dagster.backends.calls.retry.RetryPolicy`: on 429
   (``Retry-After`` honoured), 408/409, 5xx, timeouts, dropped connections and malformed bodies,
   with exponential backoff and jitter; the SDK's own retries are off, and every record says how
-  many attempts a call took.
+  many attempts a call took. Each retry is logged (attempt, reason, wait).
+* **Bounded waits** — each attempt has a connect timeout (``connect_timeout_s``, 10 s) and a read
+  timeout (``timeout_s``, 120 s), and a request with its retries a deadline (``deadline_s``,
+  600 s): a server that takes the connection and never answers fails in bounded time, and the
+  error says which wait ran out.
 * **Clear errors** — :class:`~ctxwin_dagster.backends.chat.errors.ChatBackendError` says what went
   wrong and what to check (unreachable server, unknown model, missing API key …); it never
   contains the key.
@@ -49,14 +53,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Literal
 
-import httpx
 import openai
 from openai.types.chat import ChatCompletion
 
 from ctxwin_dagster.backends.base import CallRecord, ChatRequest, ChatResult, Ledger
 from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
 from ctxwin_dagster.backends.calls.endpoint import OPENAI_BASE_URL, normalize_base_url, resolve_api_key
-from ctxwin_dagster.backends.calls.retry import RetryPolicy
+from ctxwin_dagster.backends.calls.retry import RetryPolicy, http_timeout
 from ctxwin_dagster.backends.chat.errors import ChatBackendError, chat_error
 from ctxwin_dagster.backends.chat.messages import Prepared, check_fit, parse_completion, prepare, request_body
 from ctxwin_dagster.backends.chat.structured import ReplyFormats
@@ -87,7 +90,13 @@ class OpenAIChatBackend:
         cache: a :class:`ResponseCache` to reuse answers across runs; None caches nothing.
         max_concurrency: most requests in flight at once (per backend instance).
         max_retries: retries after the first attempt for retryable failures.
-        timeout_s: seconds one attempt may take.
+        timeout_s: the read timeout: seconds an attempt waits for the server's reply (and for each
+            part of it) once connected.
+        connect_timeout_s: seconds an attempt waits for the connection to open.
+        deadline_s: seconds a request may take with all its retries; no retry starts after it
+            (None: only ``max_retries`` bounds them).
+        logger: where retries are logged; default the retry module's logger (a Dagster resource
+            passes its run's log).
         ledger: where call records go; a new :class:`Ledger` when None.
         limits: the model's token limits; default ``get_model_limits(model)``.
         price_overrides: ``{model: (USD per 1M input, USD per 1M output)}`` for models
@@ -139,13 +148,15 @@ class OpenAIChatBackend:
         backoff_max_s: float = 30.0,
         cache_namespace: str | None = None,
         max_tokens_param: Literal["max_tokens", "max_completion_tokens"] | None = None,
+        connect_timeout_s: float = 10.0,
+        deadline_s: float | None = 600.0,
+        logger: logging.Logger | None = None,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ValueError("model is empty; pass the name the server serves, e.g. model='gpt-4o' or 'llama3.1:8b'")
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ValueError(f"max_concurrency must be an int >= 1; got {max_concurrency!r}")
-        if not timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0 seconds; got {timeout_s!r}")
+        timeout = http_timeout(float(timeout_s), float(connect_timeout_s))  # both > 0, else a ValueError
         if limits is not None and not isinstance(limits, ModelLimits):
             raise TypeError(f"limits must be a ModelLimits; got {type(limits).__name__}")
         if ledger is not None and not isinstance(ledger, Ledger):
@@ -159,7 +170,11 @@ class OpenAIChatBackend:
         if price_overrides is not None and not isinstance(price_overrides, Mapping):
             raise TypeError("price_overrides must map model -> (USD per 1M input, USD per 1M output)")
         self.retry = RetryPolicy(
-            max_retries=max_retries, backoff_base_s=float(backoff_base_s), backoff_max_s=float(backoff_max_s)
+            max_retries=max_retries,
+            backoff_base_s=float(backoff_base_s),
+            backoff_max_s=float(backoff_max_s),
+            deadline_s=None if deadline_s is None else float(deadline_s),
+            log=logger,
         )
 
         resolved = base_url if base_url is not None else (os.environ.get("OPENAI_BASE_URL") or None)
@@ -186,7 +201,7 @@ class OpenAIChatBackend:
             api_key=resolve_api_key(api_key, self.base_url, what=f"the chat model {model!r}"),
             base_url=self.base_url,
             max_retries=0,  # retries are self.retry's
-            timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0)),
+            timeout=timeout,
         )
         #: What structured output the endpoint accepts (found out on the first request with a schema).
         self.reply_formats = ReplyFormats(self.cache if not isinstance(self.cache, NullCache) else None)
@@ -435,6 +450,7 @@ class OpenAIChatBackend:
                 timeout_s=self.timeout_s,
                 limits=self.limits,
                 api_key=client.api_key,
+                deadline_s=self.retry.deadline_s if self.retry.gave_up_at_deadline(attempts, exc) else None,
             )
             self.ledger.add(
                 self._record(

@@ -2,9 +2,13 @@
 the SDK's exception into an error that says what went wrong and what to check.
 
 Whether a failure is retried is decided by :func:`~ctxwin_dagster.backends.calls.retry.is_transient`;
-:func:`chat_error` explains a transient failure that outlasted the retries ("kept failing",
-"did not answer within", "cannot reach") and a final one at once (unknown model, rejected key,
-no quota, a prompt the server finds too long …). Error messages never contain the API key.
+:func:`chat_error` explains a transient failure that outlasted the retries and a final one at
+once (unknown model, rejected key, no quota, a prompt the server finds too long …). A transient
+one says which wait ran out: "no reply within 120 s (read timeout)" from a server that took the
+connection and never answered, "could not connect … within 10 s" (connect timeout), "cannot
+reach" a server that refused or dropped the connection, and, when the request's deadline ended
+the retries, "gave up after the 600 s deadline (N attempts)". Error messages never contain the
+API key.
 
 Example::
 
@@ -26,7 +30,7 @@ from typing import Any, Literal
 import openai
 
 from ctxwin_dagster.backends.calls.endpoint import redact_key
-from ctxwin_dagster.backends.calls.retry import error_code, is_transient
+from ctxwin_dagster.backends.calls.retry import attempts_text, error_code, failure_reason, is_transient, timed_out
 from ctxwin_dagster.core.budget.fit import ContextOverflowError
 from ctxwin_dagster.core.budget.limits import ModelLimits
 
@@ -107,23 +111,43 @@ def chat_error(
     timeout_s: float,
     limits: ModelLimits,
     api_key: str | None = None,
+    deadline_s: float | None = None,
 ) -> BaseException:
     """The error to raise for a call to ``model`` at ``base_url`` that failed for good with ``exc``
     after ``attempts`` attempts: a :class:`ChatBackendError` (with ``attempts`` set), a
     :class:`~ctxwin_dagster.core.budget.fit.ContextOverflowError` when the server finds the prompt too
     long, or ``exc`` itself when it is not an API error (a bug: nothing to explain).
-    ``api_key`` is masked wherever the server's message quotes it."""
+    ``api_key`` is masked wherever the server's message quotes it. ``timeout_s`` is the read
+    timeout, named when the request does not carry its own; ``deadline_s`` is given when the
+    request's deadline is what ended the retries."""
 
     def err(message: str, kind: ErrorKind, status: int | None = None) -> ChatBackendError:
         return ChatBackendError(message, kind=kind, base_url=base_url, model=model, status=status, attempts=attempts)
 
     where = f"{base_url} (model {model!r})"
-    tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
+    tries = attempts_text(attempts, deadline_s)
     if is_transient(exc):  # retries exhausted
-        if isinstance(exc, openai.APITimeoutError):
+        timeout = timed_out(exc)
+        if timeout is not None:
+            phase, seconds = timeout
+            within = f"within {seconds if seconds is not None else timeout_s:g} s"
+            if phase == "connect":
+                return err(
+                    f"could not connect to the chat server at {base_url} {within} (connect timeout; "
+                    f"model {model!r}); {tries}. Check host and port of base_url and that no firewall or proxy "
+                    "drops the connection, or raise connect_timeout_s",
+                    "timeout",
+                )
+            if phase == "read":
+                return err(
+                    f"no reply {within} (read timeout) from the chat server at {base_url} "
+                    f"(model {model!r}); {tries}. The server took the connection and sent nothing back: check "
+                    "that it is serving (its logs, its load), lower max_concurrency, or raise timeout_s",
+                    "timeout",
+                )
             return err(
-                f"the chat server at {base_url} did not answer within {timeout_s:g} s ({tries}, model "
-                f"{model!r}): raise timeout_s, lower max_concurrency, or check the server's load",
+                f"the chat server at {base_url} {failure_reason(exc)} (model {model!r}); {tries}. Check the "
+                "server's load and the network, or raise timeout_s",
                 "timeout",
             )
         if isinstance(exc, openai.APIConnectionError):

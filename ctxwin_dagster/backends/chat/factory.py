@@ -8,6 +8,7 @@ OpenAI or the OpenAI-compatible server at ``base_url``
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from ctxwin_dagster.backends.chat.local_model import is_local_model
@@ -30,11 +31,17 @@ def make_chat_backend(
     max_retries: int = 5,
     timeout_s: float = 120.0,
     max_new_tokens: int | None = None,
+    connect_timeout_s: float = 10.0,
+    deadline_s: float | None = 600.0,
+    logger: logging.Logger | None = None,
 ) -> LocalChatBackend | OpenAIChatBackend:
     """The chat backend for ``model``.
 
     ``max_new_tokens`` caps every reply of a local model (None: the backend's default, 512);
-    a server's replies are capped by each request's ``max_tokens``.
+    a server's replies are capped by each request's ``max_tokens``. ``timeout_s`` (read),
+    ``connect_timeout_s``, ``deadline_s`` and ``logger`` (where retries are logged) are the
+    server's (see :class:`~ctxwin_dagster.backends.chat.backend.OpenAIChatBackend`); a local
+    model has no network to wait for.
 
     Raises:
         ValueError: a local model with a ``base_url`` (it runs in process), or an unknown local model.
@@ -57,6 +64,9 @@ def make_chat_backend(
         max_concurrency=max_concurrency,
         max_retries=max_retries,
         timeout_s=timeout_s,
+        connect_timeout_s=connect_timeout_s,
+        deadline_s=deadline_s,
+        logger=logger,
     )
 
 

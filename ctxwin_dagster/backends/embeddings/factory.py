@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +30,8 @@ __all__ = ["EMBEDDING_SETTINGS", "PROVIDERS", "embedder_from_settings", "make_em
 PROVIDERS: tuple[str, ...] = ("local", "openai")
 
 #: The embeddings settings (the fields of ``EmbeddingsResource``): the first ones build the
-#: embedder, the last two say how index rows fit its window and do not change the embedder.
+#: embedder (the three waits only bound a server's), the last two say how index rows fit its
+#: window and do not change the embedder.
 EMBEDDING_SETTINGS: tuple[str, ...] = (
     "provider",
     "model",
@@ -40,6 +42,9 @@ EMBEDDING_SETTINGS: tuple[str, ...] = (
     "oversize",
     "max_input_tokens",
     "precision",
+    "timeout_s",
+    "connect_timeout_s",
+    "deadline_s",
     "row_strategy",
     "context_weight",
 )
@@ -57,6 +62,10 @@ def make_embedder(
     oversize: str = "pool",
     max_input_tokens: int | None = None,
     precision: str = "auto",
+    timeout_s: float = 60.0,
+    connect_timeout_s: float = 10.0,
+    deadline_s: float | None = 600.0,
+    logger: logging.Logger | None = None,
 ) -> CachedEmbedder:
     """The embedder of these settings.
 
@@ -75,6 +84,9 @@ def make_embedder(
             from the model or the registry).
         precision: ``"local"`` only: ``"auto"``, ``"float32"`` or ``"bfloat16"`` (see
             :mod:`~.local`); a server of ``"openai"`` runs its model as it does.
+        timeout_s / connect_timeout_s / deadline_s / logger: ``"openai"`` only: the read and
+            connect timeouts of each request, the deadline of a request with its retries, and
+            where retries are logged (see :class:`~.openai.OpenAIEmbedder`).
 
     Raises:
         ValueError: an unknown provider, or a local model that is neither all-MiniLM-L6-v2 nor
@@ -109,6 +121,10 @@ def make_embedder(
             cache=cache,
             oversize=oversize,
             max_input_tokens=max_input_tokens or None,
+            timeout_s=timeout_s,
+            connect_timeout_s=connect_timeout_s,
+            deadline_s=deadline_s,
+            logger=logger,
         )
     raise ValueError(f"embeddings provider must be one of {PROVIDERS}; got {provider!r}")
 

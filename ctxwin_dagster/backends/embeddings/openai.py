@@ -2,11 +2,14 @@
 
 OpenAI, vLLM, Ollama, llama.cpp, LM Studio: vectors are normalized and cached like the local
 ones, requests are batched and sent with bounded concurrency, and retried with the shared
-:class:`~ctxwin_dagster.backends.calls.retry.RetryPolicy` (the SDK's own retries are off).
+:class:`~ctxwin_dagster.backends.calls.retry.RetryPolicy` (the SDK's own retries are off). Each
+request has a connect and a read timeout and, with its retries, a deadline; a request that fails
+for good says which wait ran out (a note on the error).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -14,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
-from ctxwin_dagster.backends.calls.endpoint import resolve_api_key
-from ctxwin_dagster.backends.calls.retry import RetryPolicy
+from ctxwin_dagster.backends.calls.endpoint import redact_key, resolve_api_key
+from ctxwin_dagster.backends.calls.retry import RetryPolicy, failure_reason, http_timeout
 from ctxwin_dagster.backends.embeddings.cached import CachedEmbedder, ProgressFn
 from ctxwin_dagster.core.budget.embedding_window import EmbeddingLimits, EmbeddingTokenizer, get_embedding_limits
 
@@ -48,7 +51,10 @@ class OpenAIEmbedder(CachedEmbedder):
         cache: where vectors are kept between runs.
         max_retries: retries with backoff on 429/5xx/timeouts: the shared
             :class:`~ctxwin_dagster.backends.calls.retry.RetryPolicy` (the SDK's own retries are off).
-        timeout_s: per-request timeout.
+        timeout_s: the read timeout: seconds a request waits for the server's reply.
+        connect_timeout_s: seconds a request waits for the connection to open.
+        deadline_s: seconds a request may take with all its retries (None: ``max_retries`` only).
+        logger: where retries are logged (default the retry module's logger).
         max_concurrency: requests in flight at once.
         oversize: ``"pool"`` (texts over the window are embedded in pieces and pooled) or
             ``"truncate"`` (the server cuts them; counted in :attr:`stats`).
@@ -79,6 +85,9 @@ class OpenAIEmbedder(CachedEmbedder):
         progress: ProgressFn | None = None,
         oversize: str = "pool",
         max_input_tokens: int | None = None,
+        connect_timeout_s: float = 10.0,
+        deadline_s: float | None = 600.0,
+        logger: logging.Logger | None = None,
     ) -> None:
         if not model or not model.strip():
             raise ValueError("model is empty; pass the embedding model name the server knows")
@@ -86,8 +95,7 @@ class OpenAIEmbedder(CachedEmbedder):
             raise ValueError(f"batch_size must be >= 1; got {batch_size}")
         if dim is not None and dim < 1:
             raise ValueError(f"dim must be >= 1 or None; got {dim}")
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0; got {timeout_s}")
+        self._timeout = http_timeout(timeout_s, connect_timeout_s)  # both > 0, else a ValueError
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1; got {max_concurrency}")
         if max_input_tokens is not None and max_input_tokens < 1:
@@ -97,7 +105,7 @@ class OpenAIEmbedder(CachedEmbedder):
         self.model = model
         self.base_url = base_url
         self.batch_size = batch_size
-        self.retry = RetryPolicy(max_retries=max_retries)
+        self.retry = RetryPolicy(max_retries=max_retries, deadline_s=deadline_s, log=logger)
         self.timeout_s = timeout_s
         self.max_concurrency = max_concurrency
         self._api_key = api_key
@@ -144,14 +152,26 @@ class OpenAIEmbedder(CachedEmbedder):
 
                 key = resolve_api_key(self._api_key, self.base_url, what=f"the embedding model {self.model!r}")
                 # Retries are self.retry's: the SDK's are off so that they are not doubled.
-                self._client = OpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=self.timeout_s)
+                self._client = OpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=self._timeout)
             return self._client
 
     def _request(self, texts: list[str]) -> np.ndarray:
         kwargs: dict[str, Any] = {"model": self.model, "input": texts, "encoding_format": "float"}
         if self._send_dimensions:
             kwargs["dimensions"] = self._dim
-        response = self.retry.call(self.client.embeddings.create, **kwargs)
+        attempts = 0
+
+        def create() -> Any:
+            nonlocal attempts
+            attempts += 1
+            return self.client.embeddings.create(**kwargs)
+
+        try:
+            response = self.retry.call(create)
+        except Exception as exc:
+            reason = redact_key(failure_reason(exc), self.client.api_key)
+            exc.add_note(f"{self.model} at {self.base_url or 'OpenAI'}: {reason}; {self.retry.outcome(attempts, exc)}")
+            raise
         data = sorted(response.data, key=lambda d: d.index)
         if len(data) != len(texts):
             raise RuntimeError(

@@ -1,7 +1,8 @@
 """Check an OpenAI-compatible endpoint once before a run: reachable, key accepted, model known.
 
-One ``GET {base_url}/models`` per endpoint, no retries and a short timeout, so a wrong URL, a
-rejected key or a misspelt model stops a command in seconds with one message, instead of every
+One ``GET {base_url}/models`` per endpoint, no retries and short timeouts (10 s to connect, 10 s
+for the reply), so a wrong URL, a rejected key, a misspelt model or a server that takes the
+connection and never answers stops a command in seconds with one message, instead of every
 document retrying and failing in turn. Nothing is generated, so nothing is paid.
 
 Example::
@@ -20,6 +21,7 @@ Example::
 from __future__ import annotations
 
 from ctxwin_dagster.backends.calls.endpoint import normalize_base_url, redact_key, resolve_api_key
+from ctxwin_dagster.backends.calls.retry import failure_reason, http_timeout
 
 __all__ = ["EndpointError", "check_endpoint"]
 
@@ -28,12 +30,23 @@ class EndpointError(RuntimeError):
     """An endpoint failed its check; the message names the role, the server and the fix."""
 
 
-def check_endpoint(role: str, model: str, base_url: str | None, api_key: str | None, *, timeout_s: float = 10.0) -> str:
+def check_endpoint(
+    role: str,
+    model: str,
+    base_url: str | None,
+    api_key: str | None,
+    *,
+    timeout_s: float = 10.0,
+    connect_timeout_s: float = 10.0,
+) -> str:
     """Raise :class:`EndpointError` unless the server answers, accepts the key and lists ``model``.
 
     Returns a short description of what was checked. A server without a model list (404 on
     ``/models``) passes with the model unchecked (said in the description). A local model
     (``local:NAME``) runs in process: its file must be there, and no server or key is needed.
+    The check waits at most ``connect_timeout_s`` for the connection and ``timeout_s`` for the
+    reply; a timeout is named as such ("no reply within 10 s (read timeout)"), a refused
+    connection as "cannot reach".
     """
     import openai
 
@@ -52,7 +65,7 @@ def check_endpoint(role: str, model: str, base_url: str | None, api_key: str | N
         key = resolve_api_key(api_key, url, what=f"the {role} model {model!r}")
     except ValueError as exc:
         raise EndpointError(f"{role}: {exc}") from None
-    client = openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=timeout_s)
+    client = openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=http_timeout(timeout_s, connect_timeout_s))
     try:
         listed = [m.id for m in client.models.list()]
     except openai.AuthenticationError:
@@ -65,6 +78,10 @@ def check_endpoint(role: str, model: str, base_url: str | None, api_key: str | N
         ) from None
     except openai.NotFoundError:
         return f"{role}: {model} @ {where} reachable, key accepted (the server lists no models; the model is checked by the first call)"
+    except openai.APITimeoutError as exc:
+        raise EndpointError(
+            f"{role}: {failure_reason(exc)} from {where} to GET /models; check that the server is serving there"
+        ) from None
     except openai.APIConnectionError as exc:
         raise EndpointError(
             f"{role}: cannot reach {where} ({type(exc.__cause__ or exc).__name__}); start the server or fix --base-url"
