@@ -56,6 +56,17 @@ def question_listing(qa_dir: str, folder: DocumentFolder) -> None:
         print(line)
 
 
+def check_questions(exp: Experiment, home: Path, *, quiet: bool = False) -> None:
+    """The documents and questions of ``exp`` checked before anything is written (the home
+    included): a bad QA line or a reference span outside its document stops the command here,
+    naming the QA file, the line, the question and the fix, as the ``qa_sets`` asset would stop
+    its run. ``quiet``: the document listing is left to the run."""
+    from ctxwin_dagster.definitions import default_resources
+
+    settings = default_resources(exp.resolved(Path.cwd()), home)["settings"]
+    question_listing(settings.qa_dir, document_listing(settings, quiet=quiet))
+
+
 def _experiment_for_run(args: argparse.Namespace) -> tuple[Experiment, Path]:
     """(experiment, Dagster home) of ``ctxwin run``: the home's own experiment, or with
     ``--documents`` the experiment of that folder (its own home and index, named after it)."""
@@ -127,6 +138,8 @@ def _describe_model(exp: Experiment) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     exp, home = _experiment_for_run(args)
     print(f"contextualizer: {_describe_model(exp)}")
+    if args.documents and args.qa:
+        check_questions(exp, home, quiet=True)  # as `ctxwin evaluate` does; the run lists the documents
     return run_pipeline(
         exp,
         home,
@@ -225,13 +238,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise SystemExit("ctxwin evaluate: 'sample' is the default experiment's name; choose another --name")
     print(f"experiment {exp.name}: documents {exp.documents_dir}, questions {exp.qa_dir}")
     home = Path(args.dagster_home) if args.dagster_home else default_home(exp.name)
-
-    # Documents and questions checked before anything is written (the home included): a bad
-    # QA line or a span outside its document stops here, naming the file and the line.
-    from ctxwin_dagster.definitions import default_resources
-
-    settings = default_resources(exp.resolved(Path.cwd()), home)["settings"]
-    question_listing(settings.qa_dir, document_listing(settings))
+    check_questions(exp, home)
     return run_pipeline(
         exp,
         home,

@@ -9,7 +9,7 @@ import dagster as dg
 
 from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.core.evaluation.qa.items import load_qa_folder
-from ctxwin_dagster.core.evaluation.qa.resolve import resolve_questions
+from ctxwin_dagster.core.evaluation.qa.resolve import ResolvedQuestions, check_reference_spans, resolve_questions
 from ctxwin_dagster.core.text.documents import Document
 from ctxwin_dagster.core.text.splitting import Chunk
 from ctxwin_dagster.defs.materializations import latest_metadata
@@ -52,7 +52,10 @@ def read_jsonl_folder(folder: Path) -> list[dict]:
     description="The document's questions from the QA folder (JSONL), with reference spans checked and reference chunk ids.",
     check_specs=[
         dg.AssetCheckSpec(
-            "reference_spans_valid", asset="qa_sets", description="every reference span lies inside the document"
+            "reference_spans_valid",
+            asset="qa_sets",
+            description="every reference span lies inside the document (one outside it fails the asset, "
+            "naming the QA file, the question and the fix)",
         )
     ],
 )
@@ -62,8 +65,9 @@ def qa_sets(context: dg.AssetExecutionContext, settings: ProjectSettings, raw_do
     if qa_dir.is_dir():
         resolved = resolve_questions(load_qa_folder(qa_dir), settings.document_folder())
         items = resolved.by_doc.get(raw_documents.doc_id, [])
-    n = len(raw_documents.text)
-    bad = [q.question_id for q in items if any(not (0 <= s < e <= n) for s, e in q.reference_spans)]
+    # The check `ctxwin evaluate` and `ctxwin run --qa` make before any run: a span outside the
+    # document stops here with the same message (QAFormatError), never scored as a miss.
+    check_reference_spans(ResolvedQuestions(by_doc={raw_documents.doc_id: items}), lambda _doc_id: raw_documents.text)
     rows = []
     for q in items:
         refs = sorted({c.chunk_id for c in chunks for s, e in q.reference_spans if c.start < e and s < c.end})
@@ -81,8 +85,8 @@ def qa_sets(context: dg.AssetExecutionContext, settings: ProjectSettings, raw_do
         check_results=[
             dg.AssetCheckResult(
                 check_name="reference_spans_valid",
-                passed=not bad,
-                metadata={"invalid": len(bad), "first_invalid": str(bad[:5])},
+                passed=True,
+                metadata={"spans_checked": sum(len(q.reference_spans) for q in items)},
             )
         ],
     )

@@ -1,5 +1,6 @@
 """Reference spans are checked against their document's text before any run: one outside it
-stops `ctxwin evaluate` naming the QA file, the line and the fix (plain Python, no Dagster runs)."""
+stops `ctxwin evaluate` and `ctxwin run --qa` naming the QA file, the line and the fix, and fails
+the ``qa_sets`` asset with the same message (no Dagster runs)."""
 
 from __future__ import annotations
 
@@ -117,3 +118,81 @@ def test_ctxwin_evaluate_stops_before_any_run_on_a_span_outside_its_document(tmp
     assert message.startswith("ctxwin: 1 reference span(s) outside their document")
     assert "set.jsonl, line 2" in message and "fix the offsets" in message
     assert not (tmp_path / "data" / "experiments" / "spans").exists()
+
+
+def _span_error(docs, qa) -> str:
+    """The message of the shared check for the folders of :func:`_folders`."""
+    folder = scan_documents(docs)
+    with pytest.raises(QAFormatError) as info:
+        check_reference_spans(resolve_questions(load_qa_folder(qa), folder), _reader(folder))
+    return str(info.value)
+
+
+def test_ctxwin_run_with_qa_stops_before_any_run_with_the_same_message(tmp_path):
+    """``ctxwin run --documents D --qa Q`` refuses a span past its document's end as ``ctxwin
+    evaluate`` does, before the experiment's home is made (so before Dagster runs anything)."""
+    import subprocess
+    import sys
+
+    from ctxwin_dagster.testing.projects import ctxwin_env
+
+    docs, qa = _folders(tmp_path, [[0, 11], [20, 500]])
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ctxwin_dagster.cli",
+            "run",
+            "--documents",
+            str(docs),
+            "--qa",
+            str(qa),
+            "--name",
+            "spans",
+        ],
+        cwd=tmp_path,
+        env=ctxwin_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode != 0, done.stdout + done.stderr
+    expected = _span_error(docs, qa)
+    assert f"{qa / 'set.jsonl'}, line 2: question 'q2'" in expected and "fix the offsets" in expected
+    assert done.stderr.strip().endswith(f"ctxwin: {expected}"), done.stderr[-3000:]
+    assert not (tmp_path / "data" / "experiments" / "spans").exists()
+
+
+def test_the_qa_sets_asset_refuses_the_span_with_the_same_message(tmp_path):
+    """A run no command checked (a question file changed after ``ctxwin run`` started, the UI)
+    fails in ``qa_sets`` with the message of the check before the runs, never scoring a miss."""
+    import dagster as dg
+
+    from ctxwin_dagster.defs.evaluation.assets import qa_sets
+    from ctxwin_dagster.defs.resources import ProjectSettings
+
+    bad, good = tmp_path / "bad", tmp_path / "good"
+    for folder in (bad, good):
+        folder.mkdir()
+    docs, qa = _folders(bad, [[0, 11], [20, 500]])
+    document = read_document(scan_documents(docs).path_of("Normans_draft"), doc_id="Normans_draft")
+    with dg.build_asset_context(partition_key="Normans_draft") as context, pytest.raises(QAFormatError) as info:
+        qa_sets(
+            context=context,
+            settings=ProjectSettings(documents_dir=str(docs), qa_dir=str(qa)),
+            raw_documents=document,
+            chunks=[],
+        )
+    assert str(info.value) == _span_error(docs, qa)
+    # The same question set with its spans inside the text passes; the check says how many it checked.
+    docs, qa = _folders(good, [[0, 11], [22, len(TEXT)]])
+    with dg.build_asset_context(partition_key="Normans_draft") as context:
+        result = qa_sets(
+            context=context,
+            settings=ProjectSettings(documents_dir=str(docs), qa_dir=str(qa)),
+            raw_documents=document,
+            chunks=[],
+        )
+    check = result.check_results[0]
+    assert check.passed and check.metadata["spans_checked"].value == 3
+    assert [row["question_id"] for row in result.value] == ["q1", "q2"]

@@ -4,7 +4,8 @@ A question's ``doc_id`` field may hold the document's doc_id, its file name or t
 (see :mod:`ctxwin_dagster.core.text.folder`). :func:`resolve_questions` rewrites each item to
 the doc_id of its document (keeping what the file said under ``meta["doc_ref"]``) and reports
 the names that match no document, or several. :func:`check_reference_spans` then checks every
-reference span against its document's text, before any run, naming the QA file and line.
+reference span against its document's text, naming the QA file and line: before any run (``ctxwin
+evaluate``, ``ctxwin run --qa``), and in the ``qa_sets`` asset for the runs no command checked.
 
 Plain Python only.
 """
