@@ -28,6 +28,7 @@ def open_asker(
     max_concurrency: int,
     max_tokens: int | None,
     doc_ids_file: str | Path | None,
+    chat_waits: Mapping[str, Any] | None = None,
 ) -> Any:
     """What :meth:`Asker.open <ctxwin_dagster.ask.service.Asker.open>` does (see there)."""
     from ctxwin_dagster.backends.calls.cache import ResponseCache
@@ -60,6 +61,7 @@ def open_asker(
             api_key=api_key,
             cache=None if cache_folder is None else ResponseCache(cache_folder / "responses.sqlite"),
             max_concurrency=max_concurrency,
+            **dict(chat_waits or {}),
         )
         closers.append(chat.close)
         tasks: TaskEngine = LLMTasks(chat, max_tokens=max_tokens) if max_tokens else LLMTasks(chat)

@@ -125,6 +125,7 @@ class Asker:
         max_concurrency: int = 8,
         max_tokens: int | None = None,
         doc_ids_file: str | Path | None = None,
+        chat_waits: Mapping[str, Any] | None = None,
     ) -> Asker:
         """An asker over the indexes at ``lancedb`` with the documents in ``documents``.
 
@@ -132,7 +133,8 @@ class Asker:
         server at ``base_url``; responses cached in ``cache_dir/responses.sqlite``); without
         it from the extractive engine (no network); ``local:smollm2`` runs a GGUF model in process.
         ``max_tokens`` caps each answer's tokens (default the paper's 2,048, and a local model's 512). Question vectors are cached in
-        ``cache_dir/embeddings.sqlite`` (None: no caches).
+        ``cache_dir/embeddings.sqlite`` (None: no caches). ``chat_waits`` bound the waits on the
+        model's server (``timeout_s``, ``connect_timeout_s``, ``deadline_s``; default 120, 10, 600 s).
 
         Questions are embedded by ``embedder``, else by the one ``embeddings`` describes (the
         keys of the ``EmbeddingsResource``'s fields: ``provider``, ``model``, ``base_url``,
@@ -160,6 +162,7 @@ class Asker:
             max_concurrency=max_concurrency,
             max_tokens=max_tokens,
             doc_ids_file=doc_ids_file,
+            chat_waits=chat_waits,
         )
 
     def close(self) -> None:

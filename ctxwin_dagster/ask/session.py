@@ -25,7 +25,19 @@ if TYPE_CHECKING:
     from ctxwin_dagster.ask.service import Asker
     from ctxwin_dagster.core.experiment import Experiment
 
-__all__ = ["AskerSpec", "ask_kwargs", "experiment_home", "experiment_of", "format_result", "question_options"]
+__all__ = [
+    "CHAT_WAITS",
+    "AskerSpec",
+    "ask_kwargs",
+    "experiment_home",
+    "experiment_of",
+    "format_result",
+    "question_options",
+]
+
+#: The answerer's settings that bound the waits on its server (read, connect, the deadline with
+#: retries): ``ctxwin ask`` takes them from the experiment's answerer section.
+CHAT_WAITS = ("timeout_s", "connect_timeout_s", "deadline_s")
 
 
 def experiment_home(args: argparse.Namespace) -> Path:
@@ -70,6 +82,7 @@ class AskerSpec:
     max_tokens: int | None
     embeddings: str  # the experiment's embeddings section, as sorted JSON (hashable)
     doc_ids_file: str | None
+    chat_waits: str = "{}"  # the answerer's timeout_s, connect_timeout_s and deadline_s, as sorted JSON
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AskerSpec:
@@ -102,6 +115,7 @@ class AskerSpec:
             max_tokens=getattr(args, "max_tokens", None),
             embeddings=json.dumps(dict(exp.sections.get("embeddings") or {}), sort_keys=True, default=str),
             doc_ids_file=absolute(home / DOC_IDS_FILE) if home.is_dir() else None,
+            chat_waits=json.dumps({k: answerer[k] for k in CHAT_WAITS if k in answerer}, sort_keys=True),
         )
 
     def open(self) -> Asker:
@@ -121,6 +135,7 @@ class AskerSpec:
             max_tokens=self.max_tokens,
             embeddings={**json.loads(self.embeddings), "cache_dir": self.cache_dir},
             doc_ids_file=Path(self.doc_ids_file) if self.doc_ids_file else None,
+            chat_waits=json.loads(self.chat_waits),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -245,11 +245,13 @@ def _ask_here(args, spec: AskerSpec, options, stdin, stdout, stderr, steps: Slow
     def progress(done: int, total: int) -> None:
         print(f"\r  reading windows {done}/{total}…", end="" if done < total else "\n", file=stderr, flush=True)
 
+    from ctxwin_dagster.backends.chat.errors import ChatBackendError
+
     def one(question: str) -> bool:
         try:
             with steps.step("searching and answering"):
                 result = asker.ask(question, progress=progress, **kwargs)
-        except (AskError, ValueError) as exc:
+        except (AskError, ValueError, ChatBackendError) as exc:  # a model server that failed says why
             print(f"ctxwin ask: {exc}", file=stderr)
             return False
         if args.json:
