@@ -14,6 +14,10 @@ lists such documents with their index rows and result files; with ``--yes`` it
 
 ``ctxwin prune --undo`` puts the last prune back: the rows (merged on ``chunk_id``), the files
 and the partitions.
+
+A documents folder that is missing, or that holds no document at all (a share that is not
+mounted looks so), is refused: nothing is listed as gone and nothing deleted. ``--allow-empty``
+prunes every document of an empty folder anyway, as asked.
 """
 
 from __future__ import annotations
@@ -62,8 +66,9 @@ def _log(home: Path, entry: dict[str, Any]) -> None:
         fh.write(json.dumps(entry, ensure_ascii=False) + "\n")
 
 
-def prune(home: Path, *, delete: bool, out: TextIO = sys.stdout) -> dict[str, Any]:
-    """List (and with ``delete`` remove) the data of the documents of ``home`` whose file is gone."""
+def prune(home: Path, *, delete: bool, allow_empty: bool = False, out: TextIO = sys.stdout) -> dict[str, Any]:
+    """List (and with ``delete`` remove) the data of the documents of ``home`` whose file is gone.
+    A folder with no document at all stops the command unless ``allow_empty``."""
     from dagster import DagsterInstance
 
     from ctxwin_dagster.backends.index.rows import export_rows, table_version, write_rows
@@ -83,6 +88,13 @@ def prune(home: Path, *, delete: bool, out: TextIO = sys.stdout) -> dict[str, An
     partitions = list(instance.get_dynamic_partitions(DOCUMENTS_PARTITION))
     present = set(folder.ids())
     gone = sorted(d for d in partitions if d not in present)
+    if gone and not present and not allow_empty:
+        raise SystemExit(
+            f"ctxwin prune: the documents folder {str(folder.folder)!r} has no documents, so it would prune all "
+            f"{len(gone)} document(s) of the home; it may be a share or a drive that is not mounted. Nothing was deleted. "
+            "Mount it (or point the experiment at the folder that has the documents), or give --allow-empty "
+            "to prune them anyway"
+        )
     rows = {v: {d: index.count(v, doc_id=d) for d in gone} for v in VARIANTS}
     files = _result_files(evaluation, gone)
     report: dict[str, Any] = {
@@ -204,7 +216,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         if args.undo:
             undo(home)
         else:
-            prune(home, delete=args.yes)
+            prune(home, delete=args.yes, allow_empty=args.allow_empty)
     return 0
 
 
@@ -217,4 +229,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     prune.add_argument("--dagster-home", help="the Dagster home (default: the experiment's)")
     prune.add_argument("--yes", action="store_true", help="delete (without it: only list what would be deleted)")
     prune.add_argument("--undo", action="store_true", help="put back what the last prune deleted")
+    prune.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="prune even when the documents folder holds no document (without it such a folder, e.g. a share "
+        "that is not mounted, is refused)",
+    )
     prune.set_defaults(func=cmd_prune)

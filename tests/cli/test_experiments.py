@@ -250,6 +250,43 @@ def test_prune_deletes_only_when_asked_and_undo_puts_it_back(project, own_folder
     assert "0 of 2 documents to run" in ok(ctxwin(["run", "--documents", str(docs), "--name", "runs"], root))
 
 
+def test_prune_refuses_a_folder_with_no_documents_unless_allowed(project, own_folder, runs_home):
+    """An existing folder with no document in it (a share that is not mounted) prunes nothing,
+    listed or with --yes; with --allow-empty every document is pruned, as asked, and undoable."""
+    root, _ = project
+    docs, _ = own_folder
+    index = root / "data" / "experiments" / "runs" / "lancedb"
+    log = runs_home / "ctxwin_prune.log"
+    before, logged = rows(index), log.read_text(encoding="utf-8") if log.is_file() else ""
+    aside = docs.parent / "while unmounted"
+    aside.mkdir()
+    names = sorted(p.name for p in docs.iterdir())
+    for name in names:
+        shutil.move(docs / name, aside / name)
+    try:
+        for args in (["prune", "runs", "--yes"], ["prune", "runs"]):
+            refused = ctxwin(args, root)
+            assert refused.returncode != 0, refused.stdout[-3000:]
+            message = refused.stderr
+            assert f"the documents folder {str(docs.resolve())!r} has no documents" in message, message
+            assert "not mounted" in message and "Nothing was deleted" in message and "--allow-empty" in message
+        assert rows(index) == before
+        assert (log.read_text(encoding="utf-8") if log.is_file() else "") == logged
+        with instance_of(runs_home) as instance:
+            assert len(instance.get_dynamic_partitions("documents")) == 2
+        listed = ok(ctxwin(["prune", "runs", "--allow-empty"], root))
+        assert "2 document(s) without a file" in listed and rows(index) == before
+        pruned = ok(ctxwin(["prune", "runs", "--allow-empty", "--yes"], root))
+        assert "pruned 2 document(s)" in pruned and not any(rows(index).values())
+        ok(ctxwin(["prune", "runs", "--undo"], root))
+        assert rows(index) == before
+    finally:
+        for name in names:
+            shutil.move(aside / name, docs / name)
+        aside.rmdir()
+    assert "0 of 2 documents to run" in ok(ctxwin(["run", "--documents", str(docs), "--name", "runs"], root))
+
+
 def test_a_run_outside_ctxwin_leaves_its_partition_up_to_date_for_ctxwin_run(project, own_folder, runs_home):
     """A materialization of one partition's assets as the UI makes it — Dagster's own asset job,
     no ctxwin tags, launched by ``dagster asset materialize`` on the experiment's home — counts."""
