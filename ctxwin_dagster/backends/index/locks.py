@@ -27,7 +27,15 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["TableLockTimeout", "TableLocks"]
+__all__ = ["TableLockTimeout", "TableLocks", "local_folder"]
+
+
+def local_folder(uri: str) -> str | None:
+    """The folder of a local LanceDB URI (a path or ``file://…``); None for an object store."""
+    uri = str(uri)
+    if uri.startswith("file://"):
+        return uri[len("file://") :]
+    return None if "://" in uri else uri
 
 
 class TableLockTimeout(RuntimeError):
@@ -39,10 +47,7 @@ class TableLocks:
 
     def __init__(self, uri: str) -> None:
         self.uri = str(uri)
-        if self.uri.startswith("file://"):
-            self.folder: str | None = self.uri[len("file://") :]
-        else:
-            self.folder = None if "://" in self.uri else self.uri
+        self.folder = local_folder(self.uri)
         self._locks: dict[str, Any] = {}
 
     @contextlib.contextmanager

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["READ_CACHE_ENTRIES", "VersionedReads"]
+__all__ = ["READ_CACHE_ENTRIES", "VersionedReads", "fuse_rankings"]
 
 #: Reads kept per index (the least recently used dropped).
 READ_CACHE_ENTRIES = 64
@@ -83,3 +83,24 @@ class VersionedReads:
         for h, i in zip(hits, order, strict=True):
             h["score"] = float(sims[i])
         return hits
+
+
+def fuse_rankings(rankings: Sequence[Sequence[dict[str, Any]]], *, k: int, rrf_k: int = 60) -> list[dict[str, Any]]:
+    """The top ``k`` rows of several rankings (vector and full-text search) by reciprocal rank
+    fusion: each row scores ``1 / (rrf_k + rank)`` per ranking it is in (``rrf_score``; ``score``
+    is kept from the vector ranking, 0.0 for a row only full-text search found)."""
+    fused: dict[str, dict[str, Any]] = {}
+    rank_score: dict[str, float] = {}
+    for ranked in rankings:
+        for rank, h in enumerate(ranked):
+            cid = h["chunk_id"]
+            rank_score[cid] = rank_score.get(cid, 0.0) + 1.0 / (rrf_k + rank + 1)
+            fused.setdefault(cid, h)
+    out = []
+    for cid in sorted(rank_score, key=lambda c: -rank_score[c])[:k]:
+        h = dict(fused[cid])
+        h.pop("_score", None)
+        h["rrf_score"] = rank_score[cid]
+        h.setdefault("score", 0.0)
+        out.append(h)
+    return out

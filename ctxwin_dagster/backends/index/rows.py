@@ -1,19 +1,22 @@
 """A document's rows taken out of a variant's table and put back: what ``ctxwin prune`` sets
 aside (an Arrow file per variant, vectors included) and what ``ctxwin prune --undo`` merges back
-on ``chunk_id``."""
+on ``chunk_id``; and a whole table set aside as it is on disk (``ctxwin run --rebuild-index``)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.feather as feather
 
+from ctxwin_dagster.backends.index.locks import local_folder
+from ctxwin_dagster.backends.index.schema import IndexError_
 from ctxwin_dagster.backends.index.upkeep import ensure_primary_key
 from ctxwin_dagster.backends.index.vectorstore import ChunkIndex, _quote
 
-__all__ = ["export_rows", "read_rows", "restore_rows", "table_version", "write_rows"]
+__all__ = ["export_rows", "read_rows", "restore_rows", "set_aside", "table_version", "write_rows"]
 
 
 def table_version(index: ChunkIndex, variant: str) -> int | None:
@@ -31,7 +34,8 @@ def export_rows(index: ChunkIndex, variant: str, doc_ids: Sequence[str]) -> pa.T
     n = table.count_rows(where)
     if not n:
         return table.schema.empty_table()
-    return table.search().where(where).limit(n).to_arrow()
+    with index.reading(variant, table):
+        return table.search().where(where).limit(n).to_arrow()
 
 
 def restore_rows(index: ChunkIndex, variant: str, rows: pa.Table) -> int:
@@ -55,3 +59,31 @@ def write_rows(path: str | Path, rows: pa.Table) -> None:
 
 def read_rows(path: str | Path) -> pa.Table:
     return feather.read_table(str(path))
+
+
+def set_aside(index: ChunkIndex, variant: str, folder: str | Path) -> Path | None:
+    """Move the variant's table folder, as it is on disk (damaged or not), into ``folder``; the
+    next write makes a new table. Returns where it went (None: there was no table).
+
+    Raises:
+        IndexError_: the index is on an object store, where a table cannot be moved.
+    """
+    name, base = index.table_name(variant), local_folder(index.uri)
+    if base is None:
+        raise IndexError_(
+            f"{index.table_path(variant)} is on an object store, where a table cannot be moved aside; copy it "
+            f"elsewhere with the store's tools, then drop it (ChunkIndex({index.uri!r}).drop_table({variant!r})) and "
+            "run again"
+        )
+    source, target = Path(base) / f"{name}.lance", Path(folder) / f"{name}.lance"
+    n = 1
+    while target.exists():  # never into (or over) a table set aside before
+        n += 1
+        target = Path(folder) / f"{name}.{n}.lance"
+    with index.writing(variant):
+        moved = source.exists()
+        if moved:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(source), str(target))
+        index.forget(name)
+    return target if moved else None

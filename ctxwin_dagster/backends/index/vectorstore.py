@@ -20,6 +20,11 @@ the table (see :mod:`ctxwin_dagster.backends.index.upkeep`). Search within one d
 (a flat scan of its rows, held per table version: :mod:`~ctxwin_dagster.backends.index.reads`);
 search over the whole table uses the ANN index once there is one, and finds rows written since.
 
+A damaged table (a garbled or missing data file, lost newest manifests) is found and named with
+its fix by :meth:`ChunkIndex.verify`, by every open of a table (the version check) and by every
+failed read (:mod:`~ctxwin_dagster.backends.index.health`); :func:`~ctxwin_dagster.backends.index.rows.set_aside`
+moves a table out of the folder for ``ctxwin run --rebuild-index``.
+
 Each table records what built it, in its vector column's metadata (``ctxwin:embedder:*``, beside
 the ANN record): the embedding model, its dimension, its provider and the row strategy (how a
 contextualized row was fitted into the model's window); see :class:`IndexRecord`. A table made
@@ -51,8 +56,9 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -61,8 +67,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ctxwin_dagster.backends.embeddings.identity import EmbedderIdentity, identity_of
+from ctxwin_dagster.backends.index.health import (
+    DamagedIndexError,
+    WrittenVersions,
+    reraise_as_damage,
+    scan_problem,
+    version_problem,
+)
 from ctxwin_dagster.backends.index.locks import TableLocks
-from ctxwin_dagster.backends.index.reads import VersionedReads
+from ctxwin_dagster.backends.index.reads import VersionedReads, fuse_rankings
 from ctxwin_dagster.backends.index.schema import (
     _EMBED_INT_FIELDS,
     _EMBED_STR_FIELDS,
@@ -89,7 +102,15 @@ from ctxwin_dagster.core.defaults import VARIANTS
 if TYPE_CHECKING:
     from ctxwin_dagster.backends.base import Embedder
 
-__all__ = ["ChunkIndex", "EmbedderIdentity", "EmbedderMismatchError", "IndexError_", "IndexPolicy", "IndexRecord"]
+__all__ = [
+    "ChunkIndex",
+    "DamagedIndexError",
+    "EmbedderIdentity",
+    "EmbedderMismatchError",
+    "IndexError_",
+    "IndexPolicy",
+    "IndexRecord",
+]
 
 
 def _quote(value: str) -> str:
@@ -109,6 +130,8 @@ class ChunkIndex:
         table_suffix: table name = ``{variant}{table_suffix}`` (default ``_chunks``).
         policy: when indexes are made, appended to and retrained, and how the ANN index is
             searched (:class:`~ctxwin_dagster.backends.index.upkeep.IndexPolicy`).
+        run_command: the command that runs this index's experiment, which the fix of a
+            :class:`DamagedIndexError` names (``ctxwin run``; another experiment's adds its home).
     """
 
     def __init__(
@@ -118,6 +141,7 @@ class ChunkIndex:
         storage_options: Mapping[str, str] | None = None,
         table_suffix: str = "_chunks",
         policy: IndexPolicy | None = None,
+        run_command: str = "ctxwin run",
     ) -> None:
         import lancedb  # imported here: only the index layer needs it
 
@@ -131,11 +155,58 @@ class ChunkIndex:
         self._locks = TableLocks(self.uri)
         self._open: dict[str, Any] = {}
         self._reads = VersionedReads()  # one document's rows, counts and vectors per table version
+        self.run_command = run_command
+        self._written = WrittenVersions(self.uri)  # each table's version after the project's last write
+        self._scanned: dict[str, int] = {}  # table name -> the version a full scan found whole
 
-    def writing(self, variant: str, *, timeout_s: float = 900.0):
-        """Hold the variant table's write lock (a context manager; see
-        :mod:`~ctxwin_dagster.backends.index.locks`)."""
-        return self._locks.hold(self.table_name(variant), timeout_s=timeout_s)
+    @contextlib.contextmanager
+    def writing(self, variant: str, *, timeout_s: float = 900.0) -> Iterator[None]:
+        """Hold the variant table's write lock (see :mod:`~ctxwin_dagster.backends.index.locks`);
+        when the writes inside succeed, note the table's version they made."""
+        name = self.table_name(variant)
+        with self._locks.hold(name, timeout_s=timeout_s):
+            yield
+            table = self._open.get(name)
+            if table is not None:
+                self._written.note(name, table.version)
+
+    def table_path(self, variant: str) -> str:
+        """Where the variant's table is: its folder, or its object-store URI."""
+        return f"{self.uri.rstrip('/')}/{self.table_name(variant)}.lance"
+
+    def _damage(self, variant: str, problem: str) -> DamagedIndexError:
+        return DamagedIndexError(variant, self.table_path(variant), problem, run_command=self.run_command)
+
+    def _checked(self, variant: str, table: Any) -> Any:
+        """``table``, after checking that it is not older than the project's last write made it."""
+        written = self._written.get(table.name)  # read before the version: a writer notes after it commits
+        problem = version_problem(int(table.version), written)
+        if problem:
+            raise self._damage(variant, problem)
+        return table
+
+    def verify(self, variant: str) -> None:
+        """Check the variant's table: its version against the project's last write, then a full
+        scan of every column (once per table version in this object). Nothing to check when
+        there is no table.
+
+        Raises:
+            DamagedIndexError: naming the table, what is wrong and the fix.
+        """
+        table = self._table(variant)
+        if table is None:
+            return
+        version = int(table.version)
+        if self._scanned.get(table.name) != version:
+            problem = scan_problem(table)
+            if problem:
+                raise self._damage(variant, problem)
+            self._scanned[table.name] = version
+
+    def reading(self, variant: str, table: Any):
+        """A context manager around reads of ``table``: a read that fails on a damaged table
+        raises :class:`DamagedIndexError` instead of LanceDB's error."""
+        return reraise_as_damage(table, lambda problem: self._damage(variant, problem))
 
     def table_name(self, variant: str) -> str:
         if not _SAFE_NAME.match(variant):
@@ -148,16 +219,18 @@ class ChunkIndex:
         if table is not None:
             try:
                 table.version  # noqa: B018 - fails once another process has dropped the table
-                return table
             except Exception:
                 self._open.pop(name, None)
+            else:
+                return self._checked(variant, table)
         if name in self._table_names():
-            table = self._db.open_table(name)
+            table = self._checked(variant, self._db.open_table(name))
         elif not create:
             return None
         elif dim is None:
             raise ValueError("dim is needed to create a table")
         else:
+            self._written.forget(name)  # a table made again starts at version 1
             # A new table carries its record from its creation (in the vector field's metadata).
             try:
                 table = self._db.create_table(name, schema=_schema(dim, record), exist_ok=True)
@@ -271,7 +344,8 @@ class ChunkIndex:
             def reopen() -> None:
                 holder[0] = self._table(variant, dim, create=True)
 
-            result = retry_on_conflict(upsert, retries=retries, refresh=reopen)
+            with self.reading(variant, table):  # a merge that fails on a damaged table names the damage
+                result = retry_on_conflict(upsert, retries=retries, refresh=reopen)
             # The document's rows that are no longer produced (found through the doc_id index). A
             # merge that deletes "not matched by source" would read the whole table's keys instead.
             stale = f"doc_id = {_quote(doc_id)} AND chunk_id NOT IN ({', '.join(_quote(i) for i in ids)})"
@@ -345,10 +419,11 @@ class ChunkIndex:
                 query = query.select(list(columns))
             return query.limit(None if not hasattr(query, "limit") else 10**9).to_list()
 
-        if doc_id is None:
-            return read()
-        key = ("rows", table.name, doc_id, tuple(columns) if columns else None)
-        return [dict(r) for r in self._reads.get(table, key, read)]
+        with self.reading(variant, table):
+            if doc_id is None:
+                return read()
+            key = ("rows", table.name, doc_id, tuple(columns) if columns else None)
+            return [dict(r) for r in self._reads.get(table, key, read)]
 
     def search(
         self,
@@ -374,6 +449,7 @@ class ChunkIndex:
 
         Raises:
             EmbedderMismatchError: the table was built with another embedding model.
+            DamagedIndexError: the table is damaged (the search failed on it, or it lost versions).
         """
         if k < 1:
             raise ValueError(f"k must be >= 1; got {k}")
@@ -382,56 +458,43 @@ class ChunkIndex:
             raise IndexError_(
                 f"no table {self.table_name(variant)!r} in {self.uri}; materialize the {variant}_index asset first"
             )
-        width = int(np.asarray(vector).reshape(-1).shape[0])
-        if embedder is not None:
-            self._check_search(variant, table, identity_of(embedder, dim=width))
-        table_dim = table.schema.field(VECTOR).type.list_size
-        if width != table_dim:
-            raise IndexError_(
-                f"the index {self.table_name(variant)!r} in {self.uri} holds {table_dim}-dim vectors but the question vector "
-                f"has {width}; search it with the embedding model that built it"
+        with self.reading(variant, table):
+            width = int(np.asarray(vector).reshape(-1).shape[0])
+            if embedder is not None:
+                self._check_search(variant, table, identity_of(embedder, dim=width))
+            table_dim = table.schema.field(VECTOR).type.list_size
+            if width != table_dim:
+                raise IndexError_(
+                    f"the index {self.table_name(variant)!r} in {self.uri} holds {table_dim}-dim vectors but the question vector "
+                    f"has {width}; search it with the embedding model that built it"
+                )
+            where = f"doc_id = {_quote(doc_id)}" if doc_id else None
+            among = (
+                None
+                if doc_id or doc_ids is None
+                else f"doc_id IN ({', '.join(_quote(d) for d in doc_ids) or _quote('')})"
             )
-        where = f"doc_id = {_quote(doc_id)}" if doc_id else None
-        among = (
-            None if doc_id or doc_ids is None else f"doc_id IN ({', '.join(_quote(d) for d in doc_ids) or _quote('')})"
-        )
-        depth = k * 4 if hybrid else k
-        if doc_id:
-            # One document's rows (a few hundred): an exact scan of them, held per table version.
-            hits = self._reads.scan(table, where or "", VECTOR, np.asarray(vector, dtype=np.float32), depth)
-        else:
-            q = (
-                table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
-                .metric("cosine")
-                .limit(depth)
-            )
-            q = q.where(among, prefilter=True) if among else q
-            hits = q.nprobes(self.policy.nprobes).refine_factor(self.policy.refine_factor).to_list()
-            for h in hits:
-                h["score"] = 1.0 - float(h.pop("_distance"))
-        if not (hybrid and query_text):
-            return hits[:k]
-        self.ensure_fts(variant)
-        fq = table.search(query_text, query_type="fts", fts_columns="embedded_text").limit(depth)
-        if where or among:
-            fq = fq.where(where or among, prefilter=True)
-        text_hits = fq.to_list()
-        fused: dict[str, dict[str, Any]] = {}
-        rank_score: dict[str, float] = {}
-        for ranked in (hits, text_hits):
-            for rank, h in enumerate(ranked):
-                cid = h["chunk_id"]
-                rank_score[cid] = rank_score.get(cid, 0.0) + 1.0 / (rrf_k + rank + 1)
-                fused.setdefault(cid, h)
-        order = sorted(rank_score, key=lambda c: -rank_score[c])[:k]
-        out = []
-        for cid in order:
-            h = dict(fused[cid])
-            h.pop("_score", None)
-            h["rrf_score"] = rank_score[cid]
-            h.setdefault("score", 0.0)
-            out.append(h)
-        return out
+            depth = k * 4 if hybrid else k
+            if doc_id:
+                # One document's rows (a few hundred): an exact scan of them, held per table version.
+                hits = self._reads.scan(table, where or "", VECTOR, np.asarray(vector, dtype=np.float32), depth)
+            else:
+                q = (
+                    table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
+                    .metric("cosine")
+                    .limit(depth)
+                )
+                q = q.where(among, prefilter=True) if among else q
+                hits = q.nprobes(self.policy.nprobes).refine_factor(self.policy.refine_factor).to_list()
+                for h in hits:
+                    h["score"] = 1.0 - float(h.pop("_distance"))
+            if not (hybrid and query_text):
+                return hits[:k]
+            self.ensure_fts(variant)
+            fq = table.search(query_text, query_type="fts", fts_columns="embedded_text").limit(depth)
+            if where or among:
+                fq = fq.where(where or among, prefilter=True)
+            return fuse_rankings((hits, fq.to_list()), k=k, rrf_k=rrf_k)
 
     def record(self, variant: str) -> IndexRecord | None:
         """What built the table (model, dimension, provider, row strategy); None when there is
@@ -492,9 +555,16 @@ class ChunkIndex:
             return False
         with self.writing(variant):
             self._db.drop_table(name)
-            self._open.pop(name, None)
-            self._reads.forget(name)  # a table made again under the name starts at version 1 again
+            self.forget(name)
         return True
+
+    def forget(self, name: str) -> None:
+        """The table ``name`` is gone (dropped, or set aside): forget what was read and noted of it;
+        a table made again under the name starts at version 1."""
+        self._open.pop(name, None)
+        self._reads.forget(name)
+        self._written.forget(name)
+        self._scanned.pop(name, None)
 
     def ensure_fts(self, variant: str) -> bool:
         """Create the full-text index on ``embedded_text`` if it is missing; True if created."""
