@@ -135,7 +135,21 @@ def _describe_model(exp: Experiment) -> str:
     return f"{model} @ {chat.get('base_url') or 'OpenAI'}"
 
 
+def _rebuild_variants(args: argparse.Namespace) -> list[str]:
+    """The variants of ``--rebuild-index`` (t, cc, swb or their table names), each once."""
+    from ctxwin_dagster.core.defaults import normalize_variant
+
+    given = getattr(args, "rebuild_index", None) or []
+    if given and args.doc:
+        raise SystemExit("ctxwin: --rebuild-index builds the index of every document again; leave out --doc")
+    try:
+        return list(dict.fromkeys(normalize_variant(v) for v in given))
+    except ValueError as exc:
+        raise SystemExit(f"ctxwin: --rebuild-index: {exc}") from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    rebuild = _rebuild_variants(args)
     exp, home = _experiment_for_run(args)
     print(f"contextualizer: {_describe_model(exp)}")
     if args.documents and args.qa:
@@ -149,6 +163,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         workers=args.workers,
         force=args.force,
         workspace=args.workspace,
+        rebuild_index=rebuild,
     )
 
 
@@ -163,11 +178,16 @@ def run_pipeline(
     workers: int | None = None,
     force: bool = False,
     workspace: str | None = None,
+    rebuild_index: list[str] | None = None,
 ) -> int:
     """Bind ``experiment`` to the Dagster home ``home`` (the code location loads it from there),
     add a partition for every new document, then launch a run of ``job_name`` for every
     document whose assets or index rows are stale (all with ``force``) and the comparison, on
-    the Dagster instance; follow them and print a summary. One command per home at a time."""
+    the Dagster instance; follow them and print a summary. One command per home at a time.
+
+    ``rebuild_index`` (variants) first moves those tables into the home's ``ctxwin_trash/``, so
+    every document's index of them is built again. A damaged table of the job stops the command
+    before any run, naming the table and that fix."""
     from dagster import DagsterInstance
 
     from ctxwin_dagster.core.experiment import ExperimentConflict
@@ -218,6 +238,8 @@ def run_pipeline(
             workers=workers or os.cpu_count() or 1,
             workspace=Path(workspace).resolve() if workspace else None,
         )
+        if rebuild_index:
+            planner.rebuild_indexes(job_name, rebuild_index)
         return planner.run(job_name, keys, force=force)
 
 
@@ -327,6 +349,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--log-level", default="WARNING", help="Dagster console log level (default WARNING)")
     run.add_argument(
         "--job", default="all_assets_job", choices=["all_assets_job", "t_rag_job", "cc_rag_job", "swb_rag_job"]
+    )
+    run.add_argument(
+        "--rebuild-index",
+        action="append",
+        metavar="VARIANT",
+        help="move the VARIANT table (t, cc or swb; e.g. a damaged one) into the home's ctxwin_trash/ and build that "
+        "index of every document again (repeatable)",
     )
     run.add_argument("--model", help="contextualizer/summarizer chat model (default: none, the extractive engine)")
     run.add_argument(

@@ -276,16 +276,39 @@ class StalenessChecker:
         return out
 
 
+def index_variants(job_keys: Iterable[dg.AssetKey]) -> dict[dg.AssetKey, str]:
+    """The index assets among ``job_keys`` and their variants."""
+    from ctxwin_dagster.core.defaults import VARIANTS
+
+    keys = set(job_keys)
+    return {k: v for v in VARIANTS if (k := dg.AssetKey(f"{v}_index")) in keys}
+
+
+def verify_indexes(index: ChunkIndex | None, job_keys: Iterable[dg.AssetKey]) -> None:
+    """Check the table of every index asset among ``job_keys`` (its version against the
+    project's last write, and a full scan: :meth:`~ctxwin_dagster.backends.index.vectorstore.ChunkIndex.verify`).
+
+    A damaged table stops the caller instead of marking documents stale: a document's run cannot
+    repair it (a merge into a table that lost its newest versions would hide the loss, and one
+    into a garbled file fails), and rebuilding it means setting the table aside, which only the
+    user asks for (``ctxwin run --rebuild-index VARIANT``).
+
+    Raises:
+        DamagedIndexError: naming the table, what is wrong and the fix.
+    """
+    if index is not None:
+        for variant in index_variants(job_keys).values():
+            index.verify(variant)
+
+
 def missing_rows(
     instance: dg.DagsterInstance, index: ChunkIndex, job_keys: Iterable[dg.AssetKey], partition: str
 ) -> dict[dg.AssetKey, str]:
     """Staleness the event log cannot see: an index asset whose table holds another number of
     rows for the document than its latest ``chunks`` materialization made (rows deleted or lost
-    behind the project's back)."""
-    from ctxwin_dagster.core.defaults import VARIANTS
-
-    wanted = {dg.AssetKey(f"{v}_index"): v for v in VARIANTS}
-    wanted = {k: v for k, v in wanted.items() if k in set(job_keys)}
+    behind the project's back). The counts come from each table's manifest, which stays right
+    while a data file is damaged: :func:`stale_documents` checks the tables first (:func:`verify_indexes`)."""
+    wanted = index_variants(job_keys)
     if not wanted:
         return {}
     expected = latest_metadata(instance, "chunks", partition).get("n_chunks")
@@ -310,8 +333,14 @@ def stale_documents(
     """The one staleness algorithm of ``ctxwin run`` and the hourly automation (:mod:`ctxwin_dagster.defs.automation`): per document, why the
     assets of ``job_keys`` need a run (an empty :class:`Staleness` when up to date) — the file's
     SHA-256, code and settings versions, the questions' hash, the event log's order, and the
-    index rows (:func:`missing_rows`); and whether each document has questions."""
+    index rows (:func:`missing_rows`); and whether each document has questions.
+
+    Raises:
+        DamagedIndexError: a table of the job's index assets is damaged (:func:`verify_indexes`):
+            no document is called up to date on a damaged index.
+    """
     job_keys = set(job_keys)
+    verify_indexes(index, job_keys)
     doc_ids = list(doc_ids)
     folder = settings.document_folder()  # scanned once, not once per document
     uses_qa = any(k.to_user_string() == "qa_sets" for k in job_keys)

@@ -1,9 +1,11 @@
 """Which document partitions need a run, launching those runs on the instance, and following
 them on the console (documents done of total, the stage each running document is at, an ETA,
-one line per failed document, a summary)."""
+one line per failed document, a summary); and setting a damaged index aside to build it again
+(``ctxwin run --rebuild-index VARIANT``)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 import time
@@ -20,6 +22,9 @@ if TYPE_CHECKING:
     import dagster as dg
 
     from ctxwin_dagster.defs.resources import ProjectSettings
+
+#: The home's folder of what was set aside rather than deleted (``ctxwin prune`` uses it too).
+TRASH = "ctxwin_trash"
 
 #: Materialization metadata summed per asset for the summary.
 SUMMARY_FIELDS = (
@@ -157,6 +162,7 @@ class RunPlanner:
         workers: int,
         workspace: Path | None = None,
     ) -> None:
+        from ctxwin_dagster.backends.index.health import run_command_for
         from ctxwin_dagster.defs.staleness import StalenessChecker
 
         if workers < 1:
@@ -169,6 +175,7 @@ class RunPlanner:
         self.workers = workers
         self.workspace = workspace
         self.index = (defs.resources or {})["lancedb"].index()
+        self.index.run_command = run_command_for(home)  # what the fix of a damaged table names
         self.command = command_id()
         self.checker = StalenessChecker(instance, defs.resolve_asset_graph())
         self.totals: dict[str, dict[str, float]] = {}
@@ -178,13 +185,18 @@ class RunPlanner:
 
     # ------------------------------------------------------------------ planning
     def plan(self, job_name: str, keys: list[str], *, force: bool) -> tuple[list[Planned], list[str]]:
-        """(runs to launch, partitions up to date)."""
+        """(runs to launch, partitions up to date). A damaged index stops the command here,
+        naming the table and the fix, before anything runs."""
+        from ctxwin_dagster.backends.index.health import DamagedIndexError
         from ctxwin_dagster.defs.staleness import REASON_TAG, stale_documents
 
         job_keys = set(self.defs.resolve_job_def(job_name).asset_layer.executable_asset_keys)
-        staleness, self._has_questions = stale_documents(
-            self.instance, self.defs.resolve_asset_graph(), self.settings, self.index, job_keys, keys
-        )
+        try:
+            staleness, self._has_questions = stale_documents(
+                self.instance, self.defs.resolve_asset_graph(), self.settings, self.index, job_keys, keys
+            )
+        except DamagedIndexError as exc:
+            raise SystemExit(f"ctxwin: {exc}; nothing was run") from None
         planned: list[Planned] = []
         fresh: list[str] = []
         for key in keys:
@@ -220,6 +232,37 @@ class RunPlanner:
         if not reason:
             return None
         return Planned(None, None, reason, {REASON_TAG: reason[:200], COMMAND_TAG: self.command})
+
+    def rebuild_indexes(self, job_name: str, variants: list[str]) -> Path:
+        """Move each variant's table (damaged or not) into ``<home>/ctxwin_trash/<time>/lancedb/``
+        and note what was moved and why in ``set_aside.json`` there; the plan that follows finds
+        every document's rows of those variants missing and runs their index again. Returns the folder."""
+        from ctxwin_dagster.backends.index.rows import set_aside
+
+        job_keys = {k.to_user_string() for k in self.defs.resolve_job_def(job_name).asset_layer.executable_asset_keys}
+        outside = [v for v in variants if f"{v}_index" not in job_keys]
+        if outside:
+            raise SystemExit(
+                f"ctxwin: --rebuild-index {' '.join(outside)}: {job_name} does not build that index; "
+                "use the job that does (all_assets_job, or the variant's own job)"
+            )
+        trash = self.home / TRASH / time.strftime("%Y%m%d-%H%M%S")
+        moved = {}
+        for variant in variants:
+            try:
+                where = set_aside(self.index, variant, trash / "lancedb")
+            except Exception as exc:  # noqa: BLE001 - e.g. an object store, where a table cannot be moved
+                raise SystemExit(f"ctxwin: --rebuild-index {variant}: {exc}; nothing was run") from None
+            moved[variant] = [self.index.table_path(variant), str(where) if where else None]
+            self.print(
+                f"--rebuild-index {variant}: "
+                + (f"the table was moved to {where}" if where else "there was no table")
+                + f"; the {variant} index of every document is built again"
+            )
+        note = {"action": "rebuild-index", "variants": variants, "tables": moved, "lancedb": self.index.uri}
+        if any(where for _, where in moved.values()):
+            (trash / "set_aside.json").write_text(json.dumps(note, indent=2), encoding="utf-8")
+        return trash
 
     # ------------------------------------------------------------------ running
     def run(self, job_name: str, keys: list[str], *, force: bool = False) -> int:

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["REPOSITORY", "ctxwin_env", "make_project", "run_ctxwin"]
+__all__ = ["REPOSITORY", "ctxwin_env", "index_rows_per_document", "make_project", "run_ctxwin"]
 
 #: The repository this package is checked out in (its workspace.yaml and data/).
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -60,3 +60,17 @@ def run_ctxwin(
         text=True,
         timeout=timeout,
     )
+
+
+def index_rows_per_document(uri: Path) -> dict[str, dict[str, int]]:
+    """``{variant: {doc_id: rows}}`` of the LanceDB index at ``uri``, read with LanceDB itself."""
+    import lancedb
+
+    from ctxwin_dagster.core.defaults import VARIANTS
+
+    db = lancedb.connect(str(uri))
+    out: dict[str, dict[str, int]] = {}
+    for variant in VARIANTS:
+        column = db.open_table(f"{variant}_chunks").to_arrow().column("doc_id").to_pylist()
+        out[variant] = {d: column.count(d) for d in sorted(set(column))}
+    return out

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ctxwin_dagster.core.defaults import VARIANTS
+from ctxwin_dagster.testing.projects import index_rows_per_document as rows_per_document
 from ctxwin_dagster.testing.projects import make_project, run_ctxwin
 
 pytestmark = pytest.mark.slow
@@ -28,18 +29,6 @@ TEXT = (ROOT / "data" / "documents" / "squad_Normans.txt").read_text(encoding="u
 def ok(result: subprocess.CompletedProcess) -> str:
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     return result.stdout
-
-
-def rows_per_document(uri: Path) -> dict[str, dict[str, int]]:
-    """{variant: {doc_id: rows}} of the experiment's index."""
-    import lancedb
-
-    db = lancedb.connect(str(uri))
-    out: dict[str, dict[str, int]] = {}
-    for variant in VARIANTS:
-        column = db.open_table(f"{variant}_chunks").to_arrow().column("doc_id").to_pylist()
-        out[variant] = {d: column.count(d) for d in sorted(set(column))}
-    return out
 
 
 @pytest.fixture(scope="module")
