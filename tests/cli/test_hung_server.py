@@ -49,7 +49,7 @@ def test_ctxwin_ask_fails_within_the_deadline_saying_no_reply_came(workspace, tm
         }
         (home / "ctxwin_experiment.json").write_text(json.dumps(experiment), encoding="utf-8")
         try:
-            for where in (("--no-server",),):  # answered in this process
+            for where in ((), ("--no-server",)):  # the experiment's ask server, and this process
                 out = _ctxwin("ask", *question, *options, *where, cwd=tmp_path, env=env)
                 assert out.returncode != 0, out.stdout
                 said = out.stderr
