@@ -83,6 +83,7 @@ class AskerSpec:
     embeddings: str  # the experiment's embeddings section, as sorted JSON (hashable)
     doc_ids_file: str | None
     chat_waits: str = "{}"  # the answerer's timeout_s, connect_timeout_s and deadline_s, as sorted JSON
+    home: str | None = None  # the experiment's Dagster home: a damaged index's fix names its `ctxwin run`
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> AskerSpec:
@@ -116,17 +117,20 @@ class AskerSpec:
             embeddings=json.dumps(dict(exp.sections.get("embeddings") or {}), sort_keys=True, default=str),
             doc_ids_file=absolute(home / DOC_IDS_FILE) if home.is_dir() else None,
             chat_waits=json.dumps({k: answerer[k] for k in CHAT_WAITS if k in answerer}, sort_keys=True),
+            home=absolute(home) if home.is_dir() else None,
         )
 
     def open(self) -> Asker:
-        """The asker (its index opened, its models loaded on first use).
+        """The asker (its index opened, its models loaded on first use). A damaged table of the
+        index fails its questions with the fix as the experiment's ``ctxwin run`` spells it.
 
         Raises:
             AskError: there is no index, or the embeddings settings are not valid.
         """
         from ctxwin_dagster.ask.service import Asker
+        from ctxwin_dagster.backends.index.health import run_command_for
 
-        return Asker.open(
+        asker = Asker.open(
             lancedb=self.lancedb,
             documents=self.documents,
             model=self.model,
@@ -137,6 +141,9 @@ class AskerSpec:
             doc_ids_file=Path(self.doc_ids_file) if self.doc_ids_file else None,
             chat_waits=json.loads(self.chat_waits),
         )
+        if self.home and asker.index is not None:  # a damaged table's fix: this experiment's `ctxwin run`
+            asker.index.run_command = run_command_for(self.home)
+        return asker
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
