@@ -187,6 +187,8 @@ class FakeOpenAIServer:
         structured: what it does with ``response_format`` (see :data:`STRUCTURED`).
         silent: take connections and requests and never answer (chat requests are still
             recorded and counted).
+        echo_key: every error reply quotes the request's ``Authorization`` header and the bare
+            key after it, as a debugging proxy or a careless server does (tests of redaction).
 
     Attributes:
         base_url: ``"http://127.0.0.1:PORT/v1"``, set by :meth:`start`.
@@ -218,11 +220,13 @@ class FakeOpenAIServer:
         cached_tokens: int = 0,
         structured: str = "schema",
         silent: bool = False,
+        echo_key: bool = False,
     ) -> None:
         if structured not in STRUCTURED:
             raise ValueError(f"structured must be one of {STRUCTURED}; got {structured!r}")
         self.structured = structured
         self.silent = silent
+        self.echo_key = echo_key
         if latency_s < 0:
             raise ValueError(f"latency_s must be >= 0; got {latency_s}")
         if embed_dim < 1:
@@ -551,6 +555,9 @@ class FakeOpenAIServer:
         code: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
+        sent = h.headers.get("Authorization") or ""
+        if self.echo_key and sent:
+            message += f" The request had Authorization: {sent} (key {sent.split()[-1]})."
         payload = {"error": {"message": message, "type": type_, "param": None, "code": code}}
         self._send_json(h, status, payload, headers=headers)
 

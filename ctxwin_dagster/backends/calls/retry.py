@@ -155,7 +155,7 @@ def failure_reason(exc: BaseException) -> str:
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc
         return f"cannot reach the server ({type(cause).__name__}: {cause})"
-    return f"{type(exc).__name__}: {exc}"
+    return redact_key(f"{type(exc).__name__}: {exc}")
 
 
 def attempts_text(attempts: int, deadline_s: float | None = None) -> str:

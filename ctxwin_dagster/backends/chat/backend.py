@@ -60,6 +60,7 @@ from ctxwin_dagster.backends.base import CallRecord, ChatRequest, ChatResult, Le
 from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
 from ctxwin_dagster.backends.calls.endpoint import OPENAI_BASE_URL, normalize_base_url, resolve_api_key
 from ctxwin_dagster.backends.calls.retry import RetryPolicy, http_timeout
+from ctxwin_dagster.backends.calls.secrets import http_client
 from ctxwin_dagster.backends.chat.errors import ChatBackendError, chat_error
 from ctxwin_dagster.backends.chat.messages import Prepared, check_fit, parse_completion, prepare, request_body
 from ctxwin_dagster.backends.chat.structured import ReplyFormats
@@ -202,6 +203,7 @@ class OpenAIChatBackend:
             base_url=self.base_url,
             max_retries=0,  # retries are self.retry's
             timeout=timeout,
+            http_client=http_client(),  # error bodies come back with the key masked
         )
         #: What structured output the endpoint accepts (found out on the first request with a schema).
         self.reply_formats = ReplyFormats(self.cache if not isinstance(self.cache, NullCache) else None)
@@ -222,7 +224,7 @@ class OpenAIChatBackend:
         if self._client.is_closed() or self._pid != os.getpid():
             with self._lock:
                 if self._client.is_closed() or self._pid != os.getpid():
-                    self._client = self._client.copy(http_client=openai.DefaultHttpxClient())
+                    self._client = self._client.copy(http_client=http_client())
                     self._workers = None  # a forked process has none of its parent's threads
                     self._pid = os.getpid()
         return self._client

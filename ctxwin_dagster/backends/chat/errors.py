@@ -91,15 +91,16 @@ def _rebuild_error(
 
 
 def server_message(exc: openai.APIStatusError) -> str:
-    """The server's own explanation in an error response."""
+    """The server's own explanation in an error response, with any key it quotes masked."""
     body = exc.body
+    message = str(exc.message or "")
     if isinstance(body, Mapping):
         inner = body.get("error", body)
         if isinstance(inner, Mapping) and inner.get("message"):
-            return str(inner["message"])
-        if body.get("message"):
-            return str(body["message"])
-    return str(exc.message or "")
+            message = str(inner["message"])
+        elif body.get("message"):
+            message = str(body["message"])
+    return redact_key(message)
 
 
 def chat_error(
@@ -174,7 +175,7 @@ def chat_error(
                 exc.status_code,
             )
         return err(
-            f"{base_url} sent malformed responses for model {model!r} ({tries}; {exc}). "
+            f"{base_url} sent malformed responses for model {model!r} ({tries}; {redact_key(str(exc))}). "
             "Check that base_url points at an OpenAI-compatible API root (usually ending in /v1)",
             "malformed",
         )

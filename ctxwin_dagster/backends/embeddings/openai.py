@@ -19,6 +19,7 @@ import numpy as np
 from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
 from ctxwin_dagster.backends.calls.endpoint import redact_key, resolve_api_key
 from ctxwin_dagster.backends.calls.retry import RetryPolicy, failure_reason, http_timeout
+from ctxwin_dagster.backends.calls.secrets import http_client
 from ctxwin_dagster.backends.embeddings.cached import CachedEmbedder, ProgressFn
 from ctxwin_dagster.core.budget.embedding_window import EmbeddingLimits, EmbeddingTokenizer, get_embedding_limits
 
@@ -152,7 +153,9 @@ class OpenAIEmbedder(CachedEmbedder):
 
                 key = resolve_api_key(self._api_key, self.base_url, what=f"the embedding model {self.model!r}")
                 # Retries are self.retry's: the SDK's are off so that they are not doubled.
-                self._client = OpenAI(base_url=self.base_url, api_key=key, max_retries=0, timeout=self._timeout)
+                self._client = OpenAI(
+                    base_url=self.base_url, api_key=key, max_retries=0, timeout=self._timeout, http_client=http_client()
+                )
             return self._client
 
     def _request(self, texts: list[str]) -> np.ndarray:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from ctxwin_dagster.backends.calls.endpoint import normalize_base_url, redact_key, resolve_api_key
 from ctxwin_dagster.backends.calls.retry import failure_reason, http_timeout
+from ctxwin_dagster.backends.calls.secrets import http_client
 
 __all__ = ["EndpointError", "check_endpoint"]
 
@@ -65,7 +66,13 @@ def check_endpoint(
         key = resolve_api_key(api_key, url, what=f"the {role} model {model!r}")
     except ValueError as exc:
         raise EndpointError(f"{role}: {exc}") from None
-    client = openai.OpenAI(base_url=url, api_key=key, max_retries=0, timeout=http_timeout(timeout_s, connect_timeout_s))
+    client = openai.OpenAI(
+        base_url=url,
+        api_key=key,
+        max_retries=0,
+        timeout=http_timeout(timeout_s, connect_timeout_s),
+        http_client=http_client(),  # error bodies come back with the key masked
+    )
     try:
         listed = [m.id for m in client.models.list()]
     except openai.AuthenticationError:
