@@ -16,6 +16,7 @@ import dagster as dg
 
 from ctxwin_dagster.core.experiment import DOC_IDS_FILE, Experiment, home_experiment
 from ctxwin_dagster.defs.automation import stale_documents_sensor, with_stale_reruns
+from ctxwin_dagster.defs.batches import DocumentsIOManager, documents_backfill_policy
 from ctxwin_dagster.defs.command_runs import command_runs_sensor, requests_spec
 from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts, global_summaries, swb_rag_contexts
 from ctxwin_dagster.defs.evaluation.assets import (
@@ -83,7 +84,15 @@ def default_resources(experiment: Experiment | None = None, home: str | Path | N
         "embeddings": EmbeddingsResource(**config["embeddings"]),
         "lancedb": LanceDBResource(**config["lancedb"]),
         "question_writer": QuestionWriterResource(**config["question_writer"]),
+        # Dagster's pickled files in the home's storage folder, also for runs of many documents.
+        "io_manager": DocumentsIOManager(),
     }
+
+
+def in_batches(assets: list[dg.AssetsDefinition]) -> list[dg.AssetsDefinition]:
+    """``assets`` with the per-document ones backfilled (from the UI, by the automation) up to
+    ``MAX_DOCUMENTS_PER_RUN`` documents a run (:mod:`ctxwin_dagster.defs.batches`)."""
+    return [a.with_attributes(backfill_policy=documents_backfill_policy) if a.partitions_def else a for a in assets]
 
 
 def build_definitions(
@@ -99,7 +108,7 @@ def build_definitions(
     return dg.Definitions(
         assets=with_stale_reruns(
             with_settings_versions(
-                [*INDEXING_ASSETS, *EVALUATION_ASSETS, *REQUEST_ASSETS],
+                in_batches([*INDEXING_ASSETS, *EVALUATION_ASSETS, *REQUEST_ASSETS]),
                 resources,
             ),
             resources,

@@ -161,6 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         doc_filter=args.doc,
         workers=args.workers,
+        batch_size=args.batch_size,
         force=args.force,
         workspace=args.workspace,
         rebuild_index=rebuild,
@@ -176,6 +177,7 @@ def run_pipeline(
     doc_filter: list[str] | None = None,
     print_listing: bool = True,
     workers: int | None = None,
+    batch_size: int | None = None,
     force: bool = False,
     workspace: str | None = None,
     rebuild_index: list[str] | None = None,
@@ -237,6 +239,7 @@ def run_pipeline(
             run_config=run_config,
             workers=workers or os.cpu_count() or 1,
             workspace=Path(workspace).resolve() if workspace else None,
+            batch_size=batch_size,
         )
         if rebuild_index:
             planner.rebuild_indexes(job_name, rebuild_index)
@@ -267,6 +270,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         print_listing=False,
         workers=args.workers,
+        batch_size=args.batch_size,
         force=args.force,
         workspace=args.workspace,
     )
@@ -321,7 +325,14 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=int,
         default=None,
-        help="documents run at once (runs in the instance's queue; default: the machine's cores)",
+        help="runs in flight at once (in the instance's queue; default: the machine's cores)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="documents per run: each run is a process that starts Dagster and the models once for its documents "
+        "(default: about two runs per worker, at most 20; 1: a run per document)",
     )
     parser.add_argument("--force", action="store_true", help="run every document again, even when nothing changed")
     parser.add_argument(

@@ -1,10 +1,11 @@
 """Jobs: everything, and one per variant (each with the ingest assets it needs).
 
-Every job runs its steps in one process (``in_process_executor``): a run covers one document,
-its steps take from milliseconds to a few seconds, and a process per step (the multiprocess
-executor) costs a Python start, an import of the project and a load of the embedding model each
-time — measured on the sample, one document: see ``benchmarks/bench_runs.py``. Documents run in
-parallel as separate runs (``ctxwin run --workers N``, the instance's run queue). A deployment
+Every job runs its steps in one process (``in_process_executor``): a run covers one document or a
+batch of them (:mod:`ctxwin_dagster.defs.batches`), its steps take from milliseconds to seconds,
+and a process per step (the multiprocess executor) costs a Python start, an import of the project
+and a load of the embedding model each time — measured on the sample, one document: see
+``benchmarks/bench_runs.py``. Runs go in parallel (``ctxwin run --workers N``, the instance's run
+queue). A deployment
 that wants steps spread over machines passes another executor to
 :func:`ctxwin_dagster.definitions.build_definitions` (``deploy/celery``).
 """

@@ -8,8 +8,8 @@ An asset partition is up to date when its latest materialization was made
 * after the latest materialization of each of its inputs in the same partition (the event
   log's order; the provenance tags Dagster records name the latest materialization of an
   input asset across all partitions, so they cannot tell partitions apart), and for
-  ``raw_documents`` from the file as it is now (its data version is the file's SHA-256, so a
-  changed file changes everything downstream of it),
+  ``raw_documents`` from the file as it is now (its ``sha256`` metadata is the file's SHA-256,
+  so a changed file changes everything downstream of it),
 * with the same settings: the code location folds a hash of the settings an asset's resources
   hold that change results (models, chunking, retrieval; not keys, caches or timeouts) into the
   asset's code version (:func:`with_settings_versions`: ``2+settings.1a2b3c4d``), so Dagster
@@ -140,6 +140,14 @@ def qa_versions(
     return {k: qa_version(by_doc.get(k, [])) for k in doc_ids}, {k: bool(by_doc.get(k)) for k in doc_ids}
 
 
+def _file_hash(materialization: Any, tags: Mapping[str, str]) -> str | None:
+    """The file hash a ``raw_documents`` materialization recorded: its ``sha256`` metadata (a run
+    of several documents records it per document; the data version is one per step), else the
+    data version (runs made before the metadata held it)."""
+    recorded = getattr((materialization.metadata or {}).get("sha256"), "value", None)
+    return recorded if isinstance(recorded, str) else tags.get(_DATA_VERSION)
+
+
 def file_sha256(path: Path) -> str:
     """SHA-256 of a file's bytes (``raw_documents``' data version)."""
     digest = hashlib.sha256()
@@ -240,7 +248,7 @@ class StalenessChecker:
         if (
             key.to_user_string() == "raw_documents"
             and document_sha256 is not None
-            and tags.get(_DATA_VERSION) != document_sha256
+            and _file_hash(rec.asset_materialization, tags) != document_sha256
         ):
             return "document changed"
         for name, recorded_key in EXTRA_INPUTS.get(key.to_user_string(), {}).items():

@@ -9,11 +9,11 @@ import json
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxwin_dagster.defs.command_runs import COMMAND_TAG, command_id
+from ctxwin_dagster.runner.batches import Planned, after_failure, auto_batch_size, make_batches
 from ctxwin_dagster.runner.launch import TERMINAL, Launcher, stop_runs, workspace_file
 
 if TYPE_CHECKING:
@@ -50,25 +50,6 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Stopped()
 
 
-@dataclass
-class Planned:
-    """One run to launch: a partition (None: unpartitioned) and the assets it materializes."""
-
-    partition: str | None
-    selection: set[dg.AssetKey] | None  # None: the whole job
-    reason: str
-    tags: dict[str, str] = field(default_factory=dict)
-    request: str = ""  # the request id (the run's run_key)
-    run_id: str = ""  # once the sensor has launched it
-    submitted: float = 0.0
-    finished: float = 0.0
-    status: str = ""
-    stage: str = ""
-    log_cursor: str | None = None  # where the run's log was read up to (its warnings are printed)
-    steps: int = 1
-    steps_done: int = 0
-
-
 def _root_message(error: Any) -> str:
     """The user's exception message under Dagster's wrappers, on one line."""
     while error is not None and getattr(error, "cause", None) is not None:
@@ -94,15 +75,31 @@ def failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
     return "run failed (no step failed; see the run in the Dagster UI)"
 
 
-def materialization_metadata(instance: dg.DagsterInstance, run_id: str) -> dict[str, dict[str, Any]]:
-    """asset key -> metadata of its materialization in ``run_id``."""
+def materialization_metadata(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, dict[str, Any]]]:
+    """(asset key, metadata) of each materialization in ``run_id`` (one per document of a batch)."""
     from dagster import DagsterEventType
 
-    out: dict[str, dict[str, Any]] = {}
+    out: list[tuple[str, dict[str, Any]]] = []
     for rec in instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION).records:
         mat = rec.event_log_entry.asset_materialization
         if mat is not None:
-            out[mat.asset_key.to_user_string()] = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+            out.append((mat.asset_key.to_user_string(), {k: getattr(v, "value", v) for k, v in mat.metadata.items()}))
+    return out
+
+
+def failed_documents(instance: dg.DagsterInstance, run_id: str) -> dict[str, str]:
+    """``{doc_id: message}`` of the documents a batch run's failed step named (empty: none named)."""
+    from dagster import DagsterEventType
+
+    from ctxwin_dagster.defs.batches import FAILED_DOCUMENTS
+
+    out: dict[str, str] = {}
+    for rec in instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_FAILURE).records:
+        event = rec.event_log_entry.dagster_event
+        data = getattr(event.event_specific_data, "user_failure_data", None) if event is not None else None
+        named = getattr((getattr(data, "metadata", None) or {}).get(FAILED_DOCUMENTS), "value", None)
+        if isinstance(named, dict):
+            out.update({str(k): str(v) for k, v in named.items()})
     return out
 
 
@@ -128,7 +125,9 @@ def run_warnings(instance: dg.DagsterInstance, run_id: str, cursor: str | None) 
     lines = [
         f"{e.step_key or 'run'}: {e.user_message}"
         for e in (r.event_log_entry for r in got.records)
-        if not e.is_dagster_event and level(e.level) >= logging.WARNING
+        if not e.is_dagster_event
+        and level(e.level) >= logging.WARNING
+        and not e.user_message.startswith("Dependencies for step")  # a step skipped after a failure: said once
     ]
     return lines, got.cursor or cursor
 
@@ -149,6 +148,8 @@ class RunPlanner:
         run_config: the run config every run gets (resources, loggers).
         workers: runs of this command in the queue at once.
         workspace: the workspace file (default: :func:`workspace_file`).
+        batch_size: documents per run (None: about two runs per worker, at most
+            :data:`~ctxwin_dagster.defs.batches.MAX_DOCUMENTS_PER_RUN`; 1: a run per document).
     """
 
     def __init__(
@@ -161,12 +162,16 @@ class RunPlanner:
         run_config: dict[str, Any],
         workers: int,
         workspace: Path | None = None,
+        batch_size: int | None = None,
     ) -> None:
         from ctxwin_dagster.backends.index.health import run_command_for
         from ctxwin_dagster.defs.staleness import StalenessChecker
 
         if workers < 1:
             raise SystemExit(f"ctxwin: --workers must be at least 1; got {workers}")
+        if batch_size is not None and batch_size < 1:
+            raise SystemExit(f"ctxwin: --batch-size must be at least 1; got {batch_size}")
+        self.batch_size = batch_size
         self.instance = instance
         self.defs = defs
         self.home = home
@@ -210,7 +215,18 @@ class RunPlanner:
                 closure = self.checker.downstream_closure(st.reasons, job_keys)
                 reason, selection = st.summary(), (None if closure == job_keys else closure)
             planned.append(Planned(key, selection, reason, {REASON_TAG: reason[:200], COMMAND_TAG: self.command}))
-        return planned, fresh
+        return make_batches(planned, self._order(), self._size(len(planned))), fresh
+
+    def _order(self) -> dict[str, int]:
+        """Each document's place in the partitions' order (a batch is a range of it)."""
+        from ctxwin_dagster.defs.partitions import DOCUMENTS_PARTITION
+
+        return {k: i for i, k in enumerate(self.instance.get_dynamic_partitions(DOCUMENTS_PARTITION))}
+
+    def _size(self, documents: int) -> int:
+        from ctxwin_dagster.defs.batches import MAX_DOCUMENTS_PER_RUN
+
+        return self.batch_size or auto_batch_size(documents, self.workers, MAX_DOCUMENTS_PER_RUN)
 
     def plan_comparison(self, ran_any: bool, force: bool) -> Planned | None:
         """The comparison's run, when its inputs or settings changed (or documents ran now)."""
@@ -268,11 +284,13 @@ class RunPlanner:
     def run(self, job_name: str, keys: list[str], *, force: bool = False) -> int:
         started = time.perf_counter()
         planned, fresh = self.plan(job_name, keys, force=force)
+        n_docs = sum(len(p.documents) for p in planned)
+        in_runs = f" in {len(planned)} run{'s' if len(planned) > 1 else ''}" if len(planned) != n_docs else ""
         self.print(
-            f"{len(planned)} of {len(keys)} documents to run ({len(fresh)} up to date, skipped){'; --force' if force else ''}"
+            f"{n_docs} of {len(keys)} documents to run{in_runs} ({len(fresh)} up to date, skipped)"
+            + ("; --force" if force else "")
         )
-        for p in planned:
-            self.print(f"  {p.partition}: {p.reason}")
+        self._print_reasons(planned)
         if planned:
             self.preflight()
         failed: list[str] = []
@@ -303,7 +321,7 @@ class RunPlanner:
                 signal.signal(signal.SIGTERM, previous)
             if launcher is not None:
                 launcher.__exit__(None, None, None)
-        ok = [p for p in planned if p.status == "SUCCESS"]
+        ok = [d for p in self.launched if p.status == "SUCCESS" and p.partition is not None for d in p.documents]
         from ctxwin_dagster.core.experiment import default_home, home_experiment
 
         name = home_experiment(self.home).name
@@ -325,6 +343,20 @@ class RunPlanner:
                 f"failed: {', '.join(failed)} (the messages are above; tracebacks in the runs' logs in the Dagster UI)"
             )
         return 1 if failed else 0
+
+    def _print_reasons(self, planned: list[Planned], most: int = 20) -> None:
+        """Why each document runs: one line per document, or per reason when there are many."""
+        docs = [(d, p.reason) for p in planned for d in p.documents]
+        if len(docs) <= most:
+            for doc, reason in docs:
+                self.print(f"  {doc}: {reason}")
+            return
+        by_reason: dict[str, list[str]] = {}
+        for doc, reason in docs:
+            by_reason.setdefault(reason, []).append(doc)
+        for reason, names in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            self.print(f"  {len(names)} documents ({shown}): {reason}")
 
     def _comparison(self, keys: list[str], ran_any: bool, force: bool) -> Planned | None:
         """The comparison's run, or None (up to date, or no questions to compare)."""
@@ -401,14 +433,18 @@ class RunPlanner:
     def _follow(
         self, launcher: Launcher, job_name: str, planned: list[Planned], total: int, *, label: str = ""
     ) -> list[str]:
-        """Keep ``workers`` runs in flight until every planned run ended; returns the failed."""
+        """Keep ``workers`` runs in flight until every planned run ended; returns the failed
+        documents (or ``label`` for the unpartitioned run). A batch that fails is followed by
+        its other documents again and each failed document alone (:func:`after_failure`)."""
         graph = self.defs.resolve_asset_graph()
         job_keys = set(self.defs.resolve_job_def(job_name).asset_layer.executable_asset_keys)
         for p in planned:
             p.steps = len(p.selection) if p.selection is not None else len(job_keys)
         pending = list(planned)
+        runs = list(planned)  # every run of this call, those that follow failed batches included
         active: list[Planned] = []
         failed: list[str] = []
+        n_docs = sum(len(p.documents) for p in planned) or len(planned)
         done = 0
         began = time.perf_counter()
         last_report = 0.0
@@ -421,7 +457,7 @@ class RunPlanner:
                     checks = [c for c in graph.asset_check_keys if c.asset_key in p.selection]
                 p.request = launcher.submit(
                     job_name,
-                    partition=p.partition,
+                    partition=p.partition_for_run,
                     run_config=self.run_config,
                     tags=p.tags,
                     asset_selection=p.selection,
@@ -445,40 +481,56 @@ class RunPlanner:
                         stage, p.steps_done = current_stage(self.instance, p.run_id)
                         warnings, p.log_cursor = run_warnings(self.instance, p.run_id, p.log_cursor)
                         for line in warnings:  # e.g. the retries of a model server that does not answer
-                            self.print(f"  {p.partition or label}: {line}")
+                            self.print(f"  {p.name or label}: {line}")
                     changed |= stage != p.stage
                     p.stage = stage
                     continue
                 active.remove(p)
                 p.status, p.finished, p.steps_done = status, time.perf_counter(), p.steps
-                done += 1
-                name = p.partition or label
+                if status != "SUCCESS" and len(p.documents) > 1 and status != "CANCELED":
+                    named = failed_documents(self.instance, p.run_id)
+                    following = after_failure(p, named, self._order(), self._size(len(p.documents)))
+                    pending[:0] = following
+                    runs += following
+                    why = "; ".join(f"{d}: {m}" for d, m in named.items()) or failure_message(self.instance, p.run_id)
+                    alone = [f.name for f in following if not named or f.documents[0] in named]
+                    again = [f.name for f in following if f.name not in alone]
+                    self.print(
+                        f"  {p.name}: a document failed ({why}); "
+                        + (f"run again without it: {', '.join(again)}; " if again else "")
+                        + f"each alone: {', '.join(alone)}"
+                    )
+                    continue
+                done += max(1, len(p.documents))
+                name = p.name or label
                 if status == "SUCCESS":
                     self._add_totals(p.run_id)
-                    self.print(f"[{done}/{len(planned)}] {name}: ok in {p.finished - p.submitted:.1f}s")
+                    self.print(f"[{done}/{n_docs}] {name}: ok in {p.finished - p.submitted:.1f}s")
                 else:
-                    failed.append(name)
-                    self.print(f"[{done}/{len(planned)}] {name}: FAILED: {failure_message(self.instance, p.run_id)}")
+                    failed.extend(p.documents or [name])
+                    self.print(f"[{done}/{n_docs}] {name}: FAILED: {failure_message(self.instance, p.run_id)}")
             now = time.perf_counter()
             if active and (changed and now - last_report > 2 or now - last_report > 15):
                 last_report = now
-                steps_done = sum(p.steps_done for p in planned)
-                steps_left = sum(p.steps for p in planned) - steps_done
+                steps_done = sum(p.steps_done for p in runs)
+                steps_left = sum(p.steps for p in runs) - steps_done
                 eta = (
                     f"ETA {_duration((now - began) * steps_left / steps_done)}"
                     if steps_done
                     else "ETA after the first step"
                 )
-                stages = ", ".join(f"{p.partition or label} {p.stage or 'queued'}" for p in active)
+                stages = ", ".join(f"{p.name or label} {p.stage or 'queued'}" for p in active[:4])
+                more = f" and {len(active) - 4} more" if len(active) > 4 else ""
                 self.print(
-                    f"  {done}/{len(planned)} done ({total - len(planned)} up to date), {_duration(now - began)} elapsed, {eta}; running: {stages}"
+                    f"  {done}/{n_docs} done ({total - n_docs} up to date), {_duration(now - began)} elapsed, {eta}; "
+                    f"running: {stages}{more}"
                 )
             if not launcher.daemon_running() and any(p.stage in ("requested", "queued") for p in active):
                 self.print(launcher.ensure_daemon())
         return failed
 
     def _add_totals(self, run_id: str) -> None:
-        for asset, meta in materialization_metadata(self.instance, run_id).items():
+        for asset, meta in materialization_metadata(self.instance, run_id):
             agg = self.totals.setdefault(asset, {})
             for name in SUMMARY_FIELDS:
                 value = meta.get(name)

@@ -8,6 +8,7 @@ from ctxwin_dagster.core.budget.limits import get_model_limits
 from ctxwin_dagster.core.text.documents import Document
 from ctxwin_dagster.core.text.splitting import Chunk
 from ctxwin_dagster.defs.accounting import call_metadata
+from ctxwin_dagster.defs.batches import per_document
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import (
     ChatModelResource,
@@ -82,6 +83,7 @@ def _context_specs(asset: str) -> list[dg.AssetCheckSpec]:
     code_version="1",
     description="Global summary (SWB-RAG): segments of ≤ 1,000,000 chars summarized, then one overview of ≤ 4,000 tokens.",
 )
+@per_document
 def global_summaries(
     context: dg.AssetExecutionContext,
     raw_documents: Document,
@@ -123,6 +125,7 @@ def global_summaries(
     description="CC-RAG: every chunk situated with the whole document (one call per chunk).",
     check_specs=_context_specs("cc_rag_contexts"),
 )
+@per_document
 def cc_rag_contexts(
     context: dg.AssetExecutionContext,
     raw_documents: Document,
@@ -148,6 +151,7 @@ def cc_rag_contexts(
     description="SWB-RAG: batches of 5 chunks situated with the global summary and +/-20,000 characters around the batch.",
     check_specs=_context_specs("swb_rag_contexts"),
 )
+@per_document
 def swb_rag_contexts(
     context: dg.AssetExecutionContext,
     raw_documents: Document,

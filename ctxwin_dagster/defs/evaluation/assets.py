@@ -12,6 +12,7 @@ from ctxwin_dagster.core.evaluation.qa.items import load_qa_folder
 from ctxwin_dagster.core.evaluation.qa.resolve import ResolvedQuestions, check_reference_spans, resolve_questions
 from ctxwin_dagster.core.text.documents import Document
 from ctxwin_dagster.core.text.splitting import Chunk
+from ctxwin_dagster.defs.batches import per_document
 from ctxwin_dagster.defs.materializations import latest_metadata
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import (
@@ -59,6 +60,7 @@ def read_jsonl_folder(folder: Path) -> list[dict]:
         )
     ],
 )
+@per_document
 def qa_sets(context: dg.AssetExecutionContext, settings: ProjectSettings, raw_documents: Document, chunks: list[Chunk]):
     qa_dir = Path(settings.qa_dir)
     items: list = []
@@ -115,6 +117,7 @@ def _answers_asset(variant: str):
             )
         ],
     )
+    @per_document
     def _asset(
         context: dg.AssetExecutionContext,
         settings: ProjectSettings,
@@ -246,6 +249,7 @@ def _scores_asset(variant: str):
             )
         ],
     )
+    @per_document
     def _asset(
         context: dg.AssetExecutionContext,
         evaluation: EvaluationSettings,

@@ -6,6 +6,7 @@ import dagster as dg
 
 from ctxwin_dagster.core.budget.embedding_window import plan_rows, window_report
 from ctxwin_dagster.core.text.splitting import Chunk
+from ctxwin_dagster.defs.batches import per_document
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import EmbeddingsResource, LanceDBResource
 
@@ -162,6 +163,7 @@ def _index_asset(variant: str, contexts_asset: str | None):
             ),
         ],
     )
+    @per_document
     def _asset(context: dg.AssetExecutionContext, embeddings: EmbeddingsResource, lancedb: LanceDBResource, **inputs):
         return write_index(context, variant, inputs["chunks"], inputs.get("contexts"), embeddings, lancedb)
 

@@ -6,6 +6,7 @@ import dagster as dg
 
 from ctxwin_dagster.core.text.documents import Document, read_document
 from ctxwin_dagster.core.text.splitting import Chunk, with_pages
+from ctxwin_dagster.defs.batches import per_document
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import ProjectSettings
 
@@ -17,6 +18,7 @@ from ctxwin_dagster.defs.resources import ProjectSettings
     code_version="1",
     description="The text of one document file, with its hash, title and character and token counts.",
 )
+@per_document
 def raw_documents(context: dg.AssetExecutionContext, settings: ProjectSettings):
     started = time.perf_counter()
     path = settings.document_file(context.partition_key)
@@ -56,6 +58,7 @@ def raw_documents(context: dg.AssetExecutionContext, settings: ProjectSettings):
         ),
     ],
 )
+@per_document
 def chunks(context: dg.AssetExecutionContext, settings: ProjectSettings, raw_documents: Document):
     started = time.perf_counter()
     result: list[Chunk] = settings.splitter().split(

@@ -19,6 +19,7 @@ import dagster as dg
 
 from ctxwin_dagster.core.text.documents import Document
 from ctxwin_dagster.defs.accounting import call_metadata
+from ctxwin_dagster.defs.batches import per_document
 from ctxwin_dagster.defs.partitions import documents_partitions
 from ctxwin_dagster.defs.resources import QuestionWriterResource
 
@@ -47,6 +48,7 @@ REFRESH_WHEN_THE_DOCUMENT_CHANGES = (
         )
     ],
 )
+@per_document
 def generated_questions(
     context: dg.AssetExecutionContext, question_writer: QuestionWriterResource, raw_documents: Document
 ):

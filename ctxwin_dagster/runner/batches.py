@@ -1,0 +1,128 @@
+"""What ``ctxwin run`` launches: :class:`Planned` runs, each carrying one document or a batch of
+documents (a range of the documents' partitions; see :mod:`ctxwin_dagster.defs.batches`).
+
+A batch is a run over a *range* of partition keys, so its documents must follow one another in
+the partitions' order (the order in which the documents were added), and they must need the same
+assets. :func:`make_batches` cuts the stale documents into such runs of at most ``size``; the
+cold run of a folder is one long range, and a document added later joins the others at the end.
+
+A batch that fails names the documents that failed (the step's failure metadata);
+:func:`after_failure` gives the runs that follow: the batch's other documents again (their work
+is in the caches) and each failed document in a run of its own, so that its failure is its own
+partition's.
+
+Example::
+
+    >>> order = {k: i for i, k in enumerate("abcdef")}
+    >>> runs = make_batches([Planned(k, None, "new") for k in "abcef"], order, size=2)
+    >>> [p.documents for p in runs]
+    [['a', 'b'], ['c'], ['e', 'f']]
+    >>> [p.documents for p in after_failure(Planned.batch([Planned(k, None, "new") for k in "abc"]), {"b"}, order, 20)]
+    [['a'], ['c'], ['b']]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+__all__ = ["RANGE_END_TAG", "RANGE_START_TAG", "Planned", "after_failure", "auto_batch_size", "make_batches"]
+
+#: Dagster's run tags of a run over a range of partitions.
+RANGE_START_TAG = "dagster/asset_partition_range_start"
+RANGE_END_TAG = "dagster/asset_partition_range_end"
+
+
+@dataclass
+class Planned:
+    """One run to launch: a document partition, a batch of them, or none (the comparison); the
+    assets it materializes and why."""
+
+    partition: str | None  # the (first) document; None: unpartitioned
+    selection: set[dg.AssetKey] | None  # None: the whole job
+    reason: str
+    tags: dict[str, str] = field(default_factory=dict)
+    documents: list[str] = field(default_factory=list)  # every document of the run (default: [partition])
+    request: str = ""  # the request id (the run's run_key)
+    run_id: str = ""  # once the sensor has launched it
+    submitted: float = 0.0
+    finished: float = 0.0
+    status: str = ""
+    stage: str = ""
+    log_cursor: str | None = None  # where the run's log was read up to (its warnings are printed)
+    steps: int = 1
+    steps_done: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.documents and self.partition is not None:
+            self.documents = [self.partition]
+
+    @property
+    def name(self) -> str:
+        """How the console names the run: its document, or the batch's first and last."""
+        if len(self.documents) > 1:
+            return f"{self.documents[0]} … {self.documents[-1]} ({len(self.documents)} documents)"
+        return self.partition or ""
+
+    @property
+    def partition_for_run(self) -> str | None:
+        """The run's single partition key (None for a batch: its range is in its tags)."""
+        return self.partition if len(self.documents) <= 1 else None
+
+    @classmethod
+    def batch(cls, runs: Sequence[Planned]) -> Planned:
+        """One run of the documents of ``runs`` (consecutive partitions, the same assets)."""
+        if len(runs) == 1:
+            return runs[0]
+        first = runs[0]
+        reasons = {p.reason for p in runs}
+        reason = first.reason if len(reasons) == 1 else f"{first.reason} (and {len(reasons) - 1} other reasons)"
+        tags = {**first.tags, RANGE_START_TAG: runs[0].documents[0], RANGE_END_TAG: runs[-1].documents[-1]}
+        if "ctxwin/reason" in tags:
+            tags["ctxwin/reason"] = reason[:200]
+        return cls(first.partition, first.selection, reason, tags, documents=[d for p in runs for d in p.documents])
+
+    def single(self, document: str) -> Planned:
+        """The run of one of this run's documents alone."""
+        tags = {k: v for k, v in self.tags.items() if k not in (RANGE_START_TAG, RANGE_END_TAG)}
+        return Planned(document, self.selection, self.reason, tags)
+
+
+def auto_batch_size(documents: int, workers: int, most: int) -> int:
+    """Documents per run when none is asked for: enough runs for every worker to take about two
+    (so a slow batch does not leave the others idle at the end), at most ``most``."""
+    return max(1, min(most, math.ceil(documents / max(1, 2 * workers))))
+
+
+def make_batches(planned: Iterable[Planned], order: Mapping[str, int], size: int) -> list[Planned]:
+    """``planned`` (one document each) cut into runs of up to ``size`` documents that follow one
+    another in the partitions' ``order`` and need the same assets."""
+    runs = sorted(planned, key=lambda p: order.get(p.partition or "", math.inf))
+    out: list[Planned] = []
+    current: list[Planned] = []
+    for p in runs:
+        if current and (
+            len(current) >= size
+            or p.selection != current[-1].selection
+            or p.partition not in order
+            or order[p.partition or ""] != order.get(current[-1].partition or "", -2) + 1
+        ):
+            out.append(Planned.batch(current))
+            current = []
+        current.append(p)
+    if current:
+        out.append(Planned.batch(current))
+    return out
+
+
+def after_failure(batch: Planned, failed: Iterable[str], order: Mapping[str, int], size: int) -> list[Planned]:
+    """The runs that follow a failed batch: its other documents again, in batches, then each
+    failed document alone (every document alone when the failure named none of them)."""
+    failed = set(failed) & set(batch.documents) or set(batch.documents)
+    others = [batch.single(d) for d in batch.documents if d not in failed]
+    return make_batches(others, order, size) + [batch.single(d) for d in batch.documents if d in failed]
