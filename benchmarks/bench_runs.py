@@ -70,7 +70,7 @@ def _ctxwin_bench_cpu():
     else:
         kind = "other: " + argv[:60]
     with open(os.environ["CTXWIN_BENCH_CPU_LOG"], "a") as f:
-        f.write(f"{kind}\t{usage.ru_utime + usage.ru_stime:.3f}\n")
+        f.write(f"{kind}\t{usage.ru_utime + usage.ru_stime:.3f}\t{usage.ru_maxrss}\n")  # maxrss in KiB
 
 atexit.register(_ctxwin_bench_cpu)
 """
@@ -90,9 +90,21 @@ def cpu_by_kind(folder: Path) -> dict[str, tuple[int, float]]:
     out: dict[str, tuple[int, float]] = {}
     log = folder / "cpu.tsv"
     for line in log.read_text(encoding="utf-8").splitlines() if log.exists() else []:
-        kind, seconds = line.rsplit("\t", 1)
+        kind, seconds = line.split("\t")[:2]
         n, total = out.get(kind, (0, 0.0))
         out[kind] = (n + 1, total + float(seconds))
+    return out
+
+
+def peak_rss_mib(folder: Path) -> dict[str, float]:
+    """``kind -> the largest peak resident memory (MiB) of any one process of that kind``, from
+    the log :func:`cpu_env` set up."""
+    out: dict[str, float] = {}
+    log = folder / "cpu.tsv"
+    for line in log.read_text(encoding="utf-8").splitlines() if log.exists() else []:
+        parts = line.split("\t")
+        if len(parts) == 3:
+            out[parts[0]] = max(out.get(parts[0], 0.0), int(parts[2]) / 1024)
     return out
 
 

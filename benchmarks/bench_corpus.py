@@ -1,0 +1,231 @@
+"""A corpus, not a folder: what ``ctxwin run`` costs per document as the corpus grows.
+
+``curve``
+    For each size N (default 10 and 100): N documents of about 10,000 characters, pieces of the
+    CUAD contracts and then of the FinanceBench filings in ``../shared/corpus`` (cut at paragraph
+    ends, each piece its own file), no questions; a cold ``ctxwin run --documents DIR --workers W``
+    in a fresh project folder. Reported per N: wall time; CPU seconds of every Python process by
+    kind (the command, the daemon, the code server, the run workers, the embedding server) and in
+    all; the largest peak resident memory of one process; the size of the Dagster home (the
+    event log) and of the LanceDB folder; and the runs launched. Then ``ctxwin run`` again with
+    nothing changed, and with one document added.
+``floor``
+    The same documents' work without Dagster's machinery: each per-document asset's body called
+    directly in this process (Dagster's direct invocation of an asset: no instance, no run, no
+    event log), document after document, with the same embedded defaults: reading, chunking, the
+    global summary, the CC and SWB contexts, the three indexes (embedding and LanceDB writes);
+    not the question sets, answers and scores, which have no questions to work on (in a run they
+    still import their libraries, a cost of the run's process). With ``curve``'s wall time it gives the
+    overhead per document: ``(wall - floor / W) / N``, where ``floor / W`` is the floor shared by
+    W workers (W = 2 on this project's machines).
+
+Run::
+
+    .venv/bin/python benchmarks/bench_corpus.py curve [--sizes 10 100 1000] [--workers 2] [--batch-size B]
+    .venv/bin/python benchmarks/bench_corpus.py floor [--sizes 10 100]
+
+Nothing is asserted; the figures go in the issue notes. Print the machine's load with them
+(``uptime``): on 2 cores a busy neighbour doubles every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_runs import ENV, ROOT, cpu_by_kind, cpu_env, peak_rss_mib  # noqa: E402
+
+CORPUS = ROOT.parent / "shared" / "corpus"
+PIECE_CHARS = 10_000
+
+
+def pieces(n: int, chars: int = PIECE_CHARS) -> dict[str, str]:
+    """``n`` documents of about ``chars`` characters: pieces of the CUAD contracts, then of the
+    FinanceBench filings, each cut at the last paragraph end of its stretch."""
+    sources = sorted((CORPUS / "cuad_dev" / "contracts").glob("*.txt"))
+    sources += sorted((CORPUS / "financebench_dev" / "documents").rglob("*.txt"))
+    out: dict[str, str] = {}
+    for path in sources:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        start = 0
+        while start < len(text) - chars // 2 and len(out) < n:
+            piece = text[start : start + chars]
+            cut = piece.rfind("\n\n")
+            piece = piece[: cut if cut > chars // 2 else len(piece)]
+            out[f"piece_{len(out):04d}"] = piece
+            start += len(piece)
+        if len(out) >= n:
+            return out
+    raise SystemExit(f"the corpus in {CORPUS} gives only {len(out)} pieces of {chars} characters; ask for fewer")
+
+
+def folder_mib(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20 if path.exists() else 0.0
+
+
+def ctxwin(args: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
+    started = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-m", "ctxwin_dagster.cli", *args], cwd=cwd, env=env, capture_output=True, text=True
+    )
+    took = time.perf_counter() - started
+    if out.returncode != 0:
+        print(out.stdout[-3000:], out.stderr[-3000:])
+        raise SystemExit(f"ctxwin {' '.join(args)} failed")
+    return took, out.stdout
+
+
+def project(base: Path, docs: dict[str, str]) -> tuple[Path, Path]:
+    root = base / "project"
+    (root / "data" / "qa").mkdir(parents=True)
+    shutil.copy(ROOT / "workspace.yaml", root / "workspace.yaml")
+    folder = base / "documents"
+    folder.mkdir()
+    for name, text in docs.items():
+        (folder / f"{name}.txt").write_text(text, encoding="utf-8")
+    return root, folder
+
+
+def bench_curve(base: Path, sizes: list[int], workers: int, batch_size: int | None) -> list[dict]:
+    rows = []
+    for n in sizes:
+        docs = pieces(n + 1)
+        extra = docs.pop(f"piece_{n:04d}")
+        root, folder = project(base / f"n{n}", docs)
+        env = {**ENV, **cpu_env(base / f"n{n}" / "cpu")}
+        env.pop("DAGSTER_HOME", None)
+        args = ["run", "--documents", str(folder), "--name", f"curve{n}", "--workers", str(workers)]
+        if batch_size:
+            args += ["--batch-size", str(batch_size)]
+        load = os.getloadavg()[0]
+        wall, out = ctxwin(args, root, env)
+        kinds = cpu_by_kind(base / f"n{n}" / "cpu")
+        rss = peak_rss_mib(base / f"n{n}" / "cpu")
+        home = root / "data" / "experiments" / f"curve{n}"
+        planned = next((line for line in out.splitlines() if "documents to run" in line), "")
+        again, out_again = ctxwin(args, root, env)
+        (folder / "added.txt").write_text(extra, encoding="utf-8")
+        added, out_added = ctxwin(args, root, env)
+        row = {
+            "documents": n,
+            "chars": sum(len(t) for t in docs.values()),
+            "load_before": round(load, 2),
+            "wall_s": round(wall, 1),
+            "wall_per_doc_s": round(wall / n, 2),
+            "cpu_s": round(sum(t for _, t in kinds.values()), 1),
+            "cpu_by_kind": {k: [c, round(t, 1)] for k, (c, t) in sorted(kinds.items())},
+            "peak_rss_mib": round(max(rss.values(), default=0.0), 0),
+            "peak_rss_by_kind_mib": {k: round(v) for k, v in sorted(rss.items())},
+            "home_mib": round(folder_mib(home / "dagster_home"), 1),
+            "lancedb_mib": round(folder_mib(home / "lancedb"), 1),
+            "planned": planned.strip(),
+            "unchanged_wall_s": round(again, 1),
+            "unchanged": next((x for x in out_again.splitlines() if "documents to run" in x), "").strip(),
+            "one_added_wall_s": round(added, 1),
+            "one_added": next((x for x in out_added.splitlines() if "documents to run" in x), "").strip(),
+        }
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
+def bench_floor(base: Path, sizes: list[int]) -> list[dict]:
+    """Every per-document asset body called directly, document after document, in this process."""
+    os.environ.update({k: v for k, v in ENV.items() if k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")})
+    import dagster as dg
+
+    from ctxwin_dagster.definitions import default_resources
+    from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts, global_summaries, swb_rag_contexts
+    from ctxwin_dagster.defs.indexes.assets import cc_rag_index, swb_rag_index, t_rag_index
+    from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
+    from ctxwin_dagster.defs.resources import EmbeddingsResource, LanceDBResource, ProjectSettings
+
+    rows = []
+    for n in sizes:
+        docs = pieces(n + 1)  # the last one warms up (the model load is not the documents' work)
+        _, folder = project(base / f"floor{n}", docs)
+        r = default_resources()
+        r["settings"] = ProjectSettings(documents_dir=str(folder), qa_dir=str(base / f"floor{n}" / "project/data/qa"))
+        r["embeddings"] = EmbeddingsResource(cache_dir=str(base / f"floor{n}" / "cache"))
+        r["lancedb"] = LanceDBResource(uri=str(base / f"floor{n}" / "lancedb"))
+        stages: dict[str, float] = {}
+
+        def timed(name, fn, ctx, **kw):
+            started = time.perf_counter()
+            result = fn(ctx, **kw)
+            value = getattr(result, "value", result)
+            stages[name] = stages.get(name, 0.0) + time.perf_counter() - started
+            return value
+
+        instance = dg.DagsterInstance.ephemeral()  # in memory: only the partition keys are kept
+        instance.add_dynamic_partitions("documents", list(docs))
+        order = [list(docs)[-1], *list(docs)[:-1]]
+        cpu0 = wall0 = 0.0
+        for i, key in enumerate(order):
+            if i == 1:
+                stages.clear()
+                cpu0, wall0 = time.process_time(), time.perf_counter()
+
+            def ctx(key=key):
+                return dg.build_asset_context(partition_key=key, instance=instance)
+
+            doc = timed("raw_documents", raw_documents, ctx(), settings=r["settings"])
+            ch = timed("chunks", chunks, ctx(), settings=r["settings"], raw_documents=doc)
+            common = {"contextualizer": r["contextualizer"], "embeddings": r["embeddings"], "pipeline": r["pipeline"]}
+            summary = timed("global_summaries", global_summaries, ctx(), raw_documents=doc, **common)
+            cc = timed("cc_rag_contexts", cc_rag_contexts, ctx(), raw_documents=doc, chunks=ch, **common)
+            swb = timed(
+                "swb_rag_contexts",
+                swb_rag_contexts,
+                ctx(),
+                raw_documents=doc,
+                chunks=ch,
+                global_summaries=summary,
+                **common,
+            )
+            index = {"embeddings": r["embeddings"], "lancedb": r["lancedb"]}
+            timed("t_rag_index", t_rag_index, ctx(), chunks=ch, **index)
+            timed("cc_rag_index", cc_rag_index, ctx(), chunks=ch, contexts=cc, **index)
+            timed("swb_rag_index", swb_rag_index, ctx(), chunks=ch, contexts=swb, **index)
+        row = {
+            "documents": n,
+            "floor_wall_s": round(time.perf_counter() - wall0, 1),
+            "floor_cpu_s": round(time.process_time() - cpu0, 1),
+            "by_stage_s": {k: round(v, 1) for k, v in stages.items()},
+            "load_after": round(os.getloadavg()[0], 2),
+        }
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["curve", "floor"])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--keep", help="keep the projects in this folder (default: a temporary one, removed)")
+    args = parser.parse_args()
+    base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="ctxwin-corpus-"))
+    base.mkdir(parents=True, exist_ok=True)
+    try:
+        if args.what == "curve":
+            bench_curve(base, args.sizes, args.workers, args.batch_size)
+        else:
+            bench_floor(base, args.sizes)
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
