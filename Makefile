@@ -15,7 +15,13 @@ export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
 .PHONY: setup run run-llm test test-fast lint bench dev clean
 
+# Debian's PostgreSQL server (initdb, pg_ctl): the tests of an instance kept in PostgreSQL start one of their own.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
 $(STAMP): pyproject.toml constraints.txt
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || { \
+	  echo "installing Debian's postgresql (its server runs the tests of the PostgreSQL storage)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch is pinned in pyproject.toml to the CPU build that lies on this machine's disk.

@@ -162,6 +162,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         doc_filter=args.doc,
         workers=args.workers,
         batch_size=args.batch_size,
+        storage=args.storage,
         force=args.force,
         workspace=args.workspace,
         rebuild_index=rebuild,
@@ -178,6 +179,7 @@ def run_pipeline(
     print_listing: bool = True,
     workers: int | None = None,
     batch_size: int | None = None,
+    storage: str | None = None,
     force: bool = False,
     workspace: str | None = None,
     rebuild_index: list[str] | None = None,
@@ -199,7 +201,7 @@ def run_pipeline(
     from ctxwin_dagster.runner.launch import prepare_home
     from ctxwin_dagster.runner.runs import RunPlanner
 
-    home = prepare_home(str(home))
+    home = prepare_home(str(home), storage)
     with HomeLock(home, out=sys.stdout):
         try:
             experiment = bind_experiment(home, experiment)
@@ -271,6 +273,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print_listing=False,
         workers=args.workers,
         batch_size=args.batch_size,
+        storage=args.storage,
         force=args.force,
         workspace=args.workspace,
     )
@@ -333,6 +336,12 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="documents per run: each run is a process that starts Dagster and the models once for its documents "
         "(default: about two runs per worker, at most 20; 1: a run per document)",
+    )
+    parser.add_argument(
+        "--storage",
+        help="keep a new home's runs and event log in PostgreSQL instead of SQLite files: postgresql://user@host:5432/db, "
+        "or env:VAR for a URL with its password (postgresql+psycopg2://user:password@host:5432/db) kept in the "
+        "environment variable VAR",
     )
     parser.add_argument("--force", action="store_true", help="run every document again, even when nothing changed")
     parser.add_argument(

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from ctxwin_dagster.defs.command_runs import SENSOR_NAME
 
@@ -70,14 +71,76 @@ _OLD_DEFAULT_YAML = "telemetry:\n  enabled: false\n"
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
 
 
-def prepare_home(dagster_home: str | None) -> Path:
+def storage_yaml(storage: str) -> str:
+    """The ``storage:`` section of a home's ``dagster.yaml`` for ``--storage``: a PostgreSQL URL
+    without a password (``postgresql://user@host:port/db``, written with the driver that
+    dagster-postgres installs, ``postgresql+psycopg2://``), or ``env:VAR`` for a URL kept in the
+    environment variable VAR (the way to give one with a password: it is never written down; give
+    it as ``postgresql+psycopg2://user:password@host:port/db``).
+
+    Example::
+
+        >>> print(storage_yaml("env:CTXWIN_PG_URL").strip())
+        storage:
+          postgres:
+            postgres_url:
+              env: CTXWIN_PG_URL
+    """
+    if storage.startswith("env:"):
+        var = storage[4:].strip()
+        if not var:
+            raise SystemExit("ctxwin: --storage env:VAR needs the name of the variable that holds the URL")
+        url = "\n      env: " + var
+    else:
+        parts = urlsplit(storage)
+        if parts.scheme.split("+")[0] not in ("postgresql", "postgres") or not parts.hostname:
+            raise SystemExit(
+                f"ctxwin: --storage takes a PostgreSQL URL (postgresql://user@host:5432/db) or env:VAR; got {storage!r}"
+            )
+        if parts.password:
+            raise SystemExit(
+                "ctxwin: --storage: the URL holds a password, which would be written into the home's dagster.yaml; "
+                "put the URL in an environment variable and pass --storage env:THAT_VARIABLE"
+            )
+        # SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3; dagster-postgres installs psycopg2
+        url = " " + ("postgresql+psycopg2://" + storage.split("://", 1)[1] if "+" not in parts.scheme else storage)
+    return f"storage:\n  postgres:\n    postgres_url:{url}\n"
+
+
+def home_storage(home: Path) -> str:
+    """Which storage the home's instance uses: ``sqlite`` (Dagster's default, in the home) or what
+    its ``dagster.yaml`` names (``postgres``, ``mysql``…)."""
+    import yaml
+
+    config = home / "dagster.yaml"
+    loaded = yaml.safe_load(config.read_text(encoding="utf-8")) if config.is_file() else None
+    storage = (loaded or {}).get("storage") if isinstance(loaded, dict) else None
+    return next(iter(storage), "sqlite") if isinstance(storage, dict) and storage else "sqlite"
+
+
+def prepare_home(dagster_home: str | None, storage: str | None = None) -> Path:
     """The Dagster home (created with :data:`DEFAULT_INSTANCE_YAML` when new), exported as
-    ``DAGSTER_HOME`` for this process and the processes it starts."""
+    ``DAGSTER_HOME`` for this process and the processes it starts.
+
+    ``storage`` (``--storage``) keeps the instance — runs, event log, schedules — in PostgreSQL
+    (:func:`storage_yaml`) instead of SQLite files in the home. It is given once, when the home
+    is made (or to a home that has no runs yet); a home that holds runs in one storage refuses
+    another, since its history would not follow."""
     home = Path(dagster_home or os.environ.get("DAGSTER_HOME") or ".dagster_home").resolve()
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
     if not config.exists() or config.read_text(encoding="utf-8") == _OLD_DEFAULT_YAML:
         config.write_text(DEFAULT_INSTANCE_YAML, encoding="utf-8")
+    if storage:
+        section = storage_yaml(storage)
+        text = config.read_text(encoding="utf-8")
+        if section not in text:
+            if home_storage(home) != "sqlite" or (home / "history").exists():
+                raise SystemExit(
+                    f"ctxwin: the Dagster home {home} keeps its runs in {home_storage(home)} storage already; "
+                    "another storage is another home (--dagster-home), or edit its dagster.yaml yourself"
+                )
+            config.write_text(text.rstrip("\n") + "\n" + section, encoding="utf-8")
     os.environ["DAGSTER_HOME"] = str(home)
     return home
 
