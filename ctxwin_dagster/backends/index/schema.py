@@ -18,7 +18,7 @@ import pyarrow as pa
 from ctxwin_dagster.backends.embeddings.identity import EmbedderIdentity
 from ctxwin_dagster.backends.index.upkeep import PRIMARY_KEY, VECTOR
 
-__all__ = ["EmbedderMismatchError", "IndexError_", "IndexRecord"]
+__all__ = ["EmbedderMismatchError", "IndexError_", "IndexRecord", "check_search", "check_write"]
 
 _STR_FIELDS = ("chunk_id", "doc_id", "doc_sha256", "section", "text", "context", "embedded_text", "context_engine")
 _INT_FIELDS = ("chunk_index", "start", "end")
@@ -106,3 +106,37 @@ def _add_missing_fields(table: Any, schema: pa.Schema) -> None:
     missing = [f for f in schema if f.name not in have]
     if missing:
         table.add_columns(missing)
+
+
+def check_search(have: IndexRecord, asking: Any, *, table: str, uri: str) -> None:
+    """Refuse a search of the table ``table`` (built as ``have`` records) whose question was
+    embedded by another model (``asking``, an ``EmbedderIdentity``)."""
+    if not have.embedder.same_model(asking):
+        raise EmbedderMismatchError(
+            f"the index {table!r} in {uri} was built with {have.embedder.describe()}, but this "
+            f"search embeds the question with {asking.describe()}; vectors of different models cannot be compared. "
+            f"Search with {have.model} (embeddings provider={have.provider or 'local'!r}, model={have.model!r}: the "
+            f"experiment's embeddings settings, or Asker.open(embeddings={{'provider': {have.provider or 'local'!r}, "
+            f"'model': {have.model!r}}})), or build an index with {asking.model} into another LanceDB folder"
+        )
+
+
+def check_write(have: IndexRecord, writing: IndexRecord, *, table: str, uri: str, variant: str) -> None:
+    """Refuse to write rows of another model, or fitted by another row strategy, into a table
+    whose record is ``have``."""
+    fix = (
+        f"build into another LanceDB folder (the lancedb resource's uri), or delete the table explicitly "
+        f"(ChunkIndex({uri!r}).drop_table({variant!r})) and rebuild it"
+    )
+    if not have.embedder.same_model(writing.embedder):
+        raise EmbedderMismatchError(
+            f"table {table!r} in {uri} was built with {have.embedder.describe()}; refusing to write vectors of "
+            f"{writing.embedder.describe()} into it (a table holds one model's vectors). Use the recorded embedder "
+            f"(embeddings provider={have.provider or 'local'!r}, model={have.model!r}), or {fix}"
+        )
+    if have.row_strategy and writing.row_strategy and have.row_strategy != writing.row_strategy:
+        raise EmbedderMismatchError(
+            f"table {table!r} in {uri} holds rows fitted to {have.model}'s window with row strategy "
+            f"{have.row_strategy!r}; refusing to write rows fitted with {writing.row_strategy!r} into it. Use the "
+            f"recorded row strategy (embeddings row_strategy={have.row_strategy!r}), or {fix}"
+        )

@@ -86,6 +86,8 @@ from ctxwin_dagster.backends.index.schema import (
     IndexRecord,
     _add_missing_fields,
     _schema,
+    check_search,
+    check_write,
 )
 from ctxwin_dagster.backends.index.upkeep import (
     VECTOR,
@@ -313,7 +315,7 @@ class ChunkIndex:
             table = self._table(variant, dim, create=True, record=record)
             have = IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
             if record is not None and have is not None:
-                self._check_write(variant, have, record)
+                check_write(have, record, table=self.table_name(variant), uri=self.uri, variant=variant)
             existing_dim = table.schema.field(VECTOR).type.list_size
             if existing_dim != dim:
                 raise IndexError_(
@@ -518,34 +520,9 @@ class ChunkIndex:
 
     def _check_search(self, variant: str, table: Any, asking: EmbedderIdentity) -> IndexRecord | None:
         have = IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
-        if have is not None and not have.embedder.same_model(asking):
-            raise EmbedderMismatchError(
-                f"the index {self.table_name(variant)!r} in {self.uri} was built with {have.embedder.describe()}, but this "
-                f"search embeds the question with {asking.describe()}; vectors of different models cannot be compared. "
-                f"Search with {have.model} (embeddings provider={have.provider or 'local'!r}, model={have.model!r}: the "
-                f"experiment's embeddings settings, or Asker.open(embeddings={{'provider': {have.provider or 'local'!r}, "
-                f"'model': {have.model!r}}})), or build an index with {asking.model} into another LanceDB folder"
-            )
+        if have is not None:
+            check_search(have, asking, table=self.table_name(variant), uri=self.uri)
         return have
-
-    def _check_write(self, variant: str, have: IndexRecord, writing: IndexRecord) -> None:
-        name = self.table_name(variant)
-        fix = (
-            f"build into another LanceDB folder (the lancedb resource's uri), or delete the table explicitly "
-            f"(ChunkIndex({self.uri!r}).drop_table({variant!r})) and rebuild it"
-        )
-        if not have.embedder.same_model(writing.embedder):
-            raise EmbedderMismatchError(
-                f"table {name!r} in {self.uri} was built with {have.embedder.describe()}; refusing to write vectors of "
-                f"{writing.embedder.describe()} into it (a table holds one model's vectors). Use the recorded embedder "
-                f"(embeddings provider={have.provider or 'local'!r}, model={have.model!r}), or {fix}"
-            )
-        if have.row_strategy and writing.row_strategy and have.row_strategy != writing.row_strategy:
-            raise EmbedderMismatchError(
-                f"table {name!r} in {self.uri} holds rows fitted to {have.model}'s window with row strategy "
-                f"{have.row_strategy!r}; refusing to write rows fitted with {writing.row_strategy!r} into it. Use the "
-                f"recorded row strategy (embeddings row_strategy={have.row_strategy!r}), or {fix}"
-            )
 
     def drop_table(self, variant: str) -> bool:
         """Delete the variant's table and every row in it (explicit: nothing else deletes a
