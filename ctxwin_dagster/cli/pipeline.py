@@ -335,7 +335,8 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="documents per run: each run is a process that starts Dagster and the models once for its documents "
-        "(default: about two runs per worker, at most 20; 1: a run per document)",
+        "(default: at most 20, each run about 1/(2 x workers) of the bytes to run, so a long document runs alone "
+        "and the largest runs start first; 1: a run per document)",
     )
     parser.add_argument(
         "--storage",

@@ -3,8 +3,11 @@ documents (a range of the documents' partitions; see :mod:`ctxwin_dagster.defs.b
 
 A batch is a run over a *range* of partition keys, so its documents must follow one another in
 the partitions' order (the order in which the documents were added), and they must need the same
-assets. :func:`make_batches` cuts the stale documents into such runs of at most ``size``; the
-cold run of a folder is one long range, and a document added later joins the others at the end.
+assets. :func:`make_batches` cuts the stale documents into such runs of at most ``size``
+documents and, by default, at most ``budget`` bytes of files (:func:`batch_limits`: about two
+runs' worth of the folder per worker), so that a long filing runs alone, beside the batches of
+short ones, instead of holding up a batch; :func:`launch_order` starts the largest runs first.
+The cold run of a folder is a few long ranges, and a document added later joins the others at the end.
 
 A batch that fails names the documents that failed (the step's failure metadata);
 :func:`after_failure` gives the runs that follow: the batch's other documents again (their work
@@ -17,6 +20,10 @@ Example::
     >>> runs = make_batches([Planned(k, None, "new") for k in "abcef"], order, size=2)
     >>> [p.documents for p in runs]
     [['a', 'b'], ['c'], ['e', 'f']]
+    >>> sizes = dict(a=10, b=10, c=90, d=10, e=10, f=10)
+    >>> runs = make_batches([Planned(k, None, "new", sizes={k: sizes[k]}) for k in "abcdef"], order, size=20, budget=35)
+    >>> [p.documents for p in launch_order(runs)]
+    [['c'], ['d', 'e', 'f'], ['a', 'b']]
     >>> [p.documents for p in after_failure(Planned.batch([Planned(k, None, "new") for k in "abc"]), {"b"}, order, 20)]
     [['a'], ['c'], ['b']]
 """
@@ -31,7 +38,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import dagster as dg
 
-__all__ = ["RANGE_END_TAG", "RANGE_START_TAG", "Planned", "after_failure", "auto_batch_size", "make_batches"]
+__all__ = [
+    "RANGE_END_TAG",
+    "RANGE_START_TAG",
+    "Planned",
+    "after_failure",
+    "batch_limits",
+    "launch_order",
+    "make_batches",
+]
 
 #: Dagster's run tags of a run over a range of partitions.
 RANGE_START_TAG = "dagster/asset_partition_range_start"
@@ -57,6 +72,7 @@ class Planned:
     log_cursor: str | None = None  # where the run's log was read up to (its warnings are printed)
     steps: int = 1
     steps_done: int = 0
+    sizes: dict[str, int] = field(default_factory=dict)  # bytes of each document's file (batches are balanced by them)
 
     def __post_init__(self) -> None:
         if not self.documents and self.partition is not None:
@@ -83,31 +99,54 @@ class Planned:
         reasons = {p.reason for p in runs}
         reason = first.reason if len(reasons) == 1 else f"{first.reason} (and {len(reasons) - 1} other reasons)"
         tags = {**first.tags, RANGE_START_TAG: runs[0].documents[0], RANGE_END_TAG: runs[-1].documents[-1]}
-        if "ctxwin/reason" in tags:
-            tags["ctxwin/reason"] = reason[:200]
-        return cls(first.partition, first.selection, reason, tags, documents=[d for p in runs for d in p.documents])
+        from ctxwin_dagster.defs.staleness import REASON_TAG
+
+        if REASON_TAG in tags:
+            tags[REASON_TAG] = reason[:200]
+        documents = [d for p in runs for d in p.documents]
+        sizes = {d: n for p in runs for d, n in p.sizes.items()}
+        return cls(first.partition, first.selection, reason, tags, documents=documents, sizes=sizes)
 
     def single(self, document: str) -> Planned:
         """The run of one of this run's documents alone."""
         tags = {k: v for k, v in self.tags.items() if k not in (RANGE_START_TAG, RANGE_END_TAG)}
-        return Planned(document, self.selection, self.reason, tags)
+        return Planned(document, self.selection, self.reason, tags, sizes={document: self.sizes.get(document, 0)})
+
+    @property
+    def size(self) -> int:
+        """Bytes of the run's document files."""
+        return sum(self.sizes.values())
 
 
-def auto_batch_size(documents: int, workers: int, most: int) -> int:
-    """Documents per run when none is asked for: enough runs for every worker to take about two
-    (so a slow batch does not leave the others idle at the end), at most ``most``."""
-    return max(1, min(most, math.ceil(documents / max(1, 2 * workers))))
+def batch_limits(sizes: Sequence[int], workers: int, most: int, asked: int | None = None) -> tuple[int, float]:
+    """(documents, bytes) a run may carry. Asked for a batch size, that many documents; otherwise at
+    most ``most`` documents and about ``1 / (2 * workers)`` of the bytes to run, so that every
+    worker takes about two runs (a slow batch does not leave the others idle at the end) and a
+    document larger than that runs alone."""
+    if asked is not None:
+        return asked, math.inf
+    return most, max(1.0, sum(sizes) / max(1, 2 * workers))
 
 
-def make_batches(planned: Iterable[Planned], order: Mapping[str, int], size: int) -> list[Planned]:
-    """``planned`` (one document each) cut into runs of up to ``size`` documents that follow one
-    another in the partitions' ``order`` and need the same assets."""
+def launch_order(runs: Iterable[Planned]) -> list[Planned]:
+    """The largest runs first (by bytes; the partitions' order among equals), so the long ones
+    do not start last and leave the other workers idle."""
+    return sorted(runs, key=lambda p: -p.size)
+
+
+def make_batches(
+    planned: Iterable[Planned], order: Mapping[str, int], size: int, budget: float = math.inf
+) -> list[Planned]:
+    """``planned`` (one document each) cut into runs of up to ``size`` documents and ``budget``
+    bytes (a larger document alone) that follow one another in the partitions' ``order`` and
+    need the same assets."""
     runs = sorted(planned, key=lambda p: order.get(p.partition or "", math.inf))
     out: list[Planned] = []
     current: list[Planned] = []
     for p in runs:
         if current and (
             len(current) >= size
+            or sum(c.size for c in current) + p.size > budget
             or p.selection != current[-1].selection
             or p.partition not in order
             or order[p.partition or ""] != order.get(current[-1].partition or "", -2) + 1
@@ -121,8 +160,9 @@ def make_batches(planned: Iterable[Planned], order: Mapping[str, int], size: int
 
 
 def after_failure(batch: Planned, failed: Iterable[str], order: Mapping[str, int], size: int) -> list[Planned]:
-    """The runs that follow a failed batch: its other documents again, in batches, then each
-    failed document alone (every document alone when the failure named none of them)."""
+    """The runs that follow a failed batch: its other documents again, in batches of up to
+    ``size``, then each failed document alone (every document alone when the failure named none
+    of them)."""
     failed = set(failed) & set(batch.documents) or set(batch.documents)
     others = [batch.single(d) for d in batch.documents if d not in failed]
     return make_batches(others, order, size) + [batch.single(d) for d in batch.documents if d in failed]

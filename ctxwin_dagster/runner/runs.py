@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxwin_dagster.defs.command_runs import COMMAND_TAG, command_id
-from ctxwin_dagster.runner.batches import Planned, after_failure, auto_batch_size, make_batches
+from ctxwin_dagster.runner.batches import Planned, after_failure, batch_limits, launch_order, make_batches
 from ctxwin_dagster.runner.launch import TERMINAL, Launcher, stop_runs, workspace_file
 
 if TYPE_CHECKING:
@@ -132,6 +132,14 @@ def run_warnings(instance: dg.DagsterInstance, run_id: str, cursor: str | None) 
     return lines, got.cursor or cursor
 
 
+def _file_size(path: Path | None) -> int:
+    """Bytes of a document's file (0 when it is gone or unreadable: its run reports that)."""
+    try:
+        return path.stat().st_size if path is not None else 0
+    except OSError:
+        return 0
+
+
 def _duration(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
@@ -204,6 +212,7 @@ class RunPlanner:
             raise SystemExit(f"ctxwin: {exc}; nothing was run") from None
         planned: list[Planned] = []
         fresh: list[str] = []
+        folder = self.settings.document_folder()
         for key in keys:
             st = staleness[key]
             if force:
@@ -214,8 +223,10 @@ class RunPlanner:
             else:
                 closure = self.checker.downstream_closure(st.reasons, job_keys)
                 reason, selection = st.summary(), (None if closure == job_keys else closure)
-            planned.append(Planned(key, selection, reason, {REASON_TAG: reason[:200], COMMAND_TAG: self.command}))
-        return make_batches(planned, self._order(), self._size(len(planned))), fresh
+            tags = {REASON_TAG: reason[:200], COMMAND_TAG: self.command}
+            planned.append(Planned(key, selection, reason, tags, sizes={key: _file_size(folder.path_of(key))}))
+        size, budget = self._limits([p.size for p in planned])
+        return launch_order(make_batches(planned, self._order(), size, budget)), fresh
 
     def _order(self) -> dict[str, int]:
         """Each document's place in the partitions' order (a batch is a range of it)."""
@@ -223,10 +234,11 @@ class RunPlanner:
 
         return {k: i for i, k in enumerate(self.instance.get_dynamic_partitions(DOCUMENTS_PARTITION))}
 
-    def _size(self, documents: int) -> int:
+    def _limits(self, sizes: list[int]) -> tuple[int, float]:
+        """(documents, bytes) per run: ``--batch-size``, or :func:`batch_limits`' balance."""
         from ctxwin_dagster.defs.batches import MAX_DOCUMENTS_PER_RUN
 
-        return self.batch_size or auto_batch_size(documents, self.workers, MAX_DOCUMENTS_PER_RUN)
+        return batch_limits(sizes, self.workers, MAX_DOCUMENTS_PER_RUN, self.batch_size)
 
     def plan_comparison(self, ran_any: bool, force: bool) -> Planned | None:
         """The comparison's run, when its inputs or settings changed (or documents ran now)."""
@@ -489,7 +501,7 @@ class RunPlanner:
                 p.status, p.finished, p.steps_done = status, time.perf_counter(), p.steps
                 if status != "SUCCESS" and len(p.documents) > 1 and status != "CANCELED":
                     named = failed_documents(self.instance, p.run_id)
-                    following = after_failure(p, named, self._order(), self._size(len(p.documents)))
+                    following = after_failure(p, named, self._order(), len(p.documents))
                     pending[:0] = following
                     runs += following
                     why = "; ".join(f"{d}: {m}" for d, m in named.items()) or failure_message(self.instance, p.run_id)

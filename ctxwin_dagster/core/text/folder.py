@@ -133,10 +133,11 @@ class DocumentFolder:
 
     def path_of(self, doc_id: str) -> Path | None:
         """The file behind ``doc_id``, or None."""
-        for f in self.files:
-            if f.doc_id == doc_id:
-                return f.path
-        return None
+        return self._paths.get(doc_id)
+
+    @cached_property
+    def _paths(self) -> dict[str, Path]:
+        return {f.doc_id: f.path for f in self.files}
 
     @cached_property
     def aliases(self) -> dict[str, str | None]:
