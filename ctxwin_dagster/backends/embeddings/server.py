@@ -394,6 +394,10 @@ class EmbeddingService(AbstractContextManager):
         for model in self.models:
             args += ["--model", model]
         env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), "PYTHONUNBUFFERED": "1"}
+        # Each request is read in a thread of its own, and glibc gives threads memory arenas of their
+        # own (up to 8 per core) that it keeps: 10,240 texts in 160 requests peaked at 2.15 GB with
+        # the default, 1.41 GB with two arenas, at the same speed. A user's own setting is kept.
+        env.setdefault("MALLOC_ARENA_MAX", "2")
         env.pop(ENV_VAR, None)
         with self.log.open("ab") as err:
             self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env)
