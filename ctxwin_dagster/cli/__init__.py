@@ -1,9 +1,11 @@
 """The ``ctxwin`` command.
 
-``ctxwin run`` adds one partition per new document file and submits one run per document whose
-assets are out of date to the Dagster instance of the experiment's home (the sample's:
-``$DAGSTER_HOME`` or ``.dagster_home``; another folder's: ``data/experiments/<name>/dagster_home``),
-as the code location of ``workspace.yaml``, so the runs are the UI's own (``ctxwin dev`` opens it).
+ctxwin answers questions over documents longer than a model's context window and measures which
+way does it best: T-RAG (plain chunks), CC-RAG (each chunk in the light of the whole document)
+and SWB-RAG (a global summary and sliding windows). `ctxwin run` builds the three indexes of a
+documents folder (the sample without options) as runs of the experiment's Dagster instance,
+`ctxwin evaluate` answers and scores its questions and writes the verdict, `ctxwin ask` asks
+them yourself, `ctxwin dev` opens the Dagster UI. Every option's default is in `--help`.
 
 One module per group of subcommands; each adds its own subcommands, their arguments and the
 function that runs them with a ``register(sub)`` function. The machinery they share (homes,
@@ -13,8 +15,10 @@ launching and following runs) is in :mod:`ctxwin_dagster.runner`.
 from __future__ import annotations
 
 import argparse
+from importlib.metadata import PackageNotFoundError, version
 
 from ctxwin_dagster.cli import ask, dev, pipeline, plan, prune, qa, review
+from ctxwin_dagster.cli.options import DefaultsFormatter
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -23,13 +27,32 @@ COMMANDS = (pipeline, plan, ask, dev, prune, qa, review)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="ctxwin", description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(prog="ctxwin", description=__doc__.split("\n\n")[1])
+    parser.add_argument("--version", action="version", version=f"ctxwin {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMANDS:
         module.register(sub)
+    for each in _parsers(parser):
+        each.formatter_class = DefaultsFormatter
     return parser
+
+
+def _version() -> str:
+    try:
+        return version("ctxwin")
+    except PackageNotFoundError:  # run from a checkout that was not installed
+        return "(not installed)"
+
+
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every subcommand's parser under it."""
+    found = [parser]
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps no public list of subparsers
+        if isinstance(action.choices, dict):
+            for child in action.choices.values():
+                if isinstance(child, argparse.ArgumentParser) and child not in found:
+                    found += _parsers(child)
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from ctxwin_dagster.ask.session import AskerSpec, ask_kwargs, format_result, question_options
+from ctxwin_dagster.cli.options import variant as variant_name
 
 #: The choices of --mode and --retrieval (kept here so the command starts without the asking stack;
 #: a test holds them to ``ASK_MODES`` and ``RETRIEVAL_PRESETS``).
@@ -24,7 +25,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         help="the question; without it, questions are read from standard input until EOF or 'quit'",
     )
-    parser.add_argument("--variant", default="swb", help="index to search: t, cc or swb (default swb)")
+    parser.add_argument(
+        "--variant", default="swb_rag", type=variant_name, help="index to search: t, cc or swb (or t_rag…; default swb)"
+    )
     parser.add_argument("--doc", help="only this document (its doc_id, file name or stem); needed for --mode sliding")
     parser.add_argument(
         "--mode",

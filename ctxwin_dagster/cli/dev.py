@@ -106,6 +106,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     dev.add_argument("experiment", nargs="?", default="sample", help="experiment name (default: the sample)")
     dev.add_argument("--dagster-home", help="the Dagster home to open (default: the experiment's)")
-    dev.add_argument("--port", type=int, default=3000)
-    dev.add_argument("--host", default="127.0.0.1")
+    dev.add_argument("--port", type=int, default=3000, help="the UI's port")
+    dev.add_argument("--host", default="127.0.0.1", help="the UI's address (0.0.0.0: every interface)")
     dev.set_defaults(func=cmd_dev)

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxwin_dagster.cli.options import variant as variant_name
+
 if TYPE_CHECKING:
     from ctxwin_dagster.core.experiment import Experiment
     from ctxwin_dagster.core.text.folder import DocumentFolder
@@ -369,12 +371,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     run.add_argument("--log-level", default="WARNING", help="Dagster console log level (default WARNING)")
     run.add_argument(
-        "--job", default="all_assets_job", choices=["all_assets_job", "t_rag_job", "cc_rag_job", "swb_rag_job"]
+        "--job",
+        default="all_assets_job",
+        choices=["all_assets_job", "t_rag_job", "cc_rag_job", "swb_rag_job"],
+        help="the job to run: every asset, or one variant's assets only",
     )
     run.add_argument(
         "--rebuild-index",
         action="append",
         metavar="VARIANT",
+        type=variant_name,
         help="move the VARIANT table (t, cc or swb; e.g. a damaged one) into the home's ctxwin_trash/ and build that "
         "index of every document again (repeatable)",
     )
@@ -396,12 +402,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--dagster-home",
         help="the experiment's Dagster home (default data/experiments/<name>/dagster_home; `ctxwin dev <name>` opens its UI)",
     )
-    ev.add_argument("--log-level", default="WARNING")
+    ev.add_argument("--log-level", default="WARNING", help="Dagster console log level")
     _add_launch_arguments(ev)
     ev.set_defaults(func=cmd_evaluate)
 
     cmp_ = sub.add_parser("compare", help="compare two experiments' reports side by side")
-    cmp_.add_argument("a")
-    cmp_.add_argument("b")
-    cmp_.add_argument("--reports-dir", default="evaluations/reports")
+    cmp_.add_argument("a", help="the first experiment's name (its report folder under --reports-dir)")
+    cmp_.add_argument("b", help="the second experiment's name")
+    cmp_.add_argument("--reports-dir", default="evaluations/reports", help="where `ctxwin evaluate` wrote the reports")
     cmp_.set_defaults(func=cmd_compare)

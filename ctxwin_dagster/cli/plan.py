@@ -122,8 +122,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="contextualizer model whose limits and prices the plan uses (default: the experiment's contextualizer; "
         f"with none configured, the paper's {PAPER.contextualizer_model}, and the plan says so)",
     )
-    plan.add_argument("--chunk-size", type=int, default=PAPER.chunk_size)
-    plan.add_argument("--chunk-overlap", type=int, default=PAPER.chunk_overlap)
+    plan.add_argument("--chunk-size", type=int, default=PAPER.chunk_size, help="characters per chunk")
+    plan.add_argument(
+        "--chunk-overlap", type=int, default=PAPER.chunk_overlap, help="characters shared by neighbouring chunks"
+    )
     plan.add_argument("--batch-size", type=int, default=PAPER.swb_batch_size, help="SWB-RAG chunks per batch")
     plan.add_argument(
         "--window-chars", type=int, default=PAPER.swb_window_chars, help="SWB-RAG characters before and after a batch"

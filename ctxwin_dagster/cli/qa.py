@@ -37,7 +37,12 @@ def _add_arguments(qa: argparse.ArgumentParser) -> None:
         ),
     )
     imp.add_argument("source", help="the file to import (.json, .csv, .tsv or .jsonl)")
-    imp.add_argument("--format", choices=["auto", "squad", "cuad", "csv", "jsonl"], default="auto")
+    imp.add_argument(
+        "--format",
+        choices=["auto", "squad", "cuad", "csv", "jsonl"],
+        default="auto",
+        help="the source's format (auto: from its extension and content)",
+    )
     imp.add_argument(
         "--documents",
         default=DEFAULT_DOCUMENTS_DIR,

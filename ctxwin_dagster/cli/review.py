@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ctxwin_dagster.cli.options import variant as variant_name
+
 
 def _results_dir(name: str) -> str:
     """Where the experiment ``name`` keeps its answers: as its home records it, else the default."""
@@ -71,18 +73,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     rsub = review.add_subparsers(dest="review_command", required=True)
     rex = rsub.add_parser("export", help="blinded pairs of two variants' answers as CSV and a static HTML form")
-    rex.add_argument("experiment")
-    rex.add_argument("--a", default="t_rag")
-    rex.add_argument("--b", default="swb_rag")
-    rex.add_argument("--seed", type=int, default=0)
+    rex.add_argument("experiment", help="the experiment whose answers are judged (as `ctxwin evaluate` names it)")
+    rex.add_argument("--a", default="t_rag", type=variant_name, help="one variant: t, cc or swb (or t_rag…)")
+    rex.add_argument("--b", default="swb_rag", type=variant_name, help="the other variant")
+    rex.add_argument("--seed", type=int, default=0, help="seed of the pairs' order and of which side is which")
     rex.add_argument("--out", help="default evaluations/reports/<experiment>/review_<a>_vs_<b>")
     rex.add_argument(
         "--results-dir", help="where the experiment's answers are (default: as its Dagster home records it)"
     )
-    rex.add_argument("--reports-dir", default="evaluations/reports")
+    rex.add_argument("--reports-dir", default="evaluations/reports", help="where the review folder is written")
     rt4 = rsub.add_parser("table4", help="Table 4 counts from a filled review CSV and its key")
-    rt4.add_argument("csv")
-    rt4.add_argument("key")
+    rt4.add_argument("csv", help="the review CSV a reviewer filled")
+    rt4.add_argument("key", help="the key.json written by `ctxwin review export`")
     rim = rsub.add_parser(
         "import",
         help="the judgments of one or more reviewers: Table 4 of each, and their agreement (Cohen's kappa)",

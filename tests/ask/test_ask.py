@@ -5,6 +5,7 @@ embedder (no dependency on `ctxwin run`)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -419,8 +420,9 @@ def test_cli_interactive_loop_and_sliding_progress(workspace, tmp_path):
     )
     assert code == 0 and "reading windows" in err2.getvalue() and "Windows:" in out2.getvalue()
     bad = io.StringIO()
-    assert run_cli(_cli_args(workspace, tmp_path, "q?", "--variant", "zz"), stdout=io.StringIO(), stderr=bad) == 2
-    assert "unknown variant" in bad.getvalue()
+    with contextlib.redirect_stderr(bad), pytest.raises(SystemExit) as exit_:
+        _cli_args(workspace, tmp_path, "q?", "--variant", "zz")  # refused by the option itself
+    assert exit_.value.code == 2 and "unknown variant 'zz'; use t, cc or swb" in bad.getvalue()
     missing = io.StringIO()
     args = _cli_args(workspace, tmp_path, "q?")
     args.lancedb = str(tmp_path / "nothing-here")
