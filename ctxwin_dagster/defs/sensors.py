@@ -45,7 +45,12 @@ def sync_partitions(
 
 # Every two minutes: the daemon logs two lines per tick, and documents arrive rarely (``ctxwin
 # run`` syncs the partitions itself before it runs).
-@dg.sensor(minimum_interval_seconds=120, default_status=dg.DefaultSensorStatus.RUNNING)
+@dg.sensor(
+    minimum_interval_seconds=120,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Every two minutes, adds a partition for each new document file of the experiment's folder. "
+    "Never removes one: a document whose file is gone stays until `ctxwin prune` deletes its rows (logged, undoable).",
+)
 def documents_sensor(context: dg.SensorEvaluationContext, settings: ProjectSettings) -> dg.SensorResult:
     """Adds a partition for every new document file of the experiment's folder. Never removes
     one: a document whose file is gone is left out of retrieval and the comparison until

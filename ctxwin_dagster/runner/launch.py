@@ -48,6 +48,9 @@ DEFAULT_INSTANCE_YAML = """\
 # Docker and Celery). ctxwin run submits its runs to this instance's run queue.
 telemetry:
   enabled: false
+# No "Join the Dagster community" dialog over the UI of every new home.
+nux:
+  enabled: false
 run_queue:
   max_concurrent_runs: 16
   dequeue_interval_seconds: 1
@@ -65,8 +68,14 @@ retention:
       failure: 7
 """
 
-#: What ctxwin wrote to new Dagster homes before it used the run queue (replaced when found).
-_OLD_DEFAULT_YAML = "telemetry:\n  enabled: false\n"
+#: What ctxwin wrote to new Dagster homes before (replaced when found unchanged): before it used
+#: the run queue, and before it turned the UI's community dialog off.
+_OLD_DEFAULT_YAMLS = (
+    "telemetry:\n  enabled: false\n",
+    DEFAULT_INSTANCE_YAML.replace(
+        '# No "Join the Dagster community" dialog over the UI of every new home.\nnux:\n  enabled: false\n', ""
+    ),
+)
 
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
 
@@ -129,7 +138,7 @@ def prepare_home(dagster_home: str | None, storage: str | None = None) -> Path:
     home = Path(dagster_home or os.environ.get("DAGSTER_HOME") or ".dagster_home").resolve()
     home.mkdir(parents=True, exist_ok=True)
     config = home / "dagster.yaml"
-    if not config.exists() or config.read_text(encoding="utf-8") == _OLD_DEFAULT_YAML:
+    if not config.exists() or config.read_text(encoding="utf-8") in _OLD_DEFAULT_YAMLS:
         config.write_text(DEFAULT_INSTANCE_YAML, encoding="utf-8")
     if storage:
         section = storage_yaml(storage)

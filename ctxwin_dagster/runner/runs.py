@@ -249,9 +249,12 @@ class RunPlanner:
         from ctxwin_dagster.defs.staleness import REASON_TAG
 
         key = dg.AssetKey("experiment_comparison")
-        scores = [k for k in self.defs.resolve_asset_graph().get(key).parent_keys]
-        st = self.checker.check([key], None, rerun_upstream=scores if (ran_any or force) else ())
-        reason = st.summary() if st.stale else ""
+        st = self.checker.check([key], None)
+        reason = next(iter(st.reasons.values()), "")  # its own: code, settings, an input rematerialized since
+        if not reason and force:
+            reason = "--force"
+        if not reason and ran_any:
+            reason = "documents ran now (their answers and scores are new)"
         if not reason:
             recorded = set(latest_metadata(self.instance, key).get("doc_ids") or [])
             now = set(self.instance.get_dynamic_partitions(DOCUMENTS_PARTITION))

@@ -58,9 +58,14 @@ RUNS = """
 
 def test_runs_belong_to_the_code_location_in_the_webserver(project):
     root, home, first = project
+    # The comparison's reason is its own, named once.
+    assert "experiment_comparison: documents ran now (their answers and scores are new)" in first.stdout
+    assert "experiment_comparison: experiment_comparison" not in first.stdout
     assert "runs queued" in first.stdout
     env = {**os.environ, "DAGSTER_HOME": str(home), "HF_HUB_OFFLINE": "1"}
     with dagster_webserver(root, env) as base:
+        # A new home is written without the UI's "Join the Dagster community" dialog.
+        assert graphql(base, "{ shouldShowNux }")["data"]["shouldShowNux"] is False
         deadline = time.time() + 180
         data: dict = {}
         while time.time() < deadline:  # the code location loads in the background

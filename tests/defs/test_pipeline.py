@@ -82,6 +82,13 @@ def test_definitions_hold_the_whole_graph():
         assert defs.resolve_job_def(job) is not None
 
 
+def test_every_sensor_and_schedule_says_what_it_does():
+    repo = defs.get_repository_def()
+    automations = [*repo.sensor_defs, *repo.schedule_defs]
+    assert {s.name for s in repo.sensor_defs} >= {"documents_sensor", "ctxwin_command_runs"}
+    assert [s.name for s in automations if len((s.description or "").split()) < 8] == []
+
+
 def test_whole_graph_idempotent_and_document_removal(project, server):
     docs, resources = project
     index = resources["lancedb"].index()
