@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
-.PHONY: setup run run-llm test test-fast lint bench dev clean
+.PHONY: setup run run-llm test test-fast lint bench bench-ui dev clean
 
 # Debian's PostgreSQL server (initdb, pg_ctl): the tests of an instance kept in PostgreSQL start one of their own.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -56,6 +56,12 @@ lint: setup
 	$(BIN)/ruff check ctxwin_dagster tests evaluations benchmarks deploy
 	$(BIN)/ruff format --check ctxwin_dagster tests evaluations benchmarks deploy
 	$(BIN)/mypy
+
+# The Dagster UI of an experiment's home in headless Chromium: time to render each page, and screenshots.
+bench-ui: setup
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[ui]'
+	$(BIN)/python benchmarks/bench_ui.py --home $(HOME_DIR)
 
 bench: setup
 	$(BIN)/python benchmarks/bench_tokens.py
