@@ -124,6 +124,11 @@ def test_a_removed_document_leaves_the_next_comparison(tmp_path, folder_resource
         assert first.success
         meta = first.asset_materializations_for_node("experiment_comparison")[0].metadata
         assert meta["doc_ids"].value == sorted([keep, drop]) and meta["questions"].value == 12
+        # What the UI shows first: the verdict in place, one line per pair, then the report.
+        assert list(meta)[:2] == ["verdict", "report"]
+        assert isinstance(meta["verdict"], dg.TextMetadataValue)
+        assert meta["verdict"].value.splitlines()[0].startswith("CC-RAG vs T-RAG: ")
+        assert len(meta["verdict"].value.splitlines()) == 3 and "**" not in meta["verdict"].value
         assert set(_read_json(report)["n_questions"].values()) == {12}
 
         # The document's file goes; the sensor neither removes its partition nor deletes its data.

@@ -34,7 +34,7 @@ import pandas as pd
 from ctxwin_dagster.core.defaults import VARIANT_LABELS
 from ctxwin_dagster.core.evaluation.stats import format_p
 
-__all__ = ["ExperimentSetup", "verdict_markdown"]
+__all__ = ["ExperimentSetup", "verdict_headline", "verdict_markdown"]
 
 
 def _label(v: str) -> str:
@@ -208,3 +208,14 @@ def verdict_markdown(comparison: pd.DataFrame | None, efficiency: pd.DataFrame |
             "contextual retrieval as the paper ran it. Configure a contextualizer model for the methods themselves.",
         ]
     return "\n".join(out).rstrip() + "\n"
+
+
+def verdict_headline(verdict: str) -> str:
+    """The pairwise findings of :func:`verdict_markdown` as plain text, one pair a line: what a
+    person reads first (the UI shows plain text in place, Markdown behind a button).
+
+    >>> verdict_headline("## Verdict\\n\\n- **SWB-RAG vs T-RAG**: no significant difference.\\n- **B vs A**: A is better.\\n\\nMore.")
+    'SWB-RAG vs T-RAG: no significant difference.\\nB vs A: A is better.'
+    """
+    lines = [line[2:].replace("**", "") for line in verdict.splitlines() if line.startswith("- ")]
+    return "\n".join(lines) or verdict.replace("## Verdict", "").replace("**", "").strip()

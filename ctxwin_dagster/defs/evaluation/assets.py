@@ -467,6 +467,7 @@ def experiment_comparison(
     swb_rag_ragas_scores,
 ):
     from ctxwin_dagster.core.evaluation.comparison import compare_experiment
+    from ctxwin_dagster.core.evaluation.verdict import verdict_headline
 
     started = time.perf_counter()
     # Only the documents whose file is in the folder now: a document whose file is gone keeps
@@ -507,17 +508,19 @@ def experiment_comparison(
         setup=setup,
     )
     md = _fit_markdown(result["markdown_inline"], result["markdown"])
+    # The UI lists metadata in this order: the verdict first, in place (plain text), then the
+    # report with its plots (Markdown, one click), then the figures.
     return dg.MaterializeResult(
         metadata={
+            "verdict": dg.MetadataValue.text(verdict_headline(result["verdict"])),
+            "report": dg.MetadataValue.md(md),
             "experiment": evaluation.experiment,
             "documents": len(doc_ids),
             "doc_ids": dg.MetadataValue.json(doc_ids),
             "documents_without_scores": len(missing),
             "questions": len({(r["doc_id"], r["question_id"]) for r in answers}),
             "report_html": dg.MetadataValue.path(str(result["paths"]["html"])),
-            "verdict": dg.MetadataValue.md(result["verdict"]),
             "retrieval": setup.retrieval,
-            "report": dg.MetadataValue.md(md),
             "runtime_s": round(time.perf_counter() - started, 3),
         }
     )
