@@ -1,11 +1,15 @@
 """Prepare an evaluation corpus from ../shared/corpus: documents and QA files for `ctxwin evaluate`.
 
     python evaluations/prepare_corpus.py --out data/experiments/corpus_dev --squad-docs 16 --cuad-contracts 20
+    # the paper's second phase at its scale: every FinanceBench filing and CUAD contract (192 documents)
+    python evaluations/prepare_corpus.py --out data/experiments/scale192 --squad-docs 0 --cuad-contracts 151 --financebench 41
 
 Writes ``<out>/documents/*.txt`` (byte-identical texts, so offsets stay valid) and
 ``<out>/qa/{squad,cuad}.jsonl`` in the project's QA format. SQuAD: the first N articles of the
 CS224N dev half (all 16 by default), all their questions (answerable and not). CUAD: the first N
 contracts of the dev split in sorted file order, all their questions (about a third answerable).
+FinanceBench (``--financebench N``, default none): the first N filings in sorted file order, all
+their analysts' questions (already in the project's QA format).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import sys
 from pathlib import Path
 
 from ctxwin_dagster.core.evaluation.qa.corpora import cuad_to_qa, squad_to_qa
-from ctxwin_dagster.core.evaluation.qa.items import validate_spans, write_qa_jsonl
+from ctxwin_dagster.core.evaluation.qa.items import QAItem, validate_spans, write_qa_jsonl
 from ctxwin_dagster.core.text.documents import safe_doc_id
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--squad-docs", type=int, default=16)
     parser.add_argument("--cuad-contracts", type=int, default=20)
+    parser.add_argument("--financebench", type=int, default=0, help="FinanceBench filings (default none)")
     args = parser.parse_args(argv)
     docs_dir, qa_dir = args.out / "documents", args.out / "qa"
     docs_dir.mkdir(parents=True, exist_ok=True)
@@ -54,11 +59,28 @@ def main(argv: list[str] | None = None) -> int:
         (docs_dir / f"{doc_id}.txt").write_bytes(data)
         texts[doc_id] = data.decode("utf-8").removeprefix("\ufeff")
 
-    validate_spans(squad + cuad, texts)
-    write_qa_jsonl(squad, qa_dir / "squad.jsonl")
-    write_qa_jsonl(cuad, qa_dir / "cuad.jsonl")
-    n_ans = sum(1 for q in squad + cuad if not q.is_impossible)
-    print(f"{len(texts)} documents, {len(squad) + len(cuad)} questions ({n_ans} answerable) in {args.out}")
+    fb_root = args.corpus / "financebench_dev"
+    filings = sorted((fb_root / "documents").glob("*.txt"))[: args.financebench]
+    fb_ids = {safe_doc_id(p.stem): p for p in filings}
+    for doc_id, path in fb_ids.items():
+        data = path.read_bytes()
+        (docs_dir / f"{doc_id}.txt").write_bytes(data)
+        texts[doc_id] = data.decode("utf-8").removeprefix("\ufeff")
+    finance = []
+    if fb_ids:
+        with (fb_root / "qa.jsonl").open(encoding="utf-8") as fh:
+            finance = [QAItem.from_dict(json.loads(line)) for line in fh if line.strip()]
+        finance = [q for q in finance if q.doc_id in fb_ids]
+
+    sets = {"squad": squad, "cuad": cuad, "financebench": finance}
+    every = [q for items in sets.values() for q in items]
+    validate_spans(every, texts)
+    for name, items in sets.items():
+        if items:
+            write_qa_jsonl(items, qa_dir / f"{name}.jsonl")
+    n_ans = sum(1 for q in every if not q.is_impossible)
+    chars = sum(len(t) for t in texts.values())
+    print(f"{len(texts)} documents ({chars:,} characters), {len(every)} questions ({n_ans} answerable) in {args.out}")
     return 0
 
 
