@@ -63,14 +63,18 @@ def _run_forwarding_signals(cmd: list[str], env: dict[str, str]) -> int:
     it starts run in a process group that a watchdog ends when this command ends, however it
     ends: on ``kill -9`` too, and whatever ``cmd`` left running (:mod:`ctxwin_dagster.runner.processes`).
 
+    Its output is passed on line by line, but for the daemon's lines of a sensor tick that found
+    nothing to do (two a tick, every second for ``ctxwin_command_runs``; the UI keeps every tick).
+
     The handlers are in place before ``cmd`` starts, so it starts with both signals at their
     defaults even where this command was started with SIGINT ignored (a background job of a
     script, ``nohup``): ``dg dev`` maps SIGTERM to its SIGINT handler, and an ignored SIGINT
     would make it ignore SIGTERM too."""
     import signal
     import subprocess
+    import sys
 
-    from ctxwin_dagster.runner.processes import WatchedGroup
+    from ctxwin_dagster.runner.processes import WatchedGroup, forward_output, is_idle_tick
 
     group = WatchedGroup()
     started: list[subprocess.Popen] = []
@@ -84,8 +88,9 @@ def _run_forwarding_signals(cmd: list[str], env: dict[str, str]) -> int:
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        child = group.start(cmd, env=env, stdin=subprocess.DEVNULL)
+        child = group.start(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         started.append(child)
+        forward_output(child.stdout, sys.stdout, drop=is_idle_tick)  # type: ignore[arg-type]
         for signum in pending:
             child.send_signal(signum)
         while True:

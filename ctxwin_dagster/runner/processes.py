@@ -12,11 +12,47 @@ SIGKILL those still running after a grace period. None of Dagster's processes le
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import IO, Any, TextIO
+
+#: The daemon's lines of a sensor tick that found nothing to do: two a tick for each sensor.
+_IDLE_TICK = re.compile(
+    r"SensorDaemon - \S*INFO\S* - "
+    r"(Checking for new runs for sensor: |Sensor \S+ skipped: |No run requests returned for \S+, skipping)"
+)
+
+
+def is_idle_tick(line: str) -> bool:
+    """Whether ``line`` is the daemon saying a sensor ticked and found nothing to do.
+
+    >>> daemon = "2026-11-28 03:15:46 +0000 - dagster.daemon.SensorDaemon - INFO - "
+    >>> is_idle_tick(daemon + "Sensor ctxwin_command_runs skipped: no ctxwin command is waiting for runs")
+    True
+    >>> is_idle_tick(daemon + "Launching run for ctxwin_command_runs")
+    False
+    """
+    return bool(_IDLE_TICK.search(line))
+
+
+def forward_output(stream: IO[bytes], out: TextIO, *, drop: Callable[[str], bool]) -> threading.Thread:
+    """Copy ``stream`` to ``out`` line by line in a thread, leaving out the lines ``drop`` names."""
+
+    def copy() -> None:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode(errors="replace")
+            if not drop(line):
+                out.write(line)
+                out.flush()
+
+    thread = threading.Thread(target=copy, name="forward-output", daemon=True)
+    thread.start()
+    return thread
+
 
 #: The watchdog: ignores the signals meant for the command, waits for the end of its stdin (the
 #: pipe from the command that started it), then ends the rest of its process group. The processes
