@@ -95,8 +95,13 @@ def _fmt(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
-def _fmt_p(p: Any) -> str:
-    return "—" if _is_missing(p) else format_p(p)
+#: Fewer non-zero paired differences than this: the rank-biserial effect is not shown.
+MIN_NONZERO_FOR_EFFECT = 10
+
+
+def _fmt_p(p: Any, m: int = 1) -> str:
+    """A p-value; ``m`` tests: printed precisely enough to fall on the right side of 0.05 / m."""
+    return "—" if _is_missing(p) else format_p(p, m=m)
 
 
 def _md_cell(text: str) -> str:
@@ -257,6 +262,10 @@ def _comparison_table(c: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                 r.get("effect_size_name"), r.get("effect_size_name") or ""
             )
             effect = f"{name} = {_fmt(r['effect_size'])}"
+            nonzero = r.get("n_nonzero")
+            if name == "r_rb" and not _is_missing(nonzero) and int(nonzero) < MIN_NONZERO_FOR_EFFECT:
+                # ±1 over one or two non-zero differences among hundreds says nothing of the effect
+                effect = f"— (r_rb over {int(nonzero)} of {int(r['n_pairs'])} differences, the others zero)"
         ci = "—"
         if not _is_missing(r.get("ci_low")):
             ci = f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]"
@@ -275,7 +284,7 @@ def _comparison_table(c: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
                 _fmt(r.get("mean_diff")),
                 ci,
                 str(r.get("test") or "none"),
-                _fmt_p(r.get("p_value")),
+                _fmt_p(r.get("p_value"), int(r.get("n_comparisons") or 1)),
                 p_bonf,
                 effect,
                 str(r.get("reason") or ""),
@@ -345,7 +354,8 @@ def _quality_plot(q: pd.DataFrame, path: Path, title: str) -> bool:
     ax.set_xticklabels([str(m) for m in metrics], rotation=30, ha="right")
     ax.set_ylabel("mean (95% CI)")
     ax.set_title(title)
-    ax.legend(loc="lower left", ncols=max(1, len(variants)), fontsize=8, framealpha=0.9)
+    # Beside the axes, where no bar can be under it.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, format="png")

@@ -44,13 +44,17 @@ from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci
 __all__ = ["COLUMNS", "bonferroni", "compare_variants", "format_p", "paired_test", "rank_biserial"]
 
 
-def format_p(p: Any, alpha: float = 0.05) -> str:
-    """A p-value as reports print it: three decimals, ``<0.001`` below that, and more decimals
-    where three would put it on the other side of ``alpha`` (0.0497 is not printed as 0.050, which
-    would read as not significant). ``—`` for a missing value.
+def format_p(p: Any, alpha: float = 0.05, m: int = 1) -> str:
+    """A p-value as reports print it: three decimals (two significant digits below 0.01),
+    ``<0.001`` below that, and more digits where fewer would put it on the other side of
+    ``alpha`` or of the Bonferroni threshold ``alpha / m`` (0.0497 is not printed as 0.050, and
+    with m = 27 tests 0.00157 and 0.00203 are not both printed as 0.002, since only the first is
+    below 0.05 / 27). ``—`` for a missing value.
 
     >>> format_p(0.0102), format_p(0.0497), format_p(0.0503), format_p(0.0004), format_p(None)
     ('0.010', '0.0497', '0.050', '<0.001', '—')
+    >>> format_p(0.00157, m=27), format_p(0.00203, m=27), format_p(0.0009, m=100)
+    ('0.0016', '0.0020', '0.00090')
     """
     try:
         value = float(p)
@@ -58,10 +62,15 @@ def format_p(p: Any, alpha: float = 0.05) -> str:
         return "—"
     if math.isnan(value):
         return "—"
-    if value < 0.001:
+    thresholds = (alpha, alpha / max(1, m))
+    if value < 0.001 and min(thresholds) >= 0.001:
         return "<0.001"
-    digits = 3
-    while digits < 10 and (float(f"{value:.{digits}f}") < alpha) != (value < alpha):
+    digits = 3 if value >= 0.01 or value == 0 else 1 - math.floor(math.log10(value))  # two significant
+
+    def shown(d: int) -> float:
+        return float(f"{value:.{d}f}")
+
+    while digits < 12 and any((shown(digits) < t) != (value < t) for t in thresholds):
         digits += 1
     return f"{value:.{digits}f}"
 
@@ -90,6 +99,7 @@ COLUMNS: tuple[str, ...] = (
     "significant",
     "effect_size",
     "effect_size_name",
+    "n_nonzero",  # Wilcoxon: the differences that are not zero (its effect r_rb is over them alone)
     "ci_low",
     "ci_high",
     "ci_level",
@@ -228,6 +238,7 @@ def paired_test(
             effect_size=rank_biserial(d),
             effect_size_name="rank_biserial",
         )
+        out["n_nonzero"] = n_nonzero
         if n_nonzero < n:
             extra = f"{n - n_nonzero} zero difference(s) dropped by Wilcoxon"
             out["reason"] = f"{out['reason']}; {extra}" if out["reason"] else extra

@@ -197,3 +197,29 @@ def test_a_measure_zero_for_every_variant_is_named_not_drawn_as_empty_axes(tmp_p
     assert _efficiency_plot(e, tmp_path / "e.png", "t") and (tmp_path / "e.png").stat().st_size > 0
     e.loc["swb_rag", "cost_usd"] = 0.002
     assert efficiency_panels(e)[0] == ["calls", "cost_usd", "input_chars"]
+
+
+def test_an_effect_over_a_handful_of_nonzero_differences_is_not_shown_as_an_effect(tmp_path):
+    # 477 questions where the two variants differ on one: Wilcoxon keeps one difference, and its
+    # rank-biserial r would read -1.000, a perfect effect.
+    scores = {
+        "a": {f"q{i}": {"hit": 1.0} for i in range(477)},
+        "b": {f"q{i}": {"hit": 0.0 if i == 0 else 1.0} for i in range(477)},
+    }
+    comparison = compare_variants(scores, ["hit"], n_boot=200)
+    row = comparison.iloc[0]
+    assert row["test"] == "wilcoxon" and row["n_nonzero"] == 1 and row["effect_size"] == -1.0
+    quality = [
+        {"variant": v, "metric": "hit", "mean": m, "ci_low": m, "ci_high": m, "n": 477}
+        for v, m in (("a", 1.0), ("b", 476 / 477))
+    ]
+    md = render_report(comparison, quality, [], tmp_path, title="x")["markdown"]
+    assert "r_rb = -1.000" not in md and "r_rb over 1 of 477 differences, the others zero" in md
+
+
+def test_raw_p_is_printed_on_the_right_side_of_the_bonferroni_threshold():
+    from ctxwin_dagster.core.evaluation.report import _fmt_p
+
+    # m = 27 tests: 0.05 / 27 = 0.00185; three decimals would print both as 0.002
+    assert (_fmt_p(0.00157, 27), _fmt_p(0.00203, 27)) == ("0.0016", "0.0020")
+    assert _fmt_p(0.0186, 1) == "0.019" and _fmt_p(0.0004, 27) == "<0.001"
