@@ -382,6 +382,21 @@ class ChunkIndex:
         where = f"doc_id = {_quote(doc_id)}" if doc_id else None
         return self._reads.get(table, ("count", table.name, where), lambda: table.count_rows(where))
 
+    def counts_by_document(self, variant: str) -> dict[str, int]:
+        """Rows per document, from one read of the table's ``doc_id`` column (checking every
+        document of a corpus costs one read instead of a query per document)."""
+        table = self._table(variant)
+        if table is None:
+            return {}
+
+        def read() -> dict[str, int]:
+            import pyarrow.compute as pc
+
+            ids = table.search().select(["doc_id"]).limit(10**9).to_arrow().column("doc_id")
+            return {str(c["values"]): int(c["counts"]) for c in pc.value_counts(ids).to_pylist()}
+
+        return self._reads.get(table, ("counts_by_document", table.name), read)
+
     def duplicate_ids(self, variant: str, *, doc_id: str | None = None) -> int:
         """How many rows share a ``chunk_id`` with another row (0 in a healthy index).
 

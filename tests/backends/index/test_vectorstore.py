@@ -42,6 +42,11 @@ def test_replace_document_merges_on_chunk_id(tmp_path):
     assert (changed["inserted"], changed["updated"], changed["deleted"]) == (2, 3, 2)
     assert idx.count("t_rag", doc_id="a") == 5 and idx.count("t_rag", doc_id="b") == 3
     assert idx.duplicate_ids("t_rag") == 0
+    # every document's count in one read, the same as a query per document, and new after a write
+    assert idx.counts_by_document("t_rag") == {"a": 5, "b": 3} and idx.counts_by_document("cc_rag") == {}
+    idx.delete_document("t_rag", "b")
+    assert idx.counts_by_document("t_rag") == {"a": 5}
+    idx.replace_document("t_rag", "b", *make_rows("b", range(3)))
     stored = {r["chunk_id"] for r in idx.rows("t_rag", doc_id="a")}
     assert stored == {f"a-{i}" for i in range(2, 7)}
 
