@@ -21,10 +21,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def graphql(base_url: str, query: str, *, timeout: float = 60) -> dict:
-    """POST ``query`` to the webserver's ``/graphql`` and return the decoded reply."""
+def graphql(base_url: str, query: str, *, variables: dict | None = None, timeout: float = 60) -> dict:
+    """POST ``query`` (with its ``variables``) to the webserver's ``/graphql`` and return the decoded reply."""
+    body = {"query": query, **({"variables": variables} if variables else {})}
     req = urllib.request.Request(
-        base_url + "/graphql", data=json.dumps({"query": query}).encode(), headers={"Content-Type": "application/json"}
+        base_url + "/graphql", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         return json.loads(resp.read())

@@ -123,10 +123,12 @@ def _assert_ended(tree: dict[int, int], message: str) -> None:
 
 
 @contextmanager
-def _ctxwin_dev(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, TextIO, dict[int, int]]]:
+def _ctxwin_dev(
+    tmp_path: Path, docs: tuple[str, ...] = ("squad_Normans",)
+) -> Iterator[tuple[subprocess.Popen, TextIO, dict[int, int], str, Path]]:
     """``ctxwin dev`` as a subprocess on a one-document project, once the UI serves the project's
-    assets and the daemon's sensors beat: the process, its output (a file) and its process tree
-    (recorded then). Whatever of that tree is still running afterwards is killed."""
+    assets and the daemon's sensors beat: the process, its output (a file), its process tree
+    (recorded then), the UI's address and the Dagster home. Whatever of that tree is still running afterwards is killed."""
     import signal
     import socket
 
@@ -135,7 +137,7 @@ def _ctxwin_dev(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, TextIO, dict
     from ctxwin_dagster.testing.projects import ctxwin_env, make_project
 
     (tmp_path / "project").mkdir()
-    root = make_project(tmp_path / "project", ["squad_Normans"], questions_per_doc=1)
+    root = make_project(tmp_path / "project", list(docs), questions_per_doc=1)
     home = tmp_path / "home"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -174,7 +176,7 @@ def _ctxwin_dev(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, TextIO, dict
         ]
         assert "SENSOR" in beats, output[-3000:]
         tree = _tree(proc.pid)
-        yield proc, log, tree
+        yield proc, log, tree, base, home
     finally:
         for pid in _alive({**_tree(proc.pid), **tree}):
             os.kill(pid, signal.SIGKILL)
@@ -188,7 +190,7 @@ def test_ctxwin_dev_serves_the_ui_and_daemon_through_dg_dev(tmp_path):
     SIGTERM to the command alone (as a process manager sends it) stops the UI and daemon too."""
     import signal
 
-    with _ctxwin_dev(tmp_path) as (proc, log, tree):
+    with _ctxwin_dev(tmp_path) as (proc, log, tree, _, _):
         log.seek(0)
         output = log.read()
         assert "superseded" not in output.lower() and "SupersessionWarning" not in output
@@ -209,10 +211,142 @@ def test_kill_9_of_ctxwin_dev_leaves_none_of_its_processes(tmp_path):
     webserver, the daemon, the code servers and the embedding server it started."""
     import signal
 
-    with _ctxwin_dev(tmp_path) as (proc, _, tree):
+    with _ctxwin_dev(tmp_path) as (proc, _, tree, _, _):
         started = _command_lines(list(tree))
         for part in ("dg dev", "dagster_webserver", "dagster._daemon", "dagster code-server", "embeddings.server"):
             assert part in started, started
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
         _assert_ended(tree, "kill -9 of ctxwin dev left processes running")
+
+
+LAUNCH_RUN = """
+mutation ($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on InvalidSubsetError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}
+"""
+
+LAUNCH_BACKFILL = """
+mutation ($params: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $params) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}
+"""
+
+RUNS_WITH_TAGS = "{ runsOrError { ... on Runs { results { runId status tags { key value } } } } }"
+
+SELECTED = [{"path": ["raw_documents"]}, {"path": ["chunks"]}]
+CHECKS = [{"assetKey": {"path": ["chunks"]}, "name": "offsets_exact"}]
+
+
+def _runs_by_id(base: str) -> dict[str, dict]:
+    runs = graphql(base, RUNS_WITH_TAGS)["data"]["runsOrError"]["results"]
+    return {r["runId"]: {**r, "tags": {t["key"]: t["value"] for t in r["tags"]}} for r in runs}
+
+
+def _wait_for(check, what: str, timeout: float = 300):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(2)
+    raise AssertionError(f"{what} within {timeout:.0f} s")
+
+
+def test_the_ui_materializes_one_partition_and_backfills_several_in_one_run(tmp_path):
+    """As a person does in the UI, through the real webserver and daemon of ``ctxwin dev``: one
+    document's partition materialized from the asset's page (Dagster's ``__ASSET_JOB`` with the
+    partition's tag) is a run of that document alone; a backfill of two documents is one run over
+    the range of both (the assets' BackfillPolicy), and each document gets its own materialization."""
+    import dagster as dg
+
+    docs = ("squad_Normans", "cuad_todos_medical_reseller")
+    with _ctxwin_dev(tmp_path, docs) as (proc, log, _, base, home):
+        partitions = _wait_for(  # the documents sensor adds the partitions on its first tick
+            lambda: (
+                set(
+                    graphql(base, '{ assetNodes(assetKeys: [{path: ["chunks"]}]) { partitionKeys } }')["data"][
+                        "assetNodes"
+                    ][0]["partitionKeys"]
+                )
+                == set(docs)
+            ),
+            "the documents sensor added the partitions",
+        )
+        assert partitions
+        params = {
+            "selector": {
+                "repositoryLocationName": "ctxwin",
+                "repositoryName": "__repository__",
+                "jobName": "__ASSET_JOB",
+                "assetSelection": SELECTED,
+                "assetCheckSelection": CHECKS,  # the UI selects the checks of the assets it materializes
+            },
+            "mode": "default",
+            "runConfigData": {},
+            "executionMetadata": {"tags": [{"key": "dagster/partition", "value": "squad_Normans"}]},
+        }
+        launched = graphql(base, LAUNCH_RUN, variables={"params": params})["data"]["launchRun"]
+        assert launched["__typename"] == "LaunchRunSuccess", launched["message"] if "message" in launched else launched
+        one = launched["run"]["runId"]
+        run = _wait_for(
+            lambda: (r := _runs_by_id(base)[one])["status"] in ("SUCCESS", "FAILURE", "CANCELED") and r,
+            "the UI's run of one partition ended",
+        )
+        log.seek(0)
+        assert run["status"] == "SUCCESS", log.read()[-3000:]
+        assert run["tags"]["dagster/partition"] == "squad_Normans"
+
+        backfill = graphql(
+            base,
+            LAUNCH_BACKFILL,
+            variables={"params": {"partitionNames": list(docs), "assetSelection": SELECTED, "fromFailure": False}},
+        )["data"]["launchPartitionBackfill"]
+        assert backfill["__typename"] == "LaunchBackfillSuccess", backfill
+        runs = _wait_for(
+            lambda: (
+                (
+                    found := [
+                        r
+                        for r in _runs_by_id(base).values()
+                        if r["tags"].get("dagster/backfill") == backfill["backfillId"]
+                    ]
+                )
+                and all(r["status"] in ("SUCCESS", "FAILURE", "CANCELED") for r in found)
+                and found
+            ),
+            "the backfill's runs ended",
+        )
+        assert [r["status"] for r in runs] == ["SUCCESS"], runs  # one run for both documents
+        tags = runs[0]["tags"]
+        assert {tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]} == set(docs)
+
+        os.environ["DAGSTER_HOME"] = str(home)
+        with dg.DagsterInstance.get() as instance:
+            for doc in docs:
+                records = instance.fetch_materializations(
+                    dg.AssetRecordsFilter(asset_key=dg.AssetKey("chunks"), asset_partitions=[doc]), limit=10
+                ).records
+                assert records[0].run_id == runs[0]["runId"]
+                n_chunks = records[0].asset_materialization.metadata["n_chunks"].value
+                assert n_chunks > 0 and records[0].asset_materialization.partition == doc
+            counts = {
+                doc: instance.fetch_materializations(
+                    dg.AssetRecordsFilter(asset_key=dg.AssetKey("chunks"), asset_partitions=[doc]), limit=10
+                )
+                .records[0]
+                .asset_materialization.metadata["n_chunks"]
+                .value
+                for doc in docs
+            }
+            assert counts["squad_Normans"] != counts["cuad_todos_medical_reseller"]  # each its own metadata
