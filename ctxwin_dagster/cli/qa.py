@@ -272,6 +272,12 @@ def cmd_qa_generate(args: argparse.Namespace) -> int:
     for line in total.lines():
         print(line)
     print(f"wrote {written} question(s) for {len(per_doc)} document(s) to {out} (report: {report_path})")
+    if not any(p.stat().st_size for p in out.glob("*.jsonl")):
+        print(
+            f"no question in {out} to evaluate: every draft was rejected (the reasons are above, by kind); "
+            "try another --model, more --count, or --no-closed-book"
+        )
+        return 1
     name = f"{experiment_name_for(docs)}_generated"
     where = f"--documents {shlex.quote(str(docs))} --qa {shlex.quote(str(out))}"
     print(f"evaluate with them: ctxwin evaluate {where} --name {name}")

@@ -67,6 +67,20 @@ def test_generate_writes_a_qa_folder_that_evaluate_accepts(tmp_path):
         assert (out / f"{files[0]}.previous").is_file() and (out / files[1]).is_file()
         assert len(list(out.glob("*.jsonl"))) == 2  # the kept copy is not read as a QA file
 
+        # nothing kept: said so, with the reasons by kind, and no evaluation of an empty folder suggested
+        empty = [
+            *args[:-6],
+            "--out",
+            str(tmp_path / "none"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--doc",
+            "Price table",
+        ]
+        none = run_ctxwin(empty, tmp_path)
+        assert none.returncode == 1 and "no question in" in none.stdout and "to evaluate" in none.stdout, none.stdout
+        assert "ctxwin evaluate --documents" not in none.stdout
+
     bad = run_ctxwin(["qa", "generate", "--documents", str(docs), "--kinds", "essay", "--out", str(out)], tmp_path)
     assert bad.returncode != 0 and "unknown question kind" in bad.stderr
     missing = run_ctxwin(["qa", "generate", "--documents", str(tmp_path / "nowhere")], tmp_path)
