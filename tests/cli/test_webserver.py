@@ -297,7 +297,7 @@ def test_the_ui_materializes_one_partition_and_backfills_several_in_one_run(tmp_
             "executionMetadata": {"tags": [{"key": "dagster/partition", "value": "squad_Normans"}]},
         }
         launched = graphql(base, LAUNCH_RUN, variables={"params": params})["data"]["launchRun"]
-        assert launched["__typename"] == "LaunchRunSuccess", launched["message"] if "message" in launched else launched
+        assert launched["__typename"] == "LaunchRunSuccess", launched.get("message", launched)
         one = launched["run"]["runId"]
         run = _wait_for(
             lambda: (r := _runs_by_id(base)[one])["status"] in ("SUCCESS", "FAILURE", "CANCELED") and r,
