@@ -58,8 +58,8 @@ RUNS = """
 
 def test_runs_belong_to_the_code_location_in_the_webserver(project):
     root, home, first = project
-    # The comparison's reason is its own, named once.
-    assert "experiment_comparison: documents ran now (their answers and scores are new)" in first.stdout
+    # The comparison's reason is its own (it never ran; not an upstream asset's), named once.
+    assert "experiment_comparison: never materialized" in first.stdout
     assert "experiment_comparison: experiment_comparison" not in first.stdout
     assert "runs queued" in first.stdout
     env = {**os.environ, "DAGSTER_HOME": str(home), "HF_HUB_OFFLINE": "1"}

@@ -45,16 +45,16 @@ __all__ = ["COLUMNS", "bonferroni", "compare_variants", "format_p", "paired_test
 
 
 def format_p(p: Any, alpha: float = 0.05, m: int = 1) -> str:
-    """A p-value as reports print it: three decimals (two significant digits below 0.01),
-    ``<0.001`` below that, and more digits where fewer would put it on the other side of
-    ``alpha`` or of the Bonferroni threshold ``alpha / m`` (0.0497 is not printed as 0.050, and
-    with m = 27 tests 0.00157 and 0.00203 are not both printed as 0.002, since only the first is
-    below 0.05 / 27). ``—`` for a missing value.
+    """A p-value as reports print it: three decimals, ``<0.001`` below that, and more digits
+    where three would put it on the other side of ``alpha`` or of the Bonferroni threshold
+    ``alpha / m`` (0.0497 is not printed as 0.050, and with m = 27 tests 0.00157 is printed
+    0.0016, not 0.002 as 0.00203 is, since only the first is below 0.05 / 27). ``—`` for a
+    missing value.
 
     >>> format_p(0.0102), format_p(0.0497), format_p(0.0503), format_p(0.0004), format_p(None)
     ('0.010', '0.0497', '0.050', '<0.001', '—')
     >>> format_p(0.00157, m=27), format_p(0.00203, m=27), format_p(0.0009, m=100)
-    ('0.0016', '0.0020', '0.00090')
+    ('0.0016', '0.002', '0.001')
     """
     try:
         value = float(p)
@@ -65,7 +65,7 @@ def format_p(p: Any, alpha: float = 0.05, m: int = 1) -> str:
     thresholds = (alpha, alpha / max(1, m))
     if value < 0.001 and min(thresholds) >= 0.001:
         return "<0.001"
-    digits = 3 if value >= 0.01 or value == 0 else 1 - math.floor(math.log10(value))  # two significant
+    digits = 3
 
     def shown(d: int) -> float:
         return float(f"{value:.{d}f}")

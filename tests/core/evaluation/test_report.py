@@ -221,5 +221,5 @@ def test_raw_p_is_printed_on_the_right_side_of_the_bonferroni_threshold():
     from ctxwin_dagster.core.evaluation.report import _fmt_p
 
     # m = 27 tests: 0.05 / 27 = 0.00185; three decimals would print both as 0.002
-    assert (_fmt_p(0.00157, 27), _fmt_p(0.00203, 27)) == ("0.0016", "0.0020")
+    assert (_fmt_p(0.00157, 27), _fmt_p(0.00203, 27)) == ("0.0016", "0.002")
     assert _fmt_p(0.0186, 1) == "0.019" and _fmt_p(0.0004, 27) == "<0.001"
