@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from ctxwin_dagster.defs.materializations import latest_materialization, latest_materializations, latest_metadata
+from ctxwin_dagster.defs.materializations import latest_materialization, latest_materializations
 
 if TYPE_CHECKING:
     from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
@@ -191,7 +191,8 @@ class StalenessChecker:
         self.graph = graph
         self._known: dict[tuple[dg.AssetKey, str | None], Any] = {}  # prefetched: (key, partition) -> record or None
 
-    def _latest(self, key: dg.AssetKey, partition: str | None):
+    def latest(self, key: dg.AssetKey, partition: str | None):
+        """The latest materialization record of ``key`` (in ``partition``), prefetched or queried."""
         if (key, partition) in self._known:
             return self._known[(key, partition)]
         return latest_materialization(self.instance, key, partition or None)
@@ -241,7 +242,7 @@ class StalenessChecker:
         for parent in parents:
             if parent in stale or parent in rerun:
                 return f"upstream {parent.to_user_string()} reruns"
-        rec = self._latest(key, partition if self.graph.get(key).is_partitioned else None)
+        rec = self.latest(key, partition if self.graph.get(key).is_partitioned else None)
         if rec is None:
             return "never materialized"
         tags = rec.asset_materialization.tags or {}
@@ -273,7 +274,7 @@ class StalenessChecker:
             if parent_partitioned and not self.graph.get(key).is_partitioned:
                 continue  # the comparison: handled by the caller through rerun_upstream
             if parent not in current:
-                prec = self._latest(parent, partition if parent_partitioned else None)
+                prec = self.latest(parent, partition if parent_partitioned else None)
                 current[parent] = prec.storage_id if prec else None
             if current[parent] is None or current[parent] > rec.storage_id:
                 return f"upstream {parent.to_user_string()} rematerialized since"
@@ -323,32 +324,27 @@ def verify_indexes(index: ChunkIndex | None, job_keys: Iterable[dg.AssetKey]) ->
 
 
 def missing_rows(
-    instance: dg.DagsterInstance,
-    index: ChunkIndex,
+    checker: StalenessChecker,
+    counts: Mapping[str, Mapping[str, int]],
     job_keys: Iterable[dg.AssetKey],
     partition: str,
-    *,
-    checker: StalenessChecker | None = None,
-    counts: Mapping[str, Mapping[str, int]] | None = None,
 ) -> dict[dg.AssetKey, str]:
     """Staleness the event log cannot see: an index asset whose table holds another number of
-    rows for the document than its latest ``chunks`` materialization made (rows deleted or lost
-    behind the project's back). The counts come from each table's manifest, which stays right
-    while a data file is damaged: :func:`stale_documents` checks the tables first (:func:`verify_indexes`)."""
+    rows for the document (``counts``: each variant's rows per document,
+    :meth:`ChunkIndex.counts_by_document`) than its latest ``chunks`` materialization made (rows
+    deleted or lost behind the project's back). :func:`stale_documents` checks the tables first
+    (:func:`verify_indexes`)."""
     wanted = index_variants(job_keys)
     if not wanted:
         return {}
-    if checker is not None:  # its prefetched records
-        record = checker._latest(dg.AssetKey("chunks"), partition)
-        meta = (record.asset_materialization.metadata or {}) if record is not None else {}
-        expected = getattr(meta.get("n_chunks"), "value", None)
-    else:
-        expected = latest_metadata(instance, "chunks", partition).get("n_chunks")
+    record = checker.latest(dg.AssetKey("chunks"), partition)
+    meta = (record.asset_materialization.metadata or {}) if record is not None else {}
+    expected = getattr(meta.get("n_chunks"), "value", None)
     if not isinstance(expected, int):
         return {}
     out = {}
     for key, variant in wanted.items():
-        have = counts[variant].get(partition, 0) if counts is not None else index.count(variant, doc_id=partition)
+        have = counts.get(variant, {}).get(partition, 0)
         if have != expected:
             out[key] = f"{have} of {expected} rows in the {variant} index"
     return out
@@ -380,7 +376,7 @@ def stale_documents(
     checker = StalenessChecker(instance, graph)
     checker.prefetch(job_keys | {dg.AssetKey("chunks")}, doc_ids)
     variants = index_variants(job_keys) if index is not None else {}
-    counts = {variant: index.counts_by_document(variant) for variant in variants.values()} if variants else None
+    counts = {variant: index.counts_by_document(variant) for variant in variants.values()}
     out = {}
     for doc_id in doc_ids:
         try:
@@ -390,6 +386,6 @@ def stale_documents(
             sha = None  # the partition's raw_documents reports the file's problem
         st = checker.check(job_keys, doc_id, document_sha256=sha, extra={"qa": qa[doc_id]} if uses_qa else {})
         if not st.stale:
-            st.reasons.update(missing_rows(instance, index, job_keys, doc_id, checker=checker, counts=counts))
+            st.reasons.update(missing_rows(checker, counts, job_keys, doc_id))
         out[doc_id] = st
     return out, has_questions
