@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 from ctxwin_dagster.cli.options import variant as variant_name
@@ -16,6 +18,26 @@ def _results_dir(name: str) -> str:
     if not (home / EXPERIMENT_FILE).is_file():
         return DEFAULT_RESULTS_DIR
     return str((home_experiment(home).sections.get("evaluation") or {}).get("results_dir") or DEFAULT_RESULTS_DIR)
+
+
+def _document_text(name: str) -> Callable[[str], str | None]:
+    """doc_id -> the text of that document of the experiment ``name``, as its runs read it (None
+    when its file is gone or unreadable): the review form shows where the reference answer is."""
+    from ctxwin_dagster.core.experiment import default_home
+    from ctxwin_dagster.core.text.documents import DocumentError, read_document
+    from ctxwin_dagster.definitions import home_resources
+
+    folder = home_resources(default_home(name))["settings"].document_folder()
+
+    @functools.lru_cache(maxsize=8)
+    def text(doc_id: str) -> str | None:
+        path = folder.path_of(doc_id)
+        try:
+            return read_document(path, doc_id=doc_id).text if path is not None else None
+        except (OSError, DocumentError):
+            return None
+
+    return text
 
 
 def cmd_review(args: argparse.Namespace) -> int:
@@ -33,7 +55,13 @@ def cmd_review(args: argparse.Namespace) -> int:
                 )
         out = Path(args.out or Path(args.reports_dir) / args.experiment / f"review_{args.a}_vs_{args.b}")
         result = export_review(
-            records[args.a], records[args.b], variant_a=args.a, variant_b=args.b, out_dir=out, seed=args.seed
+            records[args.a],
+            records[args.b],
+            variant_a=args.a,
+            variant_b=args.b,
+            out_dir=out,
+            seed=args.seed,
+            document_text=_document_text(args.experiment),
         )
         print(
             f"{result['n_questions']} blinded pairs: fill {result['csv']} (or open {result['html']}); keep {result['key']} away from reviewers"

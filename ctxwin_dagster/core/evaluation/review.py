@@ -49,7 +49,7 @@ import csv
 import json
 import random
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,39 @@ def _answer_text(r: Mapping[str, Any]) -> str:
 def _plain(answer: str) -> str:
     """The answer without its citation markers and extra spaces: what makes two answers the same."""
     return " ".join(_CITATION.sub(" ", answer).split())
+
+
+def _sentences(answer: str) -> list[str]:
+    """The sentences of an answer, without citation markers, in sorted order: two answers made of
+    the same sentences in another order are the same answer.
+
+    >>> _sentences("B is second. A is first [0123456789abcdef].") == _sentences("A is first. B is second.")
+    True
+    """
+    from ctxwin_dagster.core.text.sentences import split_sentences
+
+    text = re.sub(r"\s+([.,;:!?])", r"\1", _plain(answer))  # a marker before a full stop leaves a space
+    return sorted(" ".join(text[s:e].split()) for s, e in split_sentences(text))
+
+
+#: Characters of the document shown on each side of a reference span in the review form.
+REFERENCE_MARGIN = 300
+
+
+def _reference_passage(
+    r: Mapping[str, Any], document_text: Callable[[str], str | None] | None
+) -> dict[str, Any] | None:
+    """The passage of the document that holds the reference answer (its ``reference_spans``,
+    marked, with :data:`REFERENCE_MARGIN` characters around), or None when the item gives no
+    span or the document cannot be read."""
+    spans = [(int(s), int(e)) for s, e in (r.get("reference_spans") or []) if int(e) > int(s)]
+    doc_id = str(r.get("doc_id") or "")
+    text = document_text(doc_id) if (spans and document_text is not None) else None
+    if not text or spans[-1][1] > len(text):
+        return None
+    start, end = max(0, spans[0][0] - REFERENCE_MARGIN), min(len(text), spans[-1][1] + REFERENCE_MARGIN)
+    marks = [(s - start, e - start) for s, e in spans if start <= s and e <= end]
+    return {"doc_id": doc_id, "start": start, "end": end, "text": text[start:end], "marks": marks}
 
 
 def _cited(r: Mapping[str, Any]) -> tuple[str, list[dict[str, Any]]]:
@@ -209,8 +242,13 @@ def export_review(
     out_dir: str | Path,
     seed: int,
     title: str | None = None,
+    document_text: Callable[[str], str | None] | None = None,
 ) -> dict[str, Any]:
     """Write the blinded review files for the questions both variants answered.
+
+    ``document_text(doc_id)`` gives a document's text (as the index read it): the form then
+    shows, under the reference answer, the passage of the document that holds it (the item's
+    ``reference_spans``).
 
     Returns ``{"csv", "html", "key"}`` paths plus ``n_questions`` (the pairs to judge),
     ``identical`` (pairs of identical answers, recorded as ties in ``key.json`` and not asked)
@@ -233,14 +271,14 @@ def export_review(
         ra, rb = a[qid], b[qid]
         swap = rng.random() < 0.5
         question = str(ra.get("question") or rb.get("question") or "")
-        if _plain(_answer_text(ra)) == _plain(_answer_text(rb)):
+        if _sentences(_answer_text(ra)) == _sentences(_answer_text(rb)):
             identical[qid] = {"question": question, "complexity": _complexity(ra, rb)}
             continue
         side_a, side_b = (variant_b, variant_a) if swap else (variant_a, variant_b)
         first, second = (rb, ra) if swap else (ra, rb)
         sides[qid] = {"A": side_a, "B": side_b}
         (answer_a, cited_a), (answer_b, cited_b) = _cited(first), _cited(second)
-        passages[qid] = (cited_a, cited_b)
+        passages[qid] = (cited_a, cited_b, _reference_passage(ra if ra.get("reference_spans") else rb, document_text))
         rows.append(
             {
                 "question_id": qid,

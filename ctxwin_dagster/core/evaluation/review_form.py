@@ -40,10 +40,27 @@ function buildCsv(){
   });
   return {csv:lines.join('\r\n')+'\r\n', missing:missing};
 }
-window.addEventListener('load',function(){
-  document.querySelectorAll('.passage').forEach(function(p){
+function scrollToMarks(root){
+  root.querySelectorAll('.passage').forEach(function(p){
     var m=p.querySelector('mark'); if(m){p.scrollTop=Math.max(0,m.offsetTop-24);}
   });
+}
+function itemDone(i){
+  var lab=document.querySelector('input[name="label_'+i+'"]:checked');
+  return lab&&document.getElementById('complexity_'+i).value?lab.value:null;
+}
+function onAnswer(i){
+  var done=itemDone(i), state=document.getElementById('state_'+i);
+  state.textContent=done?('done: '+done):'to judge';
+  state.className='state'+(done?' done':'');
+  if(done){var next=document.getElementById('item_'+(i+1)); if(next&&!itemDone(i+1)){next.open=true;}}
+}
+function foldAll(open){document.querySelectorAll('details.item').forEach(function(d){d.open=open;});}
+window.addEventListener('load',function(){
+  document.querySelectorAll('details.item').forEach(function(d){
+    d.addEventListener('toggle',function(){if(d.open){scrollToMarks(d);}});
+  });
+  scrollToMarks(document);
 });
 function downloadCsv(ev){
   if(ev){ev.preventDefault();}
@@ -83,12 +100,26 @@ def _answer_block(side: str, answer: str, passages: list[dict[str, Any]]) -> str
     return "".join(parts) + "</div>"
 
 
+def _reference_block(passage: Mapping[str, Any] | None) -> str:
+    if passage is None:
+        return ""
+    esc = html.escape
+    return (
+        f"<details open class=refpassage><summary>Where the document says it: {esc(passage['doc_id'])}, "
+        f"characters {passage['start']}–{passage['end']}</summary>"
+        f"<div class=passage>{_highlighted(passage['text'], passage['marks'])}</div></details>"
+    )
+
+
 def html_form(
     rows: list[dict[str, str]],
-    passages: Mapping[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]],
+    passages: Mapping[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Mapping[str, Any] | None]],
     title: str,
     n_identical: int,
 ) -> str:
+    """The page of the pairs ``rows``: each question folds (the first is open; judging one opens
+    the next), with its reference answer, the passage of the document that holds it (when
+    ``passages`` gives one) and each answer with the passages it cites."""
     esc = html.escape
     items = [{c: row[c] for c in CSV_COLUMNS if c not in ("label", "complexity")} for row in rows]
     items_json = json.dumps(items, ensure_ascii=False).replace("</", "<\\/").replace("<!--", "<\\!--")
@@ -101,26 +132,36 @@ def html_form(
         ".ans>div{flex:1;min-width:0}.answer{white-space:pre-wrap;background:#f6f6f6;padding:.5em}"
         ".passage{position:relative;white-space:pre-wrap;font-size:90%;max-height:16em;overflow:auto;border-left:3px solid #ccc;"
         "padding:.25em .5em;color:#333}mark{background:#ffe58a}.ref{background:#eef6ee;padding:.25em .5em}"
-        ".doc{color:#555;font-size:90%}label{margin-right:1em}</style></head><body>",
+        ".doc{color:#555;font-size:90%}label{margin-right:1em}details.item{margin:.5em 0}"
+        "details.item>summary{cursor:pointer;padding:.35em;background:#f2f2f2;font-weight:bold}"
+        ".state{font-weight:normal;color:#a15c00;margin-left:.5em}.state.done{color:#1d7a1d}"
+        ".refpassage{margin:.25em 0 .75em}</style></head><body>",
         f"<h1>{esc(title)}</h1>",
         "<p>For each question, compare answer A and answer B against the reference answer and the "
         "passages each answer cites (the sentences it took from them are highlighted), pick a label "
         "and the question's complexity, then press <b>Download CSV</b> and send the file back. The page "
         "never sends anything; nothing is saved until you download.</p>",
+        f"<p>{len(rows)} question(s), each folded under its title; judging one opens the next. "
+        '<button type="button" onclick="foldAll(true)">Open all</button> '
+        '<button type="button" onclick="foldAll(false)">Fold all</button></p>',
     ]
     if n_identical:
         parts.append(
-            f"<p>{n_identical} question(s) where both answers are identical are not shown: they count as "
-            "ties (both equal) without a judgment.</p>"
+            f"<p>{n_identical} question(s) where both answers are identical (the same sentences, in any order) "
+            "are not shown: they count as ties (both equal) without a judgment.</p>"
         )
     parts.append('<form id="review" onsubmit="return downloadCsv(event)">')
     for i, row in enumerate(rows):
-        cited_a, cited_b = passages[row["question_id"]]
-        parts.append(f'<fieldset data-question-id="{esc(row["question_id"])}">')
-        parts.append(f"<legend>{i + 1}. {esc(row['question'])}</legend>")
+        cited_a, cited_b, reference_passage = passages[row["question_id"]]
+        parts.append(f'<details class=item id="item_{i}"{" open" if i == 0 else ""}>')
+        parts.append(
+            f'<summary>{i + 1}. {esc(row["question"])} <span class=state id="state_{i}">to judge</span></summary>'
+        )
+        parts.append(f'<fieldset data-question-id="{esc(row["question_id"])}" onchange="onAnswer({i})">')
         parts.append(f"<p class=doc>Document: <b>{esc(row['doc_id'])}</b></p>")
         reference = row["reference_answer"] or "(none: the document does not answer it)"
         parts.append(f"<p class=ref>Reference answer: {esc(reference)}</p>")
+        parts.append(_reference_block(reference_passage))
         parts.append(
             '<div class="ans">'
             + _answer_block("A", row["answer_A"], cited_a)
@@ -136,7 +177,7 @@ def html_form(
         for c in COMPLEXITIES:
             selected = " selected" if row["complexity"] == c else ""
             parts.append(f'<option value="{c}"{selected}>{c}</option>')
-        parts.append("</select></label></p></fieldset>")
+        parts.append("</select></label></p></fieldset></details>")
     parts.append('<p><button type="button" onclick="downloadCsv()">Download CSV</button> <span id="status"></span></p>')
     parts.append("</form>")
     parts.append(f"<script>\nvar ITEMS={items_json};\n{_JS % {'cols': json.dumps(list(CSV_COLUMNS))}}</script>")

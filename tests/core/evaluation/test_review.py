@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -376,3 +377,41 @@ def test_numbered_citations_mark_their_sentences_inside_the_window_given(tmp_pat
     assert all(
         row[c].startswith(f"[1] contract 1000–{1000 + len(window)}: 11.1 Notices") for c in ("cited_A", "cited_B")
     )
+
+
+def test_answers_of_the_same_sentences_in_another_order_are_a_tie(tmp_path):
+    a = [dict(r, answer=f"Alpha is the first of {i}. Beta comes next.") for i, r in enumerate(answers("t_rag"))]
+    b = [dict(r, answer=f"Beta comes next. Alpha is the first of {i}.") for i, r in enumerate(answers("swb_rag"))]
+    b[0]["answer"] = "Beta comes next. Alpha is the first of 99."  # one sentence differs: asked
+    out = export_review(a, b, variant_a="t_rag", variant_b="swb_rag", out_dir=tmp_path, seed=3)
+    assert out["n_questions"] == 1 and out["identical"] == N - 1
+    assert [r["question_id"] for r in read_rows(out["csv"])] == ["q00"]
+
+
+def test_the_form_shows_the_passage_that_holds_the_reference_and_folds_each_question(tmp_path):
+    document = "Preamble. " * 80 + "This Agreement is governed by the laws of Israel." + " Boilerplate." * 80
+    start = document.index("the laws of Israel")
+    span = [start, start + len("the laws of Israel")]
+    a = [
+        dict(r, doc_id="contract", reference_answer="the laws of Israel", reference_spans=[span])
+        for r in answers("t_rag")
+    ]
+    b = [
+        dict(r, doc_id="contract", reference_answer="the laws of Israel", reference_spans=[span])
+        for r in answers("swb_rag")
+    ]
+    out = export_review(
+        a, b, variant_a="t_rag", variant_b="swb_rag", out_dir=tmp_path, seed=0, document_text={"contract": document}.get
+    )
+    html = out["html"].read_text(encoding="utf-8")
+    assert html.count("<mark>the laws of Israel</mark>") == N  # the reference's own passage, marked, per question
+    shown = f"contract, characters {start - 300}–{span[1] + 300}"
+    assert html.count(f"Where the document says it: {shown}") == N
+    # each question folds under its title; the first is open, the others wait
+    assert html.count("<details class=item") == N and html.count('<details class=item id="item_0" open>') == 1
+    assert len(re.findall(r'<details class=item id="item_\d+" open>', html)) == 1
+    # without the document (or without spans) the form says nothing of a passage
+    plain = export_review(
+        answers("t_rag"), answers("swb_rag"), variant_a="t_rag", variant_b="swb_rag", out_dir=tmp_path / "p", seed=0
+    )
+    assert "Where the document says it" not in plain["html"].read_text(encoding="utf-8")
