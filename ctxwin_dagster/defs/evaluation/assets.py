@@ -285,7 +285,8 @@ def _scores_asset(variant: str):
                 "judge": result.judge or "none (non-LLM metrics only)",
                 "string_distance": result.string_distance,
                 "nan_or_failed": sum((s.get("n_nan") or 0) + (s.get("n_failed") or 0) for s in result.summary),
-                "means": dg.MetadataValue.json({k: (None if v != v else round(float(v), 4)) for k, v in means.items()}),
+                # one number per metric: the UI's Plots tab draws each as a series over the documents
+                **{f"mean {k}": round(float(v), 4) for k, v in means.items() if v == v},
                 "runtime_s": round(time.perf_counter() - started, 3),
             },
             check_results=[
@@ -509,18 +510,24 @@ def experiment_comparison(
     )
     md = _fit_markdown(result["markdown_inline"], result["markdown"])
     # The UI lists metadata in this order: the verdict first, in place (plain text), then the
-    # report with its plots (Markdown, one click), then the figures.
+    # report with its plots (Markdown, one click), then the figures. The figures are one JSON
+    # entry, not numbers: the Plots tab would draw each number of this one report as a chart of
+    # a point per rerun; the per-document series are on the scores' and answers' own pages.
     return dg.MaterializeResult(
         metadata={
             "verdict": dg.MetadataValue.text(verdict_headline(result["verdict"])),
             "report": dg.MetadataValue.md(md),
             "experiment": evaluation.experiment,
-            "documents": len(doc_ids),
-            "doc_ids": dg.MetadataValue.json(doc_ids),
-            "documents_without_scores": len(missing),
-            "questions": len({(r["doc_id"], r["question_id"]) for r in answers}),
             "report_html": dg.MetadataValue.path(str(result["paths"]["html"])),
             "retrieval": setup.retrieval,
-            "runtime_s": round(time.perf_counter() - started, 3),
+            "figures": dg.MetadataValue.json(
+                {
+                    "documents": len(doc_ids),
+                    "documents_without_scores": len(missing),
+                    "questions": len({(r["doc_id"], r["question_id"]) for r in answers}),
+                    "runtime_s": round(time.perf_counter() - started, 3),
+                }
+            ),
+            "doc_ids": dg.MetadataValue.json(doc_ids),
         }
     )
