@@ -26,8 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
+from ctxwin_dagster.defs.batches import DOCUMENTS_TAG, documents_label
 from ctxwin_dagster.defs.jobs import ON_REQUEST_ASSETS
-from ctxwin_dagster.defs.staleness import StalenessChecker, stale_documents
+from ctxwin_dagster.defs.staleness import ON_REQUEST, REASON_TAG, StalenessChecker, combined_reason, stale_documents
 
 if TYPE_CHECKING:
     from ctxwin_dagster.defs.resources import LanceDBResource, ProjectSettings
@@ -80,6 +81,12 @@ class StaleByProjectRules(dg.AutomationCondition):
                     out.setdefault(key, set()).add(doc_id)
         return out
 
+    def run_reason(self, instance: dg.DagsterInstance, graph: Any, keys: set[dg.AssetKey], doc_ids: list[str]) -> str:
+        """Why a run of the assets ``keys`` over ``doc_ids`` runs now, worded as ``ctxwin run``
+        words its own runs' reasons (``ctxwin_dagster.runner.runs``), or :data:`ON_REQUEST`."""
+        stale, _ = stale_documents(instance, graph, self.settings, self.lancedb.index(), keys, doc_ids)
+        return combined_reason(stale[d].summary() if stale[d].stale else ON_REQUEST for d in doc_ids)
+
     def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:
         if context.candidate_subset.is_empty:  # off the tick: nothing to compute
             return dg.AutomationResult(context, true_subset=context.candidate_subset)
@@ -102,6 +109,48 @@ def stale_rerun_condition(settings: ProjectSettings, lancedb: LanceDBResource) -
         & StaleByProjectRules(settings, lancedb)
         & ~dg.AutomationCondition.in_progress()
     ).with_label(f"stale on the hourly tick ({CRON})")
+
+
+def _project_rules(assets_def: dg.AssetsDefinition) -> StaleByProjectRules | None:
+    """The :class:`StaleByProjectRules` in the automation condition of ``assets_def``, if any."""
+    found = [spec.automation_condition for spec in assets_def.specs if spec.automation_condition is not None]
+    while found:
+        condition = found.pop()
+        if isinstance(condition, StaleByProjectRules):
+            return condition
+        found.extend(condition.children)
+    return None
+
+
+def tag_run_reason(context: dg.AssetExecutionContext) -> None:
+    """Tag a run that ``ctxwin run`` did not launch (the UI's asset page or backfill, the
+    automation, ``dagster asset materialize``) with the reason ``ctxwin run`` would give it, by
+    the same rules, before its first step writes anything; called at the start of every
+    per-document step, it works once per run. A run already tagged, or an asset without the
+    project's rules (defined outside :func:`with_stale_reruns`), is left as it is. The reason is
+    a label: when it cannot be worked out, the run says so in its log and goes on."""
+    try:
+        if REASON_TAG in context.run.tags:
+            return
+    except dg.DagsterError:  # an asset body called directly (a test) has no run
+        return
+    run = context.instance.get_run_by_id(context.run_id)  # an earlier step of this run may have tagged it
+    rules = _project_rules(context.assets_def)
+    if run is None or REASON_TAG in run.tags or rules is None:
+        return
+    graph = context.repository_def.asset_graph
+    selected = run.asset_selection or context.job_def.asset_layer.executable_asset_keys
+    keys = {k for k in selected if graph.has(k) and graph.get(k).is_partitioned}
+    documents = list(context.partition_keys)
+    try:
+        reason = rules.run_reason(context.instance, graph, keys, documents)
+    except Exception as exc:  # noqa: BLE001 - a label must never fail the run
+        context.log.warning(f"ctxwin: the run's reason could not be worked out: {type(exc).__name__}: {exc}")
+        return
+    tags = {REASON_TAG: reason[:200]}
+    if len(documents) > 1:  # a backfill's run: its documents, as ctxwin run names those of its own
+        tags[DOCUMENTS_TAG] = documents_label(documents)[:200]
+    context.instance.add_run_tags(context.run_id, tags)
 
 
 def with_stale_reruns(assets: list[dg.AssetsDefinition], resources: dict[str, Any]) -> list[dg.AssetsDefinition]:

@@ -35,7 +35,8 @@ import dagster as dg
 
 from ctxwin_dagster.defs.jobs import VARIANT_JOBS, all_assets_job
 
-#: The tag naming the ``ctxwin`` command (``host:pid``) that asked for a run.
+#: The tag that named the ``ctxwin`` command (``host:pid``) of a run, in homes written before the
+#: command went into the run key (:func:`command_of`); a run carries only the tags a person reads.
 COMMAND_TAG = "ctxwin/command"
 SENSOR_NAME = "ctxwin_command_runs"
 #: Dagster's tag holding a sensor run's ``run_key`` (here: the request id).
@@ -45,6 +46,22 @@ RUN_KEY_TAG = "dagster/run_key"
 def command_id() -> str:
     """This process as a ``ctxwin`` command: ``host:pid``."""
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def command_of(tags: Mapping[str, str]) -> str | None:
+    """The ``ctxwin`` command (``host:pid``) that asked for a run with ``tags``: the end of its
+    run key (``ctxwin-<id>@host:pid``), or its tag in runs made before; None for a run no command
+    asked for (the UI, a backfill, the automation).
+
+    >>> command_of({RUN_KEY_TAG: "ctxwin-0a1b2c3d4e5f@vm:4242"})
+    'vm:4242'
+    >>> command_of({"dagster/partition": "doc"}) is None
+    True
+    """
+    if COMMAND_TAG in tags:
+        return tags[COMMAND_TAG]
+    key = tags.get(RUN_KEY_TAG, "")
+    return key.partition("@")[2] or None if key.startswith("ctxwin-") else None
 
 
 def pid_alive(pid: int) -> bool:
@@ -96,7 +113,7 @@ class CommandRequest:
             asset_selection=assets,
             asset_check_keys=checks,
             run_config=self.run_config,
-            tags={**self.tags, COMMAND_TAG: self.command},
+            tags=self.tags,
         )
 
 
@@ -126,7 +143,7 @@ def write_request(
     """Record a request for one run in ``instance``'s event log; returns it."""
     command = command or command_id()
     request = CommandRequest(
-        id=f"ctxwin-{uuid.uuid4().hex[:12]}",
+        id=f"ctxwin-{uuid.uuid4().hex[:12]}@{command}",  # the run key: which command asked (command_of)
         command=command,
         job=job,
         partition=partition,

@@ -177,6 +177,22 @@ class Staleness:
         return f"{key.to_user_string()}: {why}" + (f" (+{more} assets downstream)" if more else "")
 
 
+#: The reason of a run of documents that are up to date, launched on request (the UI, a backfill).
+ON_REQUEST = "up to date; run on request"
+
+
+def combined_reason(reasons: Iterable[str]) -> str:
+    """One reason for a run of several documents: the first, and how many others there are.
+
+    >>> combined_reason(["chunks: file changed", "chunks: file changed", "never materialized"])
+    'chunks: file changed (and 1 other reasons)'
+    """
+    distinct = list(dict.fromkeys(reasons))
+    if len(distinct) <= 1:
+        return distinct[0] if distinct else ""
+    return f"{distinct[0]} (and {len(distinct) - 1} other reasons)"
+
+
 class StalenessChecker:
     """Compares the instance's latest materializations with what a run would use now.
 

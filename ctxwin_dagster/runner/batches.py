@@ -81,9 +81,9 @@ class Planned:
     @property
     def name(self) -> str:
         """How the console names the run: its document, or the batch's first and last."""
-        if len(self.documents) > 1:
-            return f"{self.documents[0]} … {self.documents[-1]} ({len(self.documents)} documents)"
-        return self.partition or ""
+        from ctxwin_dagster.defs.batches import documents_label
+
+        return documents_label(self.documents) if self.documents else self.partition or ""
 
     @property
     def partition_for_run(self) -> str | None:
@@ -96,20 +96,28 @@ class Planned:
         if len(runs) == 1:
             return runs[0]
         first = runs[0]
-        reasons = {p.reason for p in runs}
-        reason = first.reason if len(reasons) == 1 else f"{first.reason} (and {len(reasons) - 1} other reasons)"
-        tags = {**first.tags, RANGE_START_TAG: runs[0].documents[0], RANGE_END_TAG: runs[-1].documents[-1]}
-        from ctxwin_dagster.defs.staleness import REASON_TAG
+        from ctxwin_dagster.defs.batches import DOCUMENTS_TAG, documents_label
+        from ctxwin_dagster.defs.staleness import REASON_TAG, combined_reason
+
+        reason = combined_reason(p.reason for p in runs)
+        documents = [d for p in runs for d in p.documents]
+        tags = {
+            **first.tags,
+            RANGE_START_TAG: documents[0],
+            RANGE_END_TAG: documents[-1],
+            DOCUMENTS_TAG: documents_label(documents)[:200],
+        }
 
         if REASON_TAG in tags:
             tags[REASON_TAG] = reason[:200]
-        documents = [d for p in runs for d in p.documents]
         sizes = {d: n for p in runs for d, n in p.sizes.items()}
         return cls(first.partition, first.selection, reason, tags, documents=documents, sizes=sizes)
 
     def single(self, document: str) -> Planned:
         """The run of one of this run's documents alone."""
-        tags = {k: v for k, v in self.tags.items() if k not in (RANGE_START_TAG, RANGE_END_TAG)}
+        from ctxwin_dagster.defs.batches import DOCUMENTS_TAG
+
+        tags = {k: v for k, v in self.tags.items() if k not in (RANGE_START_TAG, RANGE_END_TAG, DOCUMENTS_TAG)}
         return Planned(document, self.selection, self.reason, tags, sizes={document: self.sizes.get(document, 0)})
 
     @property

@@ -27,7 +27,7 @@ from ctxwin_dagster.core.experiment import (
     ExperimentConflict,
     home_experiment,
 )
-from ctxwin_dagster.defs.command_runs import COMMAND_TAG, command_alive, pid_alive
+from ctxwin_dagster.defs.command_runs import command_alive, command_of, pid_alive
 
 if TYPE_CHECKING:
     from dagster import DagsterInstance
@@ -126,7 +126,7 @@ def fail_orphaned_runs(instance: DagsterInstance) -> list[str]:
     ended = []
     for record in records:
         run = record.dagster_run
-        command = run.tags.get(COMMAND_TAG)
+        command = command_of(run.tags)
         if not command or command_alive(command):
             continue
         why = f"the ctxwin command that launched this run ({command}) ended before the run did"

@@ -336,7 +336,7 @@ class Launcher(AbstractContextManager):
         """Ask for a run of ``job_name`` (optionally a subset of its assets) for ``partition``;
         returns the request id (the run's ``run_key``). :meth:`run_id` gives the run once the
         sensor has launched it."""
-        from ctxwin_dagster.defs.command_runs import COMMAND_TAG, write_request
+        from ctxwin_dagster.defs.command_runs import write_request
 
         request = write_request(
             self.instance,
@@ -344,9 +344,8 @@ class Launcher(AbstractContextManager):
             partition=partition,
             assets=asset_selection,
             checks=asset_check_selection,
-            tags={k: v for k, v in tags.items() if k != COMMAND_TAG},
+            tags=tags,
             run_config=run_config,
-            command=tags.get(COMMAND_TAG),
         )
         self.requested[request.id] = request
         return request.id

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ctxwin_dagster.defs.command_runs import COMMAND_TAG, command_id
 from ctxwin_dagster.runner.batches import Planned, after_failure, batch_limits, launch_order, make_batches
 from ctxwin_dagster.runner.launch import TERMINAL, Launcher, stop_runs, workspace_file
 
@@ -76,14 +75,17 @@ def failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
 
 
 def materialization_metadata(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, dict[str, Any]]]:
-    """(asset key, metadata) of each materialization in ``run_id`` (one per document of a batch)."""
+    """(asset key, metadata) of each materialization in ``run_id`` (one per document of a batch);
+    the entries of a ``figures`` JSON entry (the comparison's) count as the metadata's own."""
     from dagster import DagsterEventType
 
     out: list[tuple[str, dict[str, Any]]] = []
     for rec in instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION).records:
         mat = rec.event_log_entry.asset_materialization
         if mat is not None:
-            out.append((mat.asset_key.to_user_string(), {k: getattr(v, "value", v) for k, v in mat.metadata.items()}))
+            meta = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
+            figures = meta.get("figures")
+            out.append((mat.asset_key.to_user_string(), {**meta, **(figures if isinstance(figures, dict) else {})}))
     return out
 
 
@@ -189,7 +191,6 @@ class RunPlanner:
         self.workspace = workspace
         self.index = (defs.resources or {})["lancedb"].index()
         self.index.run_command = run_command_for(home)  # what the fix of a damaged table names
-        self.command = command_id()
         self.checker = StalenessChecker(instance, defs.resolve_asset_graph())
         self.totals: dict[str, dict[str, float]] = {}
         self._has_questions: dict[str, bool] = {}
@@ -223,7 +224,7 @@ class RunPlanner:
             else:
                 closure = self.checker.downstream_closure(st.reasons, job_keys)
                 reason, selection = st.summary(), (None if closure == job_keys else closure)
-            tags = {REASON_TAG: reason[:200], COMMAND_TAG: self.command}
+            tags = {REASON_TAG: reason[:200]}
             planned.append(Planned(key, selection, reason, tags, sizes={key: _file_size(folder.path_of(key))}))
         size, budget = self._limits([p.size for p in planned])
         return launch_order(make_batches(planned, self._order(), size, budget)), fresh
@@ -262,7 +263,7 @@ class RunPlanner:
                 reason = f"documents removed since: {', '.join(sorted(recorded - now))}"
         if not reason:
             return None
-        return Planned(None, None, reason, {REASON_TAG: reason[:200], COMMAND_TAG: self.command})
+        return Planned(None, None, reason, {REASON_TAG: reason[:200]})
 
     def rebuild_indexes(self, job_name: str, variants: list[str]) -> Path:
         """Move each variant's table (damaged or not) into ``<home>/ctxwin_trash/<time>/lancedb/``

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,9 +22,24 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 ASSETS_QUERY = """
-{ assetNodes { assetKey { path } groupName isPartitioned
+{ assetNodes { assetKey { path } groupName isPartitioned dependencyKeys { path }
                partitionDefinition { name type } } }
 """
+VARIANTS = ("t_rag", "cc_rag", "swb_rag")
+
+
+def readme_edges() -> set[tuple[str, str]]:
+    """(input, asset) of each line of the README's asset graph block, ``{variant}`` expanded."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("## The asset graph", 1)[1].split("```\n", 2)[1]
+    edges = set()
+    for line in block.splitlines():
+        asset, _, inputs = line.partition("◄")
+        names = [n.strip() for n in re.sub(r"\(.*?\)", "", inputs).split(",") if n.strip()]  # (…) is a note
+        for variant in VARIANTS if "{variant}" in line else ("",):
+            for name in names:
+                edges.add((name.replace("{variant}", variant), asset.strip().replace("{variant}", variant)))
+    return edges
 
 
 @pytest.fixture()
@@ -67,6 +83,13 @@ def test_webserver_serves_assets_and_partitions(webserver):
         "swb_rag_contexts",
     }
     assert expected <= set(by_key), sorted(by_key)
+    # the README's asset graph is the UI's lineage graph, edge for edge
+    ui_edges = {("/".join(d["path"]), key) for key, n in by_key.items() for d in n["dependencyKeys"]}
+    drawn = readme_edges()
+    assert drawn == ui_edges, (
+        f"only in the README: {sorted(drawn - ui_edges)}; only in the UI: {sorted(ui_edges - drawn)}"
+    )
+    assert f"({len(ui_edges)} edges;" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert by_key["chunks"]["isPartitioned"] and by_key["chunks"]["groupName"] == "ingest"
     keys = graphql(webserver, '{ assetNodes(assetKeys: [{path: ["chunks"]}]) { partitionKeys } }')
     assert set(keys["data"]["assetNodes"][0]["partitionKeys"]) == {"squad_Normans", "cuad_todos_medical_reseller"}
@@ -306,6 +329,9 @@ def test_the_ui_materializes_one_partition_and_backfills_several_in_one_run(tmp_
         log.seek(0)
         assert run["status"] == "SUCCESS", log.read()[-3000:]
         assert run["tags"]["dagster/partition"] == "squad_Normans"
+        # the run carries the reason ctxwin run gives its own, by the same rules, over what it selected
+        never = "raw_documents: never materialized (+1 assets downstream)"
+        assert run["tags"]["ctxwin/reason"] == never, run["tags"]
 
         backfill = graphql(
             base,
@@ -330,6 +356,12 @@ def test_the_ui_materializes_one_partition_and_backfills_several_in_one_run(tmp_
         assert [r["status"] for r in runs] == ["SUCCESS"], runs  # one run for both documents
         tags = runs[0]["tags"]
         assert {tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]} == set(docs)
+        # squad_Normans was materialized by the first run: up to date, run on request; the other never was
+        assert tags["ctxwin/documents"] in {f"{a} … {b} (2 documents)" for a, b in (docs, docs[::-1])}
+        assert tags["ctxwin/reason"] in {
+            f"{never} (and 1 other reasons)",
+            "up to date; run on request (and 1 other reasons)",
+        }
 
         os.environ["DAGSTER_HOME"] = str(home)
         with dg.DagsterInstance.get() as instance:

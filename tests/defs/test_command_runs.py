@@ -10,8 +10,9 @@ import dagster as dg
 import pytest
 
 from ctxwin_dagster.defs.command_runs import (
-    COMMAND_TAG,
+    RUN_KEY_TAG,
     command_id,
+    command_of,
     command_runs_sensor,
     read_requests,
     withdraw_requests,
@@ -45,7 +46,9 @@ def test_a_request_becomes_one_run_request_with_its_partition_assets_and_tags(in
     assert run.run_key == req.id
     assert run.job_name == "all_assets_job" and run.partition_key == "My_notes_draft"
     assert run.asset_selection == [asset] and run.asset_check_keys == [check]
-    assert run.tags["ctxwin/reason"] == "chunks changed" and run.tags[COMMAND_TAG] == command_id()
+    # the run carries only the reason a person reads; which command asked is in its run key
+    assert run.tags == {"ctxwin/reason": "chunks changed"}
+    assert command_of({RUN_KEY_TAG: run.run_key}) == command_id()
     # The cursor moves past it: the next tick launches nothing more.
     again = _tick(instance, result.cursor)
     assert not again.run_requests and result.cursor == again.cursor
