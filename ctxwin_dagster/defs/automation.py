@@ -126,9 +126,10 @@ def tag_run_reason(context: dg.AssetExecutionContext) -> None:
     """Tag a run that ``ctxwin run`` did not launch (the UI's asset page or backfill, the
     automation, ``dagster asset materialize``) with the reason ``ctxwin run`` would give it, by
     the same rules, before its first step writes anything; called at the start of every
-    per-document step, it works once per run. A run already tagged, or an asset without the
-    project's rules (defined outside :func:`with_stale_reruns`), is left as it is. The reason is
-    a label: when it cannot be worked out, the run says so in its log and goes on."""
+    per-document step and of the comparison, it works once per run. A run already tagged, or a
+    per-document asset without the project's rules (defined outside :func:`with_stale_reruns`),
+    is left as it is. The reason is a label: when it cannot be worked out, the run says so in
+    its log and goes on."""
     try:
         if REASON_TAG in context.run.tags:
             return
@@ -136,14 +137,20 @@ def tag_run_reason(context: dg.AssetExecutionContext) -> None:
         return
     run = context.instance.get_run_by_id(context.run_id)  # an earlier step of this run may have tagged it
     rules = _project_rules(context.assets_def)
-    if run is None or REASON_TAG in run.tags or rules is None:
+    partitioned = context.assets_def.partitions_def is not None
+    if run is None or REASON_TAG in run.tags or (partitioned and rules is None):
         return
-    graph = context.repository_def.asset_graph
-    selected = run.asset_selection or context.job_def.asset_layer.executable_asset_keys
-    keys = {k for k in selected if graph.has(k) and graph.get(k).is_partitioned}
-    documents = list(context.partition_keys)
+    documents = list(context.partition_keys) if partitioned else []
     try:
-        reason = rules.run_reason(context.instance, graph, keys, documents)
+        # a job run without its repository (``dg.materialize`` in a test) has no graph to judge by
+        graph = context.repository_def.asset_graph
+        if rules is not None:
+            selected = run.asset_selection or context.job_def.asset_layer.executable_asset_keys
+            keys = {k for k in selected if graph.has(k) and graph.get(k).is_partitioned}
+            reason = rules.run_reason(context.instance, graph, keys, documents)
+        else:  # the comparison: its own reason, as ctxwin run gives it (code, settings, an input since)
+            own = StalenessChecker(context.instance, graph).check(list(context.assets_def.keys), None)
+            reason = next(iter(own.reasons.values()), ON_REQUEST)
     except Exception as exc:  # noqa: BLE001 - a label must never fail the run
         context.log.warning(f"ctxwin: the run's reason could not be worked out: {type(exc).__name__}: {exc}")
         return

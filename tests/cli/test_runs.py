@@ -134,6 +134,38 @@ def test_force_reruns_every_document(project):
         assert fields["calls"] == "0" and int(fields["cache_hits"].replace(",", "")) > 0, line
 
 
+def test_one_asset_materialized_from_the_ui_gives_every_later_reason_truly(project):
+    """One partition of one asset, materialized as the asset's page does (Dagster's own
+    ``__ASSET_JOB``, outside ctxwin): its run carries the reason ctxwin run would give it, and the
+    next ``ctxwin run`` names what that changed, and nothing that did not change."""
+    import subprocess
+    import sys
+
+    root, home, _ = project
+    env = {**os.environ, "DAGSTER_HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    args = ["asset", "materialize", "-m", "ctxwin_dagster.definitions", "--select", "t_rag_answers"]
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    done = subprocess.run(
+        [dagster, *args, "--partition", "squad_Normans"], cwd=root, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    ui_run = _runs(home)[0]
+    assert ui_run.job_name == "__ASSET_JOB"
+    assert ui_run.tags["ctxwin/reason"] == "up to date; run on request"  # as ctxwin run saw it: nothing stale
+    after = _ctxwin(["run"], root, home)
+    assert after.returncode == 0, after.stdout[-3000:] + after.stderr[-3000:]
+    out = after.stdout
+    assert "1 of 2 documents to run (1 up to date, skipped)" in out, out
+    [line] = [x.strip() for x in out.splitlines() if x.strip().startswith("squad_Normans: ")]
+    assert line.startswith("squad_Normans: t_rag_ragas_scores: ") and "t_rag_answers" in line, line
+    [comparison] = [x for x in out.splitlines() if x.startswith("experiment_comparison: ")]
+    assert "global_summaries" not in comparison and "swb_rag" not in comparison and "cc_rag" not in comparison, (
+        comparison
+    )
+    runs = _runs(home)
+    assert runs[1].tags["ctxwin/reason"] == line.removeprefix("squad_Normans: ")  # the tag is what was printed
+
+
 def test_a_failed_document_prints_one_line_and_the_others_stay_up_to_date(project):
     root, home, _ = project
     (root / "data" / "documents" / "broken.txt").write_bytes(b"\x00\x01\x02binary")

@@ -333,6 +333,26 @@ def test_the_ui_materializes_one_partition_and_backfills_several_in_one_run(tmp_
         never = "raw_documents: never materialized (+1 assets downstream)"
         assert run["tags"]["ctxwin/reason"] == never, run["tags"]
 
+        # the comparison launched from its page gets its own reason, as ctxwin run gives it
+        whole = {
+            "selector": {
+                "repositoryLocationName": "ctxwin",
+                "repositoryName": "__repository__",
+                "jobName": "__ASSET_JOB",
+                "assetSelection": [{"path": ["experiment_comparison"]}],
+            },
+            "mode": "default",
+            "runConfigData": {},
+        }
+        launched = graphql(base, LAUNCH_RUN, variables={"params": whole})["data"]["launchRun"]
+        assert launched["__typename"] == "LaunchRunSuccess", launched.get("message", launched)
+        comparison = launched["run"]["runId"]
+        tagged = _wait_for(
+            lambda: (r := _runs_by_id(base)[comparison])["status"] in ("SUCCESS", "FAILURE", "CANCELED") and r,
+            "the UI's run of the comparison ended",
+        )
+        assert tagged["tags"].get("ctxwin/reason") == "never materialized", tagged["tags"]
+
         backfill = graphql(
             base,
             LAUNCH_BACKFILL,

@@ -123,7 +123,7 @@ def test_a_removed_document_leaves_the_next_comparison(tmp_path, folder_resource
         first = defs.resolve_job_def("comparison_job").execute_in_process(instance=instance)
         assert first.success
         meta = first.asset_materializations_for_node("experiment_comparison")[0].metadata
-        assert meta["doc_ids"].value == sorted([keep, drop]) and meta["questions"].value == 12
+        assert meta["doc_ids"].value == sorted([keep, drop]) and meta["figures"].value["questions"] == 12
         # What the UI shows first: the verdict in place, one line per pair, then the report.
         assert list(meta)[:2] == ["verdict", "report"]
         assert isinstance(meta["verdict"], dg.TextMetadataValue)

@@ -471,6 +471,9 @@ def experiment_comparison(
     from ctxwin_dagster.core.evaluation.verdict import verdict_headline
 
     started = time.perf_counter()
+    from ctxwin_dagster.defs.automation import tag_run_reason
+
+    tag_run_reason(context)  # launched from the UI: the reason ctxwin run gives the comparison
     # Only the documents whose file is in the folder now: a document whose file is gone keeps
     # its partition and stored outputs until `ctxwin prune`, but leaves the comparison at once.
     partitions = set(context.instance.get_dynamic_partitions(documents_partitions.name)) & set(
