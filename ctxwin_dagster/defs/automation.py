@@ -26,9 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from ctxwin_dagster.defs.batches import DOCUMENTS_TAG, documents_label
 from ctxwin_dagster.defs.jobs import ON_REQUEST_ASSETS
-from ctxwin_dagster.defs.staleness import ON_REQUEST, REASON_TAG, StalenessChecker, combined_reason, stale_documents
+from ctxwin_dagster.defs.staleness import (
+    DOCUMENTS_TAG,
+    ON_REQUEST,
+    REASON_TAG,
+    StalenessChecker,
+    combined_reason,
+    documents_label,
+    stale_documents,
+)
 
 if TYPE_CHECKING:
     from ctxwin_dagster.defs.resources import LanceDBResource, ProjectSettings

@@ -51,22 +51,19 @@ from typing import Any
 import dagster as dg
 from upath import UPath
 
+from ctxwin_dagster.defs.automation import tag_run_reason
+
 __all__ = [
     "FAILED_DOCUMENTS",
-    "DOCUMENTS_TAG",
     "MAX_DOCUMENTS_PER_RUN",
     "DocumentsIOManager",
     "documents_backfill_policy",
-    "documents_label",
     "failed_documents_error",
     "per_document",
 ]
 
 #: The most documents one run carries (a backfill from the UI, the automation, ``ctxwin run``).
 MAX_DOCUMENTS_PER_RUN = 20
-#: The tag of a run of several documents that names them as a person reads them (the range's own
-#: tags, ``dagster/asset_partition_range_*``, are hidden in the UI's list of runs).
-DOCUMENTS_TAG = "ctxwin/documents"
 #: The metadata entry of a batch step's failure: ``{doc_id: "ErrorType: message"}``.
 FAILED_DOCUMENTS = "failed_documents"
 
@@ -92,17 +89,6 @@ class _OneDocument:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._context, name)
-
-
-def documents_label(keys: Sequence[str]) -> str:
-    """The documents of a run, as the console and the run's tag name them.
-
-    >>> documents_label(["a", "b", "c"])
-    'a … c (3 documents)'
-    >>> documents_label(["a"])
-    'a'
-    """
-    return f"{keys[0]} … {keys[-1]} ({len(keys)} documents)" if len(keys) > 1 else "".join(keys)
 
 
 def failed_documents_error(failed: Mapping[str, BaseException], *, total: int) -> dg.Failure:
@@ -163,8 +149,6 @@ def per_document(fn: Callable[..., dg.MaterializeResult]) -> Callable[..., dg.Ma
 
     @functools.wraps(fn)
     def run(context: dg.AssetExecutionContext, **kwargs: Any) -> dg.MaterializeResult:
-        from ctxwin_dagster.defs.automation import tag_run_reason
-
         tag_run_reason(context)  # a run from the UI or the automation gets the reason ctxwin run gives its own
         # A run of one partition (the UI, a direct call in a test) is the body as it is; only a
         # run over a range lists its documents (listing reads the instance's partitions).

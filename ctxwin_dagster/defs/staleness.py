@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 #: A run's tag naming why it was launched.
 REASON_TAG = "ctxwin/reason"
+#: The tag of a run of several documents that names them as a person reads them (the range's own
+#: tags, ``dagster/asset_partition_range_*``, are hidden in the UI's list of runs).
+DOCUMENTS_TAG = "ctxwin/documents"
 #: Resource fields that never change a result (keys, caches, transport).
 NOT_RESULT_FIELDS = frozenset(
     {
@@ -68,6 +71,17 @@ CODE_VERSION_NOTES = {
 
 _DATA_VERSION = "dagster/data_version"
 _CODE_VERSION = "dagster/code_version"
+
+
+def documents_label(keys: Sequence[str]) -> str:
+    """The documents of a run, as the console and the run's tag name them.
+
+    >>> documents_label(["a", "b", "c"])
+    'a … c (3 documents)'
+    >>> documents_label(["a"])
+    'a'
+    """
+    return f"{keys[0]} … {keys[-1]} ({len(keys)} documents)" if len(keys) > 1 else "".join(keys)
 
 
 def _digest(value: Any) -> str:
