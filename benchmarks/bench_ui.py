@@ -34,6 +34,7 @@ from ctxwin_dagster.testing.webserver import dagster_webserver, graphql  # noqa:
 
 #: (name, path, text that shows the page's content has rendered; None: the network alone)
 PAGES: list[tuple[str, str, str | None]] = [
+    ("first page", "/", "Overview"),
     ("asset chunks", "/assets/chunks", "Partitions"),
     ("partitions of chunks", "/assets/chunks?view=partitions", "Materialized"),
     ("partitions of t_rag_index", "/assets/t_rag_index?view=partitions", "Materialized"),

@@ -34,6 +34,7 @@ from ctxwin_dagster.defs.staleness import (
     StalenessChecker,
     combined_reason,
     documents_label,
+    short_reason,
     stale_documents,
 )
 
@@ -92,7 +93,7 @@ class StaleByProjectRules(dg.AutomationCondition):
         """Why a run of the assets ``keys`` over ``doc_ids`` runs now, worded as ``ctxwin run``
         words its own runs' reasons (``ctxwin_dagster.runner.runs``), or :data:`ON_REQUEST`."""
         stale, _ = stale_documents(instance, graph, self.settings, self.lancedb.index(), keys, doc_ids)
-        return combined_reason(stale[d].summary() if stale[d].stale else ON_REQUEST for d in doc_ids)
+        return combined_reason(stale[d].label() for d in doc_ids)
 
     def evaluate(self, context: dg.AutomationContext) -> dg.AutomationResult:
         if context.candidate_subset.is_empty:  # off the tick: nothing to compute
@@ -157,7 +158,8 @@ def tag_run_reason(context: dg.AssetExecutionContext) -> None:
             reason = rules.run_reason(context.instance, graph, keys, documents)
         else:  # the comparison: its own reason, as ctxwin run gives it (code, settings, an input since)
             own = StalenessChecker(context.instance, graph).check(list(context.assets_def.keys), None)
-            reason = next(iter(own.reasons.values()), ON_REQUEST)
+            key, why = next(iter(own.reasons.items()), (None, ""))
+            reason = short_reason(key.to_user_string(), why) if key is not None else ON_REQUEST
     except Exception as exc:  # noqa: BLE001 - a label must never fail the run
         context.log.warning(f"ctxwin: the run's reason could not be worked out: {type(exc).__name__}: {exc}")
         return

@@ -190,6 +190,47 @@ class Staleness:
         more = len(self.reasons) - 1
         return f"{key.to_user_string()}: {why}" + (f" (+{more} assets downstream)" if more else "")
 
+    def label(self) -> str:
+        """The run's tag: :func:`short_reason` of the first stale asset (what the UI's list of
+        runs shows in full; :meth:`summary` is the console's longer line)."""
+        if not self.reasons:
+            return ON_REQUEST
+        key, why = next(iter(self.reasons.items()))
+        return short_reason(key.to_user_string(), why)
+
+
+def short_reason(asset: str, why: str) -> str:
+    """A reason as a run's tag shows it: the cause first, in a few words, then the asset it
+    starts at (the UI's list of runs clips a tag at about 40 characters).
+
+    >>> short_reason("raw_documents", "never materialized")
+    'new document'
+    >>> short_reason("chunks", "code version 1 -> 2 (chunk ids now include the document id)")
+    'code changed: chunks'
+    >>> short_reason("t_rag_ragas_scores", "upstream t_rag_answers rematerialized since")
+    't_rag_answers rematerialized'
+    >>> short_reason("qa_sets", "qa changed")
+    'questions changed: qa_sets'
+    """
+    if asset == "raw_documents" and why == "never materialized":
+        return "new document"
+    if why == "document changed":
+        return why
+    if why.startswith("upstream ") and why.endswith(" rematerialized since"):
+        return f"{why.removeprefix('upstream ').removesuffix(' since')}"
+    if why.startswith("upstream ") and why.endswith(" reruns"):
+        return f"{why.removeprefix('upstream ').removesuffix(' reruns')} reruns"
+    words = {
+        "code version": "code changed",
+        "settings changed": "settings changed",
+        "settings unknown": "settings unknown",
+        "qa changed": "questions changed",
+        "qa unknown": "questions unknown",
+        "never materialized": "never materialized",
+    }
+    cause = next((short for long, short in words.items() if why.startswith(long)), why)
+    return f"{cause}: {asset}"
+
 
 #: The reason of a run of documents that are up to date, launched on request (the UI, a backfill).
 ON_REQUEST = "up to date; run on request"
@@ -198,13 +239,16 @@ ON_REQUEST = "up to date; run on request"
 def combined_reason(reasons: Iterable[str]) -> str:
     """One reason for a run of several documents: the first, and how many others there are.
 
-    >>> combined_reason(["chunks: file changed", "chunks: file changed", "never materialized"])
-    'chunks: file changed (and 1 other reasons)'
+    >>> combined_reason(["document changed", "document changed", "new document"])
+    'document changed (+1 other reason)'
+    >>> combined_reason(["new document", "document changed", "code changed: chunks"])
+    'new document (+2 other reasons)'
     """
     distinct = list(dict.fromkeys(reasons))
     if len(distinct) <= 1:
         return distinct[0] if distinct else ""
-    return f"{distinct[0]} (and {len(distinct) - 1} other reasons)"
+    more = len(distinct) - 1
+    return f"{distinct[0]} (+{more} other reason{'s' if more > 1 else ''})"
 
 
 class StalenessChecker:

@@ -107,8 +107,8 @@ class Planned:
             DOCUMENTS_TAG: documents_label(documents)[:200],
         }
 
-        if REASON_TAG in tags:
-            tags[REASON_TAG] = reason[:200]
+        if REASON_TAG in tags:  # the runs' tags, combined as their longer reasons are
+            tags[REASON_TAG] = combined_reason(p.tags.get(REASON_TAG, p.reason) for p in runs)[:200]
         sizes = {d: n for p in runs for d, n in p.sizes.items()}
         return cls(first.partition, first.selection, reason, tags, documents=documents, sizes=sizes)
 

@@ -330,7 +330,7 @@ def test_the_ui_materializes_one_partition_and_backfills_several_in_one_run(tmp_
         assert run["status"] == "SUCCESS", log.read()[-3000:]
         assert run["tags"]["dagster/partition"] == "squad_Normans"
         # the run carries the reason ctxwin run gives its own, by the same rules, over what it selected
-        never = "raw_documents: never materialized (+1 assets downstream)"
+        never = "new document"
         assert run["tags"]["ctxwin/reason"] == never, run["tags"]
 
         # the comparison launched from its page gets its own reason, as ctxwin run gives it
@@ -351,7 +351,7 @@ def test_the_ui_materializes_one_partition_and_backfills_several_in_one_run(tmp_
             lambda: (r := _runs_by_id(base)[comparison])["status"] in ("SUCCESS", "FAILURE", "CANCELED") and r,
             "the UI's run of the comparison ended",
         )
-        assert tagged["tags"].get("ctxwin/reason") == "never materialized", tagged["tags"]
+        assert tagged["tags"].get("ctxwin/reason") == "never materialized: experiment_comparison", tagged["tags"]
 
         backfill = graphql(
             base,
@@ -379,8 +379,8 @@ def test_the_ui_materializes_one_partition_and_backfills_several_in_one_run(tmp_
         # squad_Normans was materialized by the first run: up to date, run on request; the other never was
         assert tags["ctxwin/documents"] in {f"{a} … {b} (2 documents)" for a, b in (docs, docs[::-1])}
         assert tags["ctxwin/reason"] in {
-            f"{never} (and 1 other reasons)",
-            "up to date; run on request (and 1 other reasons)",
+            f"{never} (+1 other reason)",
+            "up to date; run on request (+1 other reason)",
         }
 
         os.environ["DAGSTER_HOME"] = str(home)
