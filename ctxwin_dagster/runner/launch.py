@@ -220,8 +220,15 @@ class Launcher(AbstractContextManager):
     SLOW_PICKUP_S = 60.0
 
     def __init__(
-        self, instance: DagsterInstance, workspace: Path, *, log: Path, embedding_models: Iterable[str] = ()
+        self,
+        instance: DagsterInstance,
+        workspace: Path,
+        *,
+        log: Path,
+        embedding_models: Iterable[str] = (),
+        chat_models: Iterable[str] = (),
     ) -> None:
+        from ctxwin_dagster.backends.chat.llama_server import LOG_NAME, LlamaServer
         from ctxwin_dagster.backends.embeddings.server import EmbeddingService
 
         self.instance = instance
@@ -229,6 +236,8 @@ class Launcher(AbstractContextManager):
         self.log = log
         self.daemon: subprocess.Popen | None = None
         self.embeddings = EmbeddingService(list(embedding_models), log=log.with_name("ctxwin-embeddings.log"))
+        #: llama.cpp's server of each local chat model the runs call (started with the daemon).
+        self.chat_servers = [LlamaServer(m, log=log.with_name(LOG_NAME)) for m in dict.fromkeys(chat_models)]
         self.requested: dict[str, CommandRequest] = {}  # request id -> CommandRequest, until its run exists
         self.run_ids: dict[str, str] = {}  # request id -> run id
         self.warned = False
@@ -274,6 +283,7 @@ class Launcher(AbstractContextManager):
         out = self.log.open("ab")
         exe_path = cmd[0] if os.path.isabs(cmd[0]) else (shutil.which(cmd[0]) or cmd[0])
         env, served = self._embedding_env()
+        served += self._chat_env(env)
         self.daemon = subprocess.Popen(
             [
                 sys.executable,
@@ -307,9 +317,29 @@ class Launcher(AbstractContextManager):
             return env, f"; {exc}"
         return env, f"; the runs embed through one model server ({env[ENV_VAR]}, log {self.embeddings.log})"
 
+    def _chat_env(self, env: dict[str, str]) -> str:
+        """Start llama.cpp's server of each local chat model and put their addresses in ``env``
+        (not when ``CTXWIN_CHAT_SERVER`` is set already, or where llama-cpp-python is missing:
+        the runs then run the model in process); a note saying so."""
+        from ctxwin_dagster.backends.chat.llama_server import ENV_VAR, available, env_value
+
+        if not self.chat_servers or env.get(ENV_VAR, "").strip() or not available():
+            return ""
+        try:
+            urls = {server.model: server.start() for server in self.chat_servers}
+        except RuntimeError as exc:
+            return f"; {exc}"
+        env[ENV_VAR] = env_value(urls)
+        return f"; the chat model is served by llama.cpp ({env[ENV_VAR]}, log {self.chat_servers[0].log})"
+
+    def _stop_servers(self) -> None:
+        self.embeddings.stop()
+        for server in self.chat_servers:
+            server.stop()
+
     def stop_daemon(self) -> None:
         if self.daemon is None:
-            self.embeddings.stop()
+            self._stop_servers()
             return
         self.daemon.send_signal(signal.SIGINT)
         try:
@@ -318,7 +348,7 @@ class Launcher(AbstractContextManager):
             self.daemon.kill()
             self.daemon.wait(10)
         self.daemon = None
-        self.embeddings.stop()
+        self._stop_servers()
         # Its last heartbeat must not make the next command wait for a daemon that is gone.
         self.instance.wipe_daemon_heartbeats()
 

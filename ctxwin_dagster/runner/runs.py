@@ -217,14 +217,14 @@ class RunPlanner:
         for key in keys:
             st = staleness[key]
             if force:
-                reason, selection = "--force", None
+                reason, label, selection = "--force", "--force", None
             elif not st.stale:
                 fresh.append(key)
                 continue
             else:
                 closure = self.checker.downstream_closure(st.reasons, job_keys)
-                reason, selection = st.summary(), (None if closure == job_keys else closure)
-            tags = {REASON_TAG: reason[:200]}
+                reason, label, selection = st.summary(), st.label(), (None if closure == job_keys else closure)
+            tags = {REASON_TAG: label[:200]}  # the console prints the longer reason
             planned.append(Planned(key, selection, reason, tags, sizes={key: _file_size(folder.path_of(key))}))
         size, budget = self._limits([p.size for p in planned])
         return launch_order(make_batches(planned, self._order(), size, budget)), fresh
@@ -247,23 +247,25 @@ class RunPlanner:
 
         from ctxwin_dagster.defs.materializations import latest_metadata
         from ctxwin_dagster.defs.partitions import DOCUMENTS_PARTITION
-        from ctxwin_dagster.defs.staleness import REASON_TAG
+        from ctxwin_dagster.defs.staleness import REASON_TAG, short_reason
 
         key = dg.AssetKey("experiment_comparison")
         st = self.checker.check([key], None)
         reason = next(iter(st.reasons.values()), "")  # its own: code, settings, an input rematerialized since
+        label = short_reason(key.to_user_string(), reason) if reason else ""
         if not reason and force:
-            reason = "--force"
+            reason = label = "--force"
         if not reason and ran_any:
-            reason = "documents ran now (their answers and scores are new)"
+            reason, label = "documents ran now (their answers and scores are new)", "documents ran now"
         if not reason:
             recorded = set(latest_metadata(self.instance, key).get("doc_ids") or [])
             now = set(self.instance.get_dynamic_partitions(DOCUMENTS_PARTITION))
             if recorded - now:
                 reason = f"documents removed since: {', '.join(sorted(recorded - now))}"
+                label = f"documents removed: {len(recorded - now)}"
         if not reason:
             return None
-        return Planned(None, None, reason, {REASON_TAG: reason[:200]})
+        return Planned(None, None, reason, {REASON_TAG: label[:200]})
 
     def rebuild_indexes(self, job_name: str, variants: list[str]) -> Path:
         """Move each variant's table (damaged or not) into ``<home>/ctxwin_trash/<time>/lancedb/``
@@ -384,11 +386,13 @@ class RunPlanner:
         return comparison
 
     def _launcher(self, workspace: Path) -> Launcher:
+        from ctxwin_dagster.backends.chat.local_model import is_local_model
         from ctxwin_dagster.backends.embeddings.server import served_models
 
         models = served_models(self._resource_config("embeddings"))
+        chat = [model.strip() for _, model, _, _ in self.endpoints() if is_local_model(model)]
         return Launcher(
-            self.instance, workspace, log=self.home / "ctxwin-daemon.log", embedding_models=models
+            self.instance, workspace, log=self.home / "ctxwin-daemon.log", embedding_models=models, chat_models=chat
         ).__enter__()
 
     def _resource_config(self, key: str) -> dict[str, Any]:

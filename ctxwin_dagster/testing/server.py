@@ -53,10 +53,12 @@ __all__ = ["FAULTS", "STRUCTURED", "FakeOpenAIServer", "default_responder", "fak
 
 FAULTS = ("ok", "429", "500", "timeout", "malformed", "truncated", "overflow")
 #: What the server does with ``response_format``: ``schema`` honours ``json_schema`` and
-#: ``json_object``; ``json_object`` refuses ``json_schema`` (400) like a server without structured
-#: output; ``none`` refuses any ``response_format``; ``ignore`` takes ``json_schema`` and replies
-#: as if it had not been sent (a server that accepts the field and does not enforce it).
-STRUCTURED = ("schema", "json_object", "none", "ignore")
+#: ``json_object``; ``grammar`` refuses ``json_schema`` and honours a ``json_object`` with a
+#: ``schema`` beside it (llama.cpp's servers); ``json_object`` refuses ``json_schema`` and any
+#: ``schema`` beside ``json_object`` (400) like a server without structured output; ``none``
+#: refuses any ``response_format``; ``ignore`` takes ``json_schema`` and replies as if it had
+#: not been sent (a server that accepts the field and does not enforce it).
+STRUCTURED = ("schema", "grammar", "json_object", "none", "ignore")
 
 
 def default_responder(body: dict[str, Any]) -> str:
@@ -79,6 +81,8 @@ def default_responder(body: dict[str, Any]) -> str:
     fmt = body.get("response_format") or {}
     if fmt.get("type") == "json_schema":
         return json.dumps(schema_instance((fmt.get("json_schema") or {}).get("schema") or {}, f"{digest} {head}"))
+    if fmt.get("type") == "json_object" and isinstance(fmt.get("schema"), dict):  # llama.cpp's grammar
+        return json.dumps(schema_instance(fmt["schema"], f"{digest} {head}"))
     if fmt.get("type") == "json_object":
         return json.dumps({"reply": digest, "echo": head}, ensure_ascii=False)
     return f"Reply {digest}: {head}"
@@ -457,7 +461,12 @@ class FakeOpenAIServer:
             return
 
         fmt = (body.get("response_format") or {}).get("type")
-        if fmt and (self.structured == "none" or (fmt == "json_schema" and self.structured == "json_object")):
+        with_schema = "schema" in (body.get("response_format") or {})
+        if fmt and (
+            self.structured == "none"
+            or (fmt == "json_schema" and self.structured in ("json_object", "grammar"))
+            or (with_schema and self.structured == "json_object")
+        ):
             self._send_error(
                 h, 400, f"response_format of type '{fmt}' is not supported by this server", "invalid_request_error"
             )

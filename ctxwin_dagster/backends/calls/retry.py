@@ -84,6 +84,26 @@ def error_code(exc: openai.APIStatusError) -> str:
     return str(getattr(exc, "code", "") or "")
 
 
+def invalid_request_body(exc: BaseException) -> bool:
+    """Whether ``exc`` is a server's 5xx that reports the request's body failing its validation
+    (llama-cpp-python's server answers a field it does not take, such as ``response_format`` of
+    type ``json_schema``, with a 500 and pydantic's ``validation error`` naming ``('body', …)``):
+    the request's fault, which no retry mends.
+
+    >>> import httpx
+    >>> response = httpx.Response(500, request=httpx.Request("POST", "http://127.0.0.1/v1/chat/completions"))
+    >>> body = {"message": "1 validation error: {'loc': ('body', 'response_format', 'type')}"}
+    >>> invalid_request_body(openai.InternalServerError("x", response=response, body=body))
+    True
+    """
+    if not isinstance(exc, openai.APIStatusError) or exc.status_code < 500:
+        return False
+    body = exc.body
+    inner = body.get("message") if isinstance(body, Mapping) else None
+    text = inner if isinstance(inner, str) else f"{getattr(exc, 'message', '')} {body}"
+    return "validation error" in text and "('body'" in text
+
+
 def is_transient(exc: BaseException) -> bool:
     """Whether a failed call may succeed when sent again (see the module docstring)."""
     if isinstance(
@@ -95,7 +115,7 @@ def is_transient(exc: BaseException) -> bool:
         status = exc.status_code
         if status == 429:
             return error_code(exc) != "insufficient_quota"
-        return status in (408, 409) or status >= 500
+        return status in (408, 409) or (status >= 500 and not invalid_request_body(exc))
     return False
 
 

@@ -110,6 +110,8 @@ class OpenAIChatBackend:
         max_tokens_param: send the completion limit as ``"max_tokens"`` or
             ``"max_completion_tokens"``; None picks ``max_completion_tokens`` for OpenAI's
             reasoning models (o1/o3/o4/gpt-5) and ``max_tokens`` otherwise.
+        max_reply_tokens: a cap on every reply (a request asking more gets this many; None: none),
+            for a small local model that may repeat itself up to the request's limit.
 
     Records: every call adds one :class:`CallRecord` to ``ledger``. A cache hit (also a
     duplicate of another request in the same batch) has ``cache_hit=True``, ``attempts=0``, and
@@ -132,6 +134,11 @@ class OpenAIChatBackend:
         (['q0', 'q1', 'q2'], 8)
     """
 
+    #: Whether the endpoint holds a reply to any JSON schema (ordered items, string lengths), not
+    #: only to the subset OpenAI's strict mode takes; the task engine then sends the tighter
+    #: schemas. True for ctxwin's own llama.cpp server (its grammar), set by the factory.
+    decodes_any_schema = False
+
     def __init__(
         self,
         *,
@@ -152,6 +159,7 @@ class OpenAIChatBackend:
         connect_timeout_s: float = 10.0,
         deadline_s: float | None = 600.0,
         logger: logging.Logger | None = None,
+        max_reply_tokens: int | None = None,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ValueError("model is empty; pass the name the server serves, e.g. model='gpt-4o' or 'llama3.1:8b'")
@@ -195,6 +203,9 @@ class OpenAIChatBackend:
                 "max_completion_tokens" if self.is_openai and bare.startswith(_REASONING_PREFIXES) else "max_tokens"
             )
         self.max_tokens_param = max_tokens_param
+        if max_reply_tokens is not None and (not isinstance(max_reply_tokens, int) or max_reply_tokens < 1):
+            raise ValueError(f"max_reply_tokens must be an int >= 1 or None; got {max_reply_tokens!r}")
+        self.max_reply_tokens = max_reply_tokens
         self._counter: TokenCounter = get_token_counter(model)
 
         # The SDK client holds the key; this object keeps no other copy of it.
@@ -324,6 +335,8 @@ class OpenAIChatBackend:
 
     # ----------------------------------------------------------------- preparation
     def _prepare(self, request: ChatRequest) -> Prepared:
+        if self.max_reply_tokens is not None and request.max_tokens > self.max_reply_tokens:
+            request = replace(request, max_tokens=self.max_reply_tokens)
         return prepare(request, backend_id=self.backend_id, model=self.model)
 
     def _check_fit(self, p: Prepared) -> None:
@@ -421,7 +434,7 @@ class OpenAIChatBackend:
         client = self._api()
         t0 = 0.0  # set when the first attempt starts: latency excludes waiting for a slot
         attempts = 0
-        fmt = self.reply_formats.get(self.base_url, self.model) if p.request.schema is not None else ""
+        fmt = self.reply_formats.get(self.backend_id, self.model) if p.request.schema is not None else ""
         try:
             while True:
                 body = request_body(p, model=self.model, max_tokens_param=self.max_tokens_param, reply_format=fmt)
@@ -439,7 +452,7 @@ class OpenAIChatBackend:
                             text, finish, usage, served_model = parse_completion(response)
                     break
                 except openai.APIStatusError as exc:  # a server without structured output: ask with less
-                    lower = self.reply_formats.refused(self.base_url, self.model, fmt, exc) if fmt else None
+                    lower = self.reply_formats.refused(self.backend_id, self.model, fmt, exc) if fmt else None
                     if lower is None:
                         raise
                     fmt = lower

@@ -1,14 +1,16 @@
 """One place that turns a model name into a chat backend.
 
-``local:NAME`` (or ``local:/path/model.gguf``) is a GGUF model run in process
-(:class:`~ctxwin_dagster.backends.chat.local.LocalChatBackend`); any other name is served by
-OpenAI or the OpenAI-compatible server at ``base_url``
+``local:NAME`` (or ``local:/path/model.gguf``) is a GGUF model served by llama.cpp on loopback
+(:mod:`~ctxwin_dagster.backends.chat.llama_server`) and called like any server, or run in process
+(:class:`~ctxwin_dagster.backends.chat.local.LocalChatBackend`) where llama-cpp-python is not
+installed; any other name is served by OpenAI or the OpenAI-compatible server at ``base_url``
 (:class:`~ctxwin_dagster.backends.chat.backend.OpenAIChatBackend`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING
 
 from ctxwin_dagster.backends.chat.local_model import is_local_model
@@ -48,11 +50,27 @@ def make_chat_backend(
     """
     if is_local_model(model):
         if base_url:
-            raise ValueError(f"{model!r} runs in this process; drop the base URL {base_url!r} (or name a served model)")
+            raise ValueError(
+                f"{model!r} is served by ctxwin's own llama.cpp server; drop the base URL {base_url!r} "
+                "(or name the model your server serves)"
+            )
+        from ctxwin_dagster.backends.chat.llama_server import local_chat_url
         from ctxwin_dagster.backends.chat.local import DEFAULT_MAX_NEW_TOKENS, LocalChatBackend
 
-        return LocalChatBackend(
-            model=model.strip(), cache=cache, max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+        url = local_chat_url(model)
+        if url is None:  # CTXWIN_CHAT_SERVER=off, or llama-cpp-python missing: transformers in process
+            return LocalChatBackend(
+                model=model.strip(), cache=cache, max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+            )
+        return _served_local(
+            model.strip(),
+            url,
+            cache=cache,
+            max_new_tokens=max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+            max_retries=max_retries,
+            timeout_s=timeout_s,
+            connect_timeout_s=connect_timeout_s,
+            logger=logger,
         )
     from ctxwin_dagster.backends.chat.backend import OpenAIChatBackend
 
@@ -70,8 +88,55 @@ def make_chat_backend(
     )
 
 
+def _served_local(
+    model: str,
+    url: str,
+    *,
+    cache: ResponseCache | NullCache | None,
+    max_new_tokens: int,
+    max_retries: int,
+    timeout_s: float,
+    connect_timeout_s: float,
+    logger: logging.Logger | None,
+) -> OpenAIChatBackend:
+    """The client of the llama.cpp server of a local model (:mod:`~ctxwin_dagster.backends.chat.llama_server`).
+
+    The model's own limits and tokenizer count the prompts (registered under its name); replies
+    are capped at ``max_new_tokens`` as in process; the cache keys name the weights (file and
+    size), not the server's port, so a later command's server reuses them. The server answers
+    one request at a time, so two are in flight (one waits there, ready), and a request may wait
+    its turn behind the runs' others: the read timeout is at least 10 minutes, with no deadline
+    beyond the retries."""
+    from ctxwin_dagster.backends.chat.backend import OpenAIChatBackend
+    from ctxwin_dagster.backends.chat.local_model import register_local_model
+
+    spec, limits, _counter = register_local_model(model)
+    chat = OpenAIChatBackend(
+        model=model,
+        base_url=url,
+        api_key="local",
+        cache=cache,
+        limits=limits,
+        price_overrides={model: (0.0, 0.0)},
+        cache_namespace=f"llama.cpp:{spec.key}",
+        max_concurrency=2,
+        max_retries=max_retries,
+        timeout_s=max(timeout_s, 600.0),
+        connect_timeout_s=connect_timeout_s,
+        deadline_s=None,
+        logger=logger,
+        max_reply_tokens=max_new_tokens,
+    )
+    chat.decodes_any_schema = True  # llama.cpp turns any schema into a grammar
+    return chat
+
+
 def describe_chat_model(model: str, base_url: str | None = None) -> str:
     """``model @ where`` for reports and logs: the server, or that it runs in process."""
     if is_local_model(model):
-        return f"{model} (in process, GGUF via transformers)"
+        from ctxwin_dagster.backends.chat.llama_server import ENV_VAR, available
+
+        if os.environ.get(ENV_VAR, "").strip().lower() == "off" or not available():
+            return f"{model} (in process, GGUF via transformers)"
+        return f"{model} (llama.cpp server on loopback, GGUF)"
     return f"{model} @ {base_url or 'OpenAI'}"

@@ -26,7 +26,7 @@ from ctxwin_dagster.backends.chat.local import LocalChatBackend
 from ctxwin_dagster.core.budget.fit import ContextOverflowError
 from ctxwin_dagster.core.methods.prompts.schemas import CHARS_PER_TOKEN_FLOOR, ReplySchema, tighten_for_decoding
 
-__all__ = ["LocalChatServer"]
+__all__ = ["LocalChatServer", "decoding_schema"]
 
 
 class LocalChatServer:
@@ -81,7 +81,7 @@ class LocalChatServer:
                         top_p=float(body.get("top_p", 1.0) or 1.0),
                         max_tokens=max_tokens,
                         json_mode=(body.get("response_format") or {}).get("type") in ("json_object", "json_schema"),
-                        schema=_schema_of(body.get("response_format"), min(max_tokens, backend.max_new_tokens)),
+                        schema=decoding_schema(body.get("response_format"), min(max_tokens, backend.max_new_tokens)),
                     )
                     result = backend.complete(request)
                 except ContextOverflowError as exc:
@@ -143,7 +143,7 @@ class LocalChatServer:
         self.stop()
 
 
-def _schema_of(response_format: Any, max_tokens: int) -> ReplySchema | None:
+def decoding_schema(response_format: Any, max_tokens: int) -> ReplySchema | None:
     """The schema a ``response_format`` asks for: OpenAI's ``{"type": "json_schema", "json_schema":
     {"name", "schema"}}``, or ``{"type": "json_object", "schema": {...}}`` (the convention of
     several OpenAI-compatible servers, and what instructor's JSON_SCHEMA mode sends); else None.

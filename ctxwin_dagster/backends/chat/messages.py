@@ -151,7 +151,8 @@ def request_body(p: Prepared, *, model: str, max_tokens_param: str, reply_format
     """The JSON body of ``POST /chat/completions`` for ``p``.
 
     ``reply_format`` is what the endpoint accepts for a request with a schema: ``schema``
-    (``response_format`` of type ``json_schema``, strict), ``json_object``, or ``text`` (none).
+    (``response_format`` of type ``json_schema``, strict), ``grammar`` (``json_object`` with the
+    schema beside it, llama.cpp's form), ``json_object``, or ``text`` (none).
     """
     r = p.request
     body: dict[str, Any] = {
@@ -163,6 +164,8 @@ def request_body(p: Prepared, *, model: str, max_tokens_param: str, reply_format
     }
     if r.schema is not None and reply_format == "schema":
         body["response_format"] = r.schema.response_format()
+    elif r.schema is not None and reply_format == "grammar":
+        body["response_format"] = {"type": "json_object", "schema": dict(r.schema.schema)}
     elif (r.json_mode or r.schema is not None) and reply_format != "text":
         body["response_format"] = {"type": "json_object"}
     return body

@@ -3,8 +3,9 @@
 A request with a reply schema (:class:`~ctxwin_dagster.core.methods.prompts.schemas.ReplySchema`)
 is first sent with ``response_format={"type": "json_schema", "strict": true, ...}``. A server
 that rejects that (HTTP 400/422 naming ``response_format`` or the schema) is asked again at once
-with ``{"type": "json_object"}``, and one that rejects that too with no ``response_format`` at
-all. What an endpoint accepted is remembered for the process and kept in the response cache
+with ``{"type": "json_object", "schema": {...}}`` (``grammar``: llama.cpp's servers turn the
+schema into a grammar that decoding follows), then with ``{"type": "json_object"}`` alone, and
+one that rejects that too with no ``response_format`` at all. What an endpoint accepted is remembered for the process and kept in the response cache
 (when there is one), so later requests and later runs go straight to it. Every reply records the
 format it was held to (``CallRecord.reply_format``), and the asset metadata counts them.
 
@@ -20,21 +21,26 @@ import logging
 import threading
 from typing import Any
 
-__all__ = ["FORMATS", "ReplyFormats", "format_rejection"]
+__all__ = ["ENFORCED", "FORMATS", "ReplyFormats", "format_rejection"]
 
 log = logging.getLogger(__name__)
 
 #: From the most to the least a server may enforce.
-FORMATS = ("schema", "json_object", "text")
+FORMATS = ("schema", "grammar", "json_object", "text")
+#: The formats under which the server holds the reply to the schema.
+ENFORCED = ("schema", "grammar")
 
 _WORDS = ("response_format", "json_schema", "json schema", "structured output", "response format", "json_object")
 
 
 def format_rejection(exc: BaseException) -> bool:
     """Whether ``exc`` is a server refusing the request's ``response_format`` (400 or 422 whose
-    message names it), rather than any other bad request."""
+    message names it, or llama-cpp-python's 500 that reports the body failing validation there),
+    rather than any other bad request."""
+    from ctxwin_dagster.backends.calls.retry import invalid_request_body
+
     status = getattr(exc, "status_code", None)
-    if status not in (400, 422):
+    if status not in (400, 422) and not invalid_request_body(exc):
         return False
     text = str(getattr(exc, "message", "") or exc).lower()
     body = getattr(exc, "body", None)
@@ -95,7 +101,7 @@ class ReplyFormats:
             base_url,
             fmt,
             str(getattr(exc, "message", "") or exc),
-            "json_object" if lower == "json_object" else "no response_format",
+            {"grammar": "json_object with the schema", "json_object": "json_object"}.get(lower, "no response_format"),
         )
         if self.cache is not None:
             with contextlib.suppress(Exception):  # only the memory of it across runs would be lost

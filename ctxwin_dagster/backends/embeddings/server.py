@@ -48,22 +48,19 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import logging
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ctxwin_dagster.backends.child import ChildServer, watch_parent
 from ctxwin_dagster.backends.embeddings.local import ENV_VAR
 from ctxwin_dagster.backends.loopback import (
     LoopbackServer,
@@ -341,13 +338,7 @@ def serve(
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     if watch_stdin:
-
-        def watch() -> None:
-            while sys.stdin.buffer.read(1):
-                pass
-            stop()
-
-        threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+        watch_parent(stop)
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
@@ -365,10 +356,10 @@ def served_models(embeddings: Mapping[str, Any] | None) -> list[str]:
     return [str(settings.get("model") or "").strip() or LOCAL_MODEL_NAME]
 
 
-class EmbeddingService(AbstractContextManager):
-    """This server as a child process of a command: :meth:`start` returns its URL once it
-    listens (the models load meanwhile); it stops with :meth:`stop`, or when the command ends
-    however it ends (its stdin is a pipe from the command).
+class EmbeddingService(ChildServer):
+    """This server as a child process of a command (:class:`~ctxwin_dagster.backends.child.ChildServer`):
+    :meth:`start` returns its URL once it listens (the models load meanwhile); it stops with
+    :meth:`stop`, or when the command ends however it ends (its stdin is a pipe from the command).
 
     Example::
 
@@ -378,55 +369,26 @@ class EmbeddingService(AbstractContextManager):
 
     def __init__(self, models: list[str], *, log: Path, timeout_s: float = 60.0) -> None:
         self.models = list(models)
-        self.log = Path(log)
-        self.timeout_s = timeout_s
-        self.process: subprocess.Popen | None = None
-        self.url = ""
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def start(self) -> str:
-        if self.process is not None and self.process.poll() is None:
-            return self.url
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        args = [sys.executable, "-m", __name__, "--watch-stdin"]
+        args = ["--watch-stdin"]
         for model in self.models:
             args += ["--model", model]
-        env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"), "PYTHONUNBUFFERED": "1"}
-        # Each request is read in a thread of its own, and glibc gives threads memory arenas of their
-        # own (up to 8 per core) that it keeps: 10,240 texts in 160 requests peaked at 2.15 GB with
-        # the default, 1.41 GB with two arenas, at the same speed. A user's own setting is kept.
-        env.setdefault("MALLOC_ARENA_MAX", "2")
-        env.pop(ENV_VAR, None)
-        with self.log.open("ab") as err:
-            self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env)
-        line: list[bytes] = []
-        reader = threading.Thread(target=lambda: line.append(self.process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
-        reader.start()
-        reader.join(self.timeout_s)
-        text = line[0].decode(errors="replace").strip() if line else ""
-        if not text.startswith(READY_PREFIX):
-            self.stop()
-            raise RuntimeError(
-                f"the embedding server did not start within {self.timeout_s:.0f} s (its log: {self.log}); "
-                f"set {ENV_VAR}=off to load the model in each run instead"
-            )
-        self.url = text[len(READY_PREFIX) :]
-        return self.url
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        with contextlib.suppress(OSError):
-            self.process.stdin.close()  # type: ignore[union-attr]
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
-        self.process = None
-        self.url = ""
+        super().__init__(
+            __name__,
+            args,
+            ready_prefix=READY_PREFIX,
+            log=log,
+            what="the embedding server",
+            timeout_s=timeout_s,
+            # Each request is read in a thread of its own, and glibc gives threads memory arenas of their
+            # own (up to 8 per core) that it keeps: 10,240 texts in 160 requests peaked at 2.15 GB with
+            # the default, 1.41 GB with two arenas, at the same speed. A user's own setting is kept.
+            env={
+                "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+                "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2"),
+            },
+            drop_env=(ENV_VAR,),
+            hint=f"set {ENV_VAR}=off to load the model in each run instead",
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -164,6 +164,19 @@ class _Skip(Exception):
     """A metric does not apply to a record (the reason is counted)."""
 
 
+def _tightened(kwargs: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+    """The judge's request for a small local model: its schema (instructor's JSON_SCHEMA mode puts
+    it beside ``json_object``) tightened so that the verdict's JSON closes within the reply's
+    tokens (:func:`~ctxwin_dagster.backends.chat.local_server.decoding_schema`), which llama.cpp
+    then decodes under as a grammar."""
+    from ctxwin_dagster.backends.chat.local_server import decoding_schema
+
+    schema = decoding_schema(kwargs.get("response_format"), int(kwargs.get("max_tokens") or max_tokens))
+    if schema is None:
+        return kwargs
+    return {**kwargs, "response_format": {"type": "json_object", "schema": dict(schema.schema)}}
+
+
 def _has_text(value: Any) -> bool:
     return bool(str(value or "").strip())
 
@@ -203,15 +216,23 @@ async def run_judge(
         embedder = own_embedder
     emb = ragas_embeddings(embedder) if judge.needs_embeddings() and embedder is not None else None
 
-    local = None
+    local = None  # the in-process model's loopback endpoint, stopped at the end
+    is_local = is_local_model(judge.model)
     base_url = judge.base_url
-    if is_local_model(judge.model):
-        # A local model judges through a loopback OpenAI-compatible endpoint (ragas speaks only that API).
-        from ctxwin_dagster.backends.chat.local import LocalChatBackend
-        from ctxwin_dagster.backends.chat.local_server import LocalChatServer
+    if is_local:
+        # A local model judges through an OpenAI-compatible endpoint on loopback (ragas speaks only
+        # that API): llama.cpp's server (the command's, or this process's), else the in-process model's.
+        from ctxwin_dagster.backends.chat.llama_server import local_chat_url
 
-        local = LocalChatServer(LocalChatBackend(model=judge.model.strip(), max_new_tokens=judge.max_tokens)).start()
-        base_url = local.base_url
+        base_url = local_chat_url(judge.model)
+        if base_url is None:
+            from ctxwin_dagster.backends.chat.local import LocalChatBackend
+            from ctxwin_dagster.backends.chat.local_server import LocalChatServer
+
+            local = LocalChatServer(
+                LocalChatBackend(model=judge.model.strip(), max_new_tokens=judge.max_tokens)
+            ).start()
+            base_url = local.base_url
     http_client = async_http_client(event_hooks={"response": [usage.hook]})  # error bodies with the key masked
     # Retries follow the project's one policy (backends/calls/retry.py), not the SDK's own.
     client = AsyncOpenAI(
@@ -225,6 +246,8 @@ async def run_judge(
     create = client.chat.completions.create
 
     async def create_with_retries(*args: Any, **kwargs: Any) -> Any:
+        if is_local and local is None:  # llama.cpp: the verdict's schema tightened as in process
+            kwargs = _tightened(kwargs, judge.max_tokens)
         return await policy.async_retrying()(create, *args, **kwargs)
 
     client.chat.completions.create = create_with_retries  # type: ignore[method-assign]
@@ -237,10 +260,11 @@ async def run_judge(
             temperature=judge.temperature,
             max_retries=judge.attempts,
         )
-        if local is not None:
+        if is_local:
             # The local judge decodes each verdict under its schema: instructor's JSON_SCHEMA mode
-            # puts the schema in ``response_format`` (ragas asks for JSON mode, which only names it
-            # in the prompt), and the loopback server decodes under it.
+            # puts the schema in ``response_format`` (``json_object`` with the schema; ragas asks for
+            # JSON mode, which only names it in the prompt), and llama.cpp (or the loopback server)
+            # decodes under it.
             import instructor
 
             llm.client = instructor.from_openai(client, mode=instructor.Mode.JSON_SCHEMA)
@@ -256,9 +280,7 @@ async def run_judge(
                 objs[m] = r.ContextPrecision(llm=llm)
             elif m == "answer_correctness":
                 objs[m] = r.AnswerCorrectness(llm=llm, embeddings=emb, weights=list(judge.answer_correctness_weights))
-        sem = asyncio.Semaphore(
-            1 if local is not None else judge.max_concurrency
-        )  # a local model generates one reply at a time
+        sem = asyncio.Semaphore(1 if is_local else judge.max_concurrency)  # a local model generates one reply at a time
 
         def inputs(metric: str, rec: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
             question = str(rec.get("question") or "")

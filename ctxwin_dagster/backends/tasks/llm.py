@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxwin_dagster.backends.base import CallRecord, CallTags, ChatBackend, ChatRequest, ChatResult, Ledger
+from ctxwin_dagster.backends.chat.structured import ENFORCED
 from ctxwin_dagster.backends.tasks.results import (
     STAGE_ANSWER,
     STAGE_CONTEXT,
@@ -361,14 +362,14 @@ class LLMTasks:
         calls: dict[int, list[CallRecord]] = {k: [r.record] for k, r in enumerate(first)}
         for k, (batch, res) in enumerate(zip(batches, first, strict=True)):
             ids = [c.chunk_id for c in batch]
-            self.stats["swb_schema_enforced"] += res.record.reply_format == "schema"
+            self.stats["swb_schema_enforced"] += res.record.reply_format in ENFORCED
             try:
                 outcome[k] = parse_swb_contexts(res.text, ids)
                 self.stats["swb_repaired"] += _needed_repair(res.text, ids)
             except PromptOutputError as exc:
                 errors[k] = str(exc)
                 # Held to the schema and still unusable: the server ignored it, or the reply was cut.
-                self.stats["swb_schema_ignored"] += res.record.reply_format == "schema"
+                self.stats["swb_schema_ignored"] += res.record.reply_format in ENFORCED
         if errors:
             self.stats["swb_invalid"] += len(errors)
             log.warning(

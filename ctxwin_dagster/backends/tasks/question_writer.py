@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ctxwin_dagster.backends.base import CallTags, ChatBackend, ChatRequest, ChatResult
+from ctxwin_dagster.backends.chat.structured import ENFORCED
 from ctxwin_dagster.backends.tasks.llm import check_sampling
 from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.budget.tokens import TokenCounter, get_token_counter
@@ -234,7 +235,7 @@ class QuestionWriter:
         if result is None:
             report.reject(kind, "too_long")
             return None
-        if result.record.reply_format == "schema":
+        if result.record.reply_format in ENFORCED:
             report.schema_enforced[kind] += 1
         names = {
             "single": ["quote", "answer", "question"],

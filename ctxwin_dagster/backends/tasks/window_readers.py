@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from ctxwin_dagster.backends.base import CallRecord, CallTags, ChatBackend, ChatRequest, Embedder, Ledger
+from ctxwin_dagster.backends.chat.structured import ENFORCED
 from ctxwin_dagster.backends.tasks.answering import AnswerRule, answer_from_passages
 from ctxwin_dagster.backends.tasks.extractive import DEFAULT_ANSWER_THRESHOLD
 from ctxwin_dagster.backends.tasks.llm import check_sampling
@@ -178,12 +179,12 @@ class LLMWindowReader:
         errors: dict[int, str] = {}
         records: dict[int, list[CallRecord]] = {i: [r.record] for i, r in enumerate(first)}
         for i, res in enumerate(first):
-            self.stats["schema_enforced"] += res.record.reply_format == "schema"
+            self.stats["schema_enforced"] += res.record.reply_format in ENFORCED
             try:
                 parsed[i] = parse_window_answer(res.text)
             except PromptOutputError as exc:
                 errors[i] = str(exc)
-                self.stats["schema_ignored"] += res.record.reply_format == "schema"
+                self.stats["schema_ignored"] += res.record.reply_format in ENFORCED
         if errors:
             self.stats["invalid_replies"] += len(errors)
             retry = sorted(errors)

@@ -54,10 +54,12 @@ def test_a_server_with_structured_output_gets_the_strict_schema_and_its_replies_
 @pytest.mark.parametrize(
     ("structured", "sent", "held"),
     [
-        # refuses json_schema: one refused request, then JSON mode for every request
-        ("json_object", ["json_schema", "json_object", "json_object", "json_object"], "json_object"),
-        # refuses any response_format: json_schema and json_object refused once each, then nothing
-        ("none", ["json_schema", "json_object", None, None, None], "text"),
+        # llama.cpp: refuses json_schema, then json_object with the schema (its grammar) for every request
+        ("grammar", ["json_schema", "json_object", "json_object", "json_object"], "grammar"),
+        # refuses json_schema and a schema beside json_object: two refused requests, then JSON mode
+        ("json_object", ["json_schema", "json_object", "json_object", "json_object", "json_object"], "json_object"),
+        # refuses any response_format: json_schema, the grammar and json_object refused once each, then nothing
+        ("none", ["json_schema", "json_object", "json_object", None, None, None], "text"),
     ],
 )
 def test_a_server_without_structured_output_is_found_out_once_and_remembered(tmp_path, structured, sent, held):
@@ -67,7 +69,10 @@ def test_a_server_without_structured_output_is_found_out_once_and_remembered(tmp
         assert _formats(server) == sent
         assert [r.record.reply_format for r in results] == [held] * 3
         totals = chat.ledger.totals()
-        assert totals["schema_enforced"] == 0 and totals["schema_not_enforced"] == 3
+        enforced = 3 if held == "grammar" else 0  # the grammar holds the reply to the schema
+        assert totals["schema_enforced"] == enforced and totals["schema_not_enforced"] == 3 - enforced
+        if held == "grammar":
+            assert all(set(json.loads(r.text)) == {"answer", "confidence", "evidence"} for r in results)
         assert totals["failures"] == 0 and totals["calls"] == 3
 
         # Another process (the finding forgotten in memory) reads it from the response cache:

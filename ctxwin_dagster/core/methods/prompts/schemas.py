@@ -124,6 +124,21 @@ def window_answer_schema(max_tokens: int | None = None) -> ReplySchema:
 QUESTION_PATTERN = r'^[^"\\\n?]{8,150}\?$'
 
 
+_REGEX_SPECIAL = frozenset(".^$*+?()[]{}|\\")
+
+
+def _regex_literal(text: str) -> str:
+    r"""``text`` as a regular expression matching it: each special character as a one-character
+    class (``[\x2E]`` for ``.``), everything else as it is. Not :func:`re.escape`, whose ``\ ``
+    and ``\.`` llama.cpp's schema-to-grammar converter copies into the grammar as escapes it
+    does not know.
+
+    >>> _regex_literal("U.S. $5 (approx.)")
+    'U[\\x2E]S[\\x2E] [\\x24]5 [\\x28]approx[\\x2E][\\x29]'
+    """
+    return "".join(f"[\\x{ord(c):02X}]" if c in _REGEX_SPECIAL else c for c in text)
+
+
 def substring_pattern(text: str, *, max_words: int = 8) -> str:
     """A regular expression (anchored) matching exactly the runs of 1 to ``max_words`` whole
     words of ``text``, as they are written there (with the punctuation between them): an answer
@@ -141,11 +156,12 @@ def substring_pattern(text: str, *, max_words: int = 8) -> str:
     for i, (a, b) in enumerate(words):
         tail = ""
         for j in range(min(len(words), i + max_words) - 1, i, -1):
-            tail = f"(?:{re.escape(text[words[j - 1][1] : words[j][1]])}{tail})?"
-        alternatives.append(re.escape(text[a:b]) + tail)
+            tail = f"({_regex_literal(text[words[j - 1][1] : words[j][1]])}{tail})?"
+        alternatives.append(_regex_literal(text[a:b]) + tail)
     if not alternatives:
         raise ValueError(f"no word to answer from in {text[:60]!r}")
-    return "^(?:" + "|".join(alternatives) + ")$"
+    # plain groups, not (?:…): llama.cpp's schema-to-grammar converter takes no other
+    return "^(" + "|".join(alternatives) + ")$"
 
 
 def qa_schema(
