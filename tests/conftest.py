@@ -29,9 +29,11 @@ os.environ["CTXWIN_ASK_SERVER"] = "off"
 def _endpoints_found_out_afresh():
     """What structured output an endpoint accepts is remembered per process and keyed by its URL;
     a test server on a port an earlier test's server used must be found out again."""
+    from ctxwin_dagster.backends.chat import capabilities
     from ctxwin_dagster.backends.chat.structured import ReplyFormats
 
     ReplyFormats.forget()
+    capabilities.forget()  # what each endpoint can do: asked again (PROBE_REQUESTS chat requests)
     yield
 
 

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
@@ -201,6 +201,16 @@ class ChatModelResource(ServerWaits):
         if self._backend is None:
             self._backend = self._new_backend()
         return self._backend
+
+    def capabilities(self) -> dict[str, Any]:
+        """What the model's endpoint can do, asked once and kept in the home
+        (:mod:`~ctxwin_dagster.backends.chat.capabilities`); empty for the extractive engine and
+        a model run in process."""
+        from ctxwin_dagster.backends.chat.backend import OpenAIChatBackend
+        from ctxwin_dagster.backends.chat.capabilities import endpoint_capabilities
+
+        chat = self.backend()
+        return endpoint_capabilities(chat) if isinstance(chat, OpenAIChatBackend) else {}
 
     def describe(self) -> str:
         from ctxwin_dagster.backends.chat.factory import describe_chat_model

@@ -36,10 +36,16 @@ def test_check_endpoint_names_what_is_wrong():
 
 
 def test_a_local_model_needs_no_server_or_key_but_its_file(monkeypatch):
-    """`make run-llm` configures local:smollm2: it runs in process, so it is never checked as an
-    OpenAI model (which would stop the run for want of OPENAI_API_KEY)."""
+    """`make run-llm` configures local:smollm2: ctxwin serves it itself (llama.cpp on loopback, or
+    in process), so it is never checked as an OpenAI model (which would stop the run for want of
+    OPENAI_API_KEY)."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    assert "runs in this process" in check_endpoint("contextualizer", "local:smollm2", None, None)
+    served = check_endpoint("contextualizer", "local:smollm2", None, None)
+    assert (
+        served == "contextualizer: local:smollm2 (SmolLM2-135M-Instruct.Q4_1.gguf; llama.cpp server on loopback, GGUF)"
+    )
+    monkeypatch.setenv("CTXWIN_CHAT_SERVER", "off")
+    assert "in process" in check_endpoint("contextualizer", "local:smollm2", None, None)
     with pytest.raises(EndpointError, match="answerer: .*no-such-model"):
         check_endpoint("answerer", "local:no-such-model", None, None)
 

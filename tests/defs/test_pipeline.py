@@ -11,6 +11,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from ctxwin_dagster.backends.chat.capabilities import PROBE_REQUESTS
 from ctxwin_dagster.core.budget.limits import ModelLimits, default_registry
 from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.definitions import INDEXING_ASSETS, defs
@@ -104,8 +105,9 @@ def test_whole_graph_idempotent_and_document_removal(project, server):
             meta = result.asset_materializations_for_node("swb_rag_contexts")[0].metadata
             assert meta["calls"].value == -(-n_chunks[key] // 5)  # one call per batch of 5
         first_calls = server.request_count - calls_before
-        # summary + one CC call per chunk + one SWB call per batch, per document
-        assert first_calls == sum(1 + n + -(-n // 5) for n in n_chunks.values())
+        # summary + one CC call per chunk + one SWB call per batch, per document; and the endpoint's
+        # capabilities, asked once (the fake server takes every reply format)
+        assert first_calls == sum(1 + n + -(-n // 5) for n in n_chunks.values()) + PROBE_REQUESTS
         for variant in VARIANTS:
             for key in DOCS:
                 assert index.count(variant, doc_id=key) == n_chunks[key]

@@ -223,6 +223,11 @@ class OpenAIChatBackend:
         self._pid = os.getpid()
         self._workers: ThreadPoolExecutor | None = None
 
+    @property
+    def counter(self) -> TokenCounter:
+        """The counter of this model's tokens (its own tokenizer where ctxwin has it, else an estimate)."""
+        return self._counter
+
     def __repr__(self) -> str:
         return (
             f"OpenAIChatBackend(model={self.model!r}, base_url={self.base_url!r}, "

@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 from ctxwin_dagster.backends.child import ChildServer, watch_parent
 
@@ -175,6 +176,7 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 0, n_ctx: int = 0,
             )
         ],
     )
+    _report_cached_prompt_tokens(app)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_keep_alive=30))
     url = f"http://{host}:{port}/v1"
 
@@ -194,6 +196,66 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 0, n_ctx: int = 0,
     if watch_stdin:
         watch_parent(stop)
     server.run(sockets=[sock])
+
+
+_CACHED: dict[str, int] = {}  # completion id -> its prompt tokens served from the kept context
+_THREAD = threading.local()
+
+
+def _report_cached_prompt_tokens(app: Any) -> None:
+    """Say in each reply's usage how many prompt tokens llama.cpp took from the context it kept
+    (the previous prompt's prefix), as OpenAI does: ``usage.prompt_tokens_details.cached_tokens``.
+    llama-cpp-python reuses that prefix but reports it only in its log; the count here is the
+    same prefix it reuses (``Llama.generate``), found before each generation and added to the
+    reply's JSON on its way out."""
+    import json
+
+    from llama_cpp import Llama
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    generate, create = Llama.generate, Llama.create_chat_completion
+
+    def counted_generate(self: Any, tokens: Any, *args: Any, **kwargs: Any) -> Any:
+        tokens = list(tokens)
+        kept = list(self._input_ids) if kwargs.get("reset", True) and self.n_tokens > 0 else []
+        same = 0
+        for a, b in zip(kept, tokens, strict=False):
+            if a != b:
+                break
+            same += 1
+        # llama-cpp-python evaluates at least one token again when the whole prompt was kept
+        _THREAD.cached = same - 1 if same == len(tokens) and same > 0 else same
+        return generate(self, tokens, *args, **kwargs)
+
+    def counted_create(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _THREAD.cached = 0
+        out = create(self, *args, **kwargs)
+        if isinstance(out, dict) and out.get("id"):
+            if len(_CACHED) > 1000:  # replies whose response never went out (a dropped client)
+                _CACHED.clear()
+            _CACHED[str(out["id"])] = int(getattr(_THREAD, "cached", 0))
+        return out
+
+    Llama.generate = counted_generate  # type: ignore[method-assign]
+    Llama.create_chat_completion = counted_create  # type: ignore[method-assign]
+
+    @app.middleware("http")
+    async def add_cached_tokens(request: Request, call_next: Any) -> Any:
+        response = await call_next(request)
+        if not request.url.path.endswith("/chat/completions") or "json" not in response.headers.get("content-type", ""):
+            return response
+        body = b"".join([part async for part in response.body_iterator])
+        try:
+            data = json.loads(body)
+            cached = _CACHED.pop(str(data.get("id")), None)
+            if cached is not None and isinstance(data.get("usage"), dict):
+                data["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+                body = json.dumps(data).encode("utf-8")
+        except (ValueError, AttributeError):
+            pass  # an error's body: passed on as it is
+        headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
+        return Response(content=body, status_code=response.status_code, headers=headers)
 
 
 def _fix_schema_grammars() -> None:

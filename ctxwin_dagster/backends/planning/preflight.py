@@ -44,7 +44,8 @@ def check_endpoint(
 
     Returns a short description of what was checked. A server without a model list (404 on
     ``/models``) passes with the model unchecked (said in the description). A local model
-    (``local:NAME``) runs in process: its file must be there, and no server or key is needed.
+    (``local:NAME``) is served by ctxwin's own llama.cpp server (or runs in process): its file
+    must be there, and no key is needed.
     The check waits at most ``connect_timeout_s`` for the connection and ``timeout_s`` for the
     reply; a timeout is named as such ("no reply within 10 s (read timeout)"), a refused
     connection as "cannot reach".
@@ -58,7 +59,10 @@ def check_endpoint(
             spec = resolve_local_model(model)
         except ValueError as exc:
             raise EndpointError(f"{role}: {exc}") from None
-        return f"{role}: {model} runs in this process ({spec.path.name})"
+        from ctxwin_dagster.backends.chat.factory import describe_chat_model
+
+        where = describe_chat_model(model).removeprefix(model).strip(" ()")
+        return f"{role}: {model} ({spec.path.name}; {where})"
 
     url = normalize_base_url(base_url) if base_url else None
     where = url or "OpenAI"

@@ -1,6 +1,7 @@
 """Contextualization stage: global summaries, CC-RAG contexts and SWB-RAG contexts."""
 
 import time
+from typing import Any
 
 import dagster as dg
 
@@ -48,8 +49,15 @@ def _contexts_result(contexts, chunks, records, tasks, chat, pipeline, started: 
             "fallbacks": sum(1 for c in contexts if c.fallback),
             "errors": sum(1 for c in contexts if c.error),
             **call_metadata(records, time.perf_counter() - started),
+            **_endpoint(chat),
         },
     )
+
+
+def _endpoint(chat: ChatModelResource) -> dict[str, Any]:
+    """What the chat model's endpoint can do (asked once per home; none for the extractive engine)."""
+    found = chat.capabilities() if chat.configured else {}
+    return {"endpoint": dg.MetadataValue.json(found)} if found else {}
 
 
 def _context_checks(chunks: list[Chunk], contexts, records, chat, pipeline) -> list[dg.AssetCheckResult]:
@@ -113,6 +121,7 @@ def global_summaries(
             "notes": len(result.notes),
             "preview": dg.MetadataValue.md(result.text[:1500] + (" …" if len(result.text) > 1500 else "")),
             **call_metadata(result.records, time.perf_counter() - started),
+            **_endpoint(contextualizer),
         },
     )
 

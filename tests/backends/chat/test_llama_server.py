@@ -155,3 +155,44 @@ def test_a_server_killed_mid_run_fails_clearly_and_the_batch_resumes_from_the_ca
         first.stop()
     assert [r.record.cache_hit for r in resumed] == [True, True, False]
     assert [r.text for r in resumed[:2]] == [r.text for r in done]
+
+
+def test_what_the_server_can_do_is_asked_once_and_kept_in_the_home(served, tmp_path, monkeypatch):
+    from ctxwin_dagster.backends.chat import capabilities
+
+    url, _ = served
+    chat = make_chat_backend(MODEL, max_new_tokens=32)
+    with chat:
+        found = capabilities.endpoint_capabilities(chat, home=tmp_path)
+    assert found["endpoint"] == url and found["model"] == MODEL
+    # llama.cpp takes the schema as a grammar, and the reply parses
+    assert found["structured_output"] == {"format": "grammar", "held_to_the_schema": True, "reply_parsed": True}
+    # usage comes with each reply, and the prompt tokens served from the kept context with it
+    assert found["usage"] == "reported" and found["cached_prompt_tokens"]["reported"], found
+    # its own tokenizer agrees with ctxwin's count of the model's tokens
+    tokenizer = found["tokenizer"]
+    assert tokenizer["from"] == "/extras/tokenize" and abs(tokenizer["server"] - tokenizer["ctxwin"]) <= 1, tokenizer
+    assert found["context_length"] == {"server": None, "ctxwin": 8192}  # llama-cpp-python does not say its n_ctx
+    kept = json.loads((tmp_path / capabilities.FILE).read_text(encoding="utf-8"))
+    assert list(kept.values()) == [found]
+
+    # another process reads the record instead of asking again
+    capabilities.forget()
+    monkeypatch.setattr(capabilities, "probe", lambda chat: pytest.fail("asked again"))
+    with make_chat_backend(MODEL) as again:
+        assert capabilities.endpoint_capabilities(again, home=tmp_path) == found
+
+
+def test_what_the_stand_in_server_can_do(tmp_path):
+    """ctxwin's loopback stand-in, as a server without a schema mode: JSON mode, no grammar."""
+    from ctxwin_dagster.backends.chat import capabilities
+    from ctxwin_dagster.testing import FakeOpenAIServer
+
+    with (
+        FakeOpenAIServer(structured="json_object", cached_tokens=64) as server,
+        OpenAIChatBackend(model="gpt-4o-mini", base_url=server.base_url, api_key="k") as chat,
+    ):
+        found = capabilities.endpoint_capabilities(chat, home=tmp_path)
+    assert found["structured_output"] == {"format": "json_object", "held_to_the_schema": False, "reply_parsed": False}
+    assert found["usage"] == "reported" and found["cached_prompt_tokens"]["reported"]
+    assert found["tokenizer"]["server"] is None and found["context_length"]["server"] is None
