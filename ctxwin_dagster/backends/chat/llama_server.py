@@ -58,6 +58,8 @@ ENV_VAR = "CTXWIN_CHAT_SERVER"
 READY_PREFIX = "ctxwin chat server listening on "
 #: The name of its log in a command's home.
 LOG_NAME = "ctxwin-chat-server.log"
+#: MiB of evaluated prompts the server keeps for reuse (a state of SmolLM2's 8 K window is about 190 MB).
+CACHE_MB = 1024
 
 
 def available() -> bool:
@@ -148,7 +150,15 @@ def local_chat_url(model: str) -> str | None:
         return server.start()
 
 
-def serve(model: str, *, host: str = "127.0.0.1", port: int = 0, n_ctx: int = 0, watch_stdin: bool = False) -> None:
+def serve(
+    model: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    n_ctx: int = 0,
+    cache_mb: int = CACHE_MB,
+    watch_stdin: bool = False,
+) -> None:
     """Load ``model`` and serve it until stopped (SIGTERM, SIGINT, or stdin closing)."""
     import uvicorn
     from llama_cpp.server.app import create_app
@@ -173,6 +183,12 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 0, n_ctx: int = 0,
                 n_threads=os.cpu_count() or 1,
                 n_threads_batch=os.cpu_count() or 1,
                 verbose=True,  # llama.cpp's timings of each request, in the log
+                # Evaluated prompts kept in memory (up to cache_mb), so that requests of several
+                # documents taking turns (runs in parallel) each find their own prefix again, not
+                # only the one prompt llama.cpp's context holds.
+                cache=cache_mb > 0,
+                cache_type="ram",
+                cache_size=max(cache_mb, 1) << 20,
             )
         ],
     )
@@ -190,7 +206,11 @@ def serve(model: str, *, host: str = "127.0.0.1", port: int = 0, n_ctx: int = 0,
             print(READY_PREFIX + url, flush=True)
 
     def stop() -> None:
-        server.should_exit = True
+        server.should_exit = True  # uvicorn finishes the request in flight, then exits
+        # a generation that goes on (a long reply nobody waits for now) does not keep it alive
+        timer = threading.Timer(15.0, lambda: os._exit(0))
+        timer.daemon = True  # a server that ends in time ends at once
+        timer.start()
 
     threading.Thread(target=announce, daemon=True).start()
     if watch_stdin:
@@ -289,10 +309,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--n-ctx", type=int, default=0, help="context in tokens (default 0: the model's trained window)"
     )
+    parser.add_argument(
+        "--cache-mb",
+        type=int,
+        default=CACHE_MB,
+        help=f"memory for evaluated prompts kept for reuse (default {CACHE_MB}; 0: only the last prompt)",
+    )
     parser.add_argument("--watch-stdin", action="store_true", help="stop when stdin closes (the parent ended)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
-    serve(args.model, host=args.host, port=args.port, n_ctx=args.n_ctx, watch_stdin=args.watch_stdin)
+    serve(
+        args.model,
+        host=args.host,
+        port=args.port,
+        n_ctx=args.n_ctx,
+        cache_mb=args.cache_mb,
+        watch_stdin=args.watch_stdin,
+    )
 
 
 if __name__ == "__main__":
