@@ -183,6 +183,11 @@ def serve(
                 n_threads=os.cpu_count() or 1,
                 n_threads_batch=os.cpu_count() or 1,
                 verbose=True,  # llama.cpp's timings of each request, in the log
+                # No logits kept for every prompt token (its default, for logprobs ctxwin never asks
+                # for): they took n_ctx x vocabulary floats (1.6 GB for SmolLM2's 8 K window), and
+                # every prompt kept for reuse copied them, uncounted by the cache's limit: a
+                # server that held 49 CC-RAG prompts of one contract reached 14 GB.
+                logits_all=False,
                 # Evaluated prompts kept in memory (up to cache_mb), so that requests of several
                 # documents taking turns (runs in parallel) each find their own prefix again, not
                 # only the one prompt llama.cpp's context holds.
