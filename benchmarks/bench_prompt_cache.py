@@ -66,6 +66,17 @@ def _priced(row: dict[str, Any], model: str) -> dict[str, Any]:
     return {**row, "usd_without_caching": full, "usd_with_caching": cached}
 
 
+def _peak_rss_mb(pid: int) -> float | None:
+    """The process's peak resident memory (Linux's VmHWM), in MB; None where /proc has no such line."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -111,6 +122,11 @@ def main() -> None:
             tasks.contextualize_swb(text, chunks, summary.text, doc_id=doc.stem)
             swb = list(chat.ledger.records)[len(cc) :]
             rows["SWB-RAG (summary and batches)"] = {**_sums(swb), "wall_s": round(time.perf_counter() - t, 1)}
+        peak_mb = _peak_rss_mb(server.process.pid) if server.process is not None else None
+    from ctxwin_dagster.backends.planning.plan import plan_document
+
+    # What `ctxwin plan` estimates for the same document without calling a model (OpenAI's caching rule).
+    plan = plan_document(text, doc_id=doc.stem, model=args.price_model)
     priced = {name: _priced(row, args.price_model) for name, row in rows.items()}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -121,10 +137,12 @@ def main() -> None:
         "model": MODEL,
         "server": "llama-cpp-python[server] 0.3.36 (llama.cpp), started on loopback",
         "server_start_s": round(start_s, 2),
+        "server_peak_rss_mb": peak_mb,
         "max_tokens": args.max_tokens,
         "price_model": args.price_model,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at the end",
         "rows": priced,
+        "plan": {v: plan[v] for v in ("cc_rag", "swb_rag")},
     }
     (out / "prompt_cache.json").write_text(json.dumps(facts, indent=2) + "\n", encoding="utf-8")
     lines = [
@@ -132,7 +150,7 @@ def main() -> None:
         "",
         f"Document `{facts['document']}`: {len(text):,} characters, {len(chunks)} chunks "
         f"({PAPER.chunk_size}/{PAPER.chunk_overlap}). Model {MODEL} served by {facts['server']} "
-        f"(ready in {start_s:.1f} s); context replies of at most {args.max_tokens} tokens, a summary of at most "
+        f"(ready in {start_s:.1f} s, peak memory {peak_mb} MB); context replies of at most {args.max_tokens} tokens, a summary of at most "
         f"{args.summary_tokens}; no response cache. "
         f"Prices: {args.price_model}'s input, cache-read and output rates (genai-prices). "
         f"Machine: {facts['machine']}.",
@@ -155,6 +173,18 @@ def main() -> None:
             f"when CC-RAG pays for every token (the paper's comparison), and "
             f"{swb_row['usd_with_caching'] / cc_row['usd_with_caching']:.1%} of CC-RAG when both are served "
             "with caching.",
+        ]
+    p_cc, p_swb = plan["cc_rag"], plan["swb_rag"]
+    if p_cc["cost_usd_est"] and p_cc["cost_usd_est_cached"]:
+        lines += [
+            "",
+            f"`ctxwin plan` estimates, for the same document and prices without calling a model (with its own "
+            f"output lengths, and OpenAI's caching rule: prompts of 1,024 tokens or more, blocks of 128): CC-RAG "
+            f"{p_cc['input_tokens']:,} input tokens, {p_cc['cached_tokens_est']:,} of them cached, "
+            f"${p_cc['cost_usd_est']:.4f} without caching and ${p_cc['cost_usd_est_cached']:.4f} with it; SWB-RAG "
+            f"{p_swb['input_tokens']:,}, {p_swb['cached_tokens_est']:,} cached, ${p_swb['cost_usd_est']:.4f} and "
+            f"${p_swb['cost_usd_est_cached']:.4f}: SWB-RAG at {p_swb['cost_usd_est'] / p_cc['cost_usd_est']:.1%} "
+            f"of CC-RAG without caching and {p_swb['cost_usd_est_cached'] / p_cc['cost_usd_est_cached']:.1%} with it.",
         ]
     (out / "prompt_cache.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))

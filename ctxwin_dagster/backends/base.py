@@ -47,7 +47,10 @@ class CallRecord:
     the call costs at the model's price, None when the model has no known price. A cache hit
     (``cache_hit=True``) keeps the token counts and the cost of the call it reuses, so input
     volumes and the cost of the work are reported the same on a rerun; what was paid in this
-    run is :attr:`paid_usd` (0 for a cache hit, else ``cost_usd``).
+    run is :attr:`paid_usd` (0 for a cache hit, else ``cost_usd``). ``cached_tokens`` are the
+    input tokens the server read from its prompt cache (billed at the cache-read price where the
+    provider has one); ``cache_saving_usd`` is what that saved against the full input price, so
+    :attr:`uncached_cost_usd` is what the call would cost on a server without prompt caching.
     """
 
     backend: str
@@ -61,6 +64,7 @@ class CallRecord:
     output_chars: int = 0
     latency_s: float = 0.0
     cost_usd: float | None = None
+    cache_saving_usd: float = 0.0
     cache_hit: bool = False
     usage_counted: bool = False
     attempts: int = 1
@@ -76,10 +80,16 @@ class CallRecord:
         """What this run paid for the call: 0 for a cache hit, else ``cost_usd`` (None when unknown)."""
         return 0.0 if self.cache_hit else self.cost_usd
 
+    @property
+    def uncached_cost_usd(self) -> float | None:
+        """The cost of the work had no input token come from the server's prompt cache."""
+        return None if self.cost_usd is None else self.cost_usd + self.cache_saving_usd
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.update(d.pop("tags"))
         d["paid_usd"] = self.paid_usd
+        d["uncached_cost_usd"] = self.uncached_cost_usd
         return d
 
 
@@ -181,7 +191,9 @@ class Ledger:
         """Totals over ``records``: calls (made, not cached), cache hits, tokens, chars, costs.
 
         ``cost_usd`` is the cost of the work (cache hits count at the cost of the call they
-        reuse), ``paid_usd`` what was paid in this run (cache hits count 0); ``cost_known`` is
+        reuse), ``paid_usd`` what was paid in this run (cache hits count 0),
+        ``uncached_cost_usd`` the cost of the work on a server without prompt caching (the
+        ``cached_tokens`` priced as input); ``cost_known`` is
         False when a record has no known price (its cost is then left out of both sums).
         ``schema_enforced`` / ``schema_not_enforced`` count the records of requests with a reply
         schema whose reply was held to it (structured output, constrained decoding) or was not
@@ -195,7 +207,8 @@ class Ledger:
             (1, 1, 1.0, 0.5)
         """
         out: dict[str, Any] = {k: 0 for k in _SUMMED}
-        out.update(calls=0, cache_hits=0, failures=0, cost_usd=0.0, paid_usd=0.0, cost_known=True)
+        out.update(calls=0, cache_hits=0, failures=0, cost_usd=0.0, paid_usd=0.0, uncached_cost_usd=0.0)
+        out["cost_known"] = True
         out.update(schema_enforced=0, schema_not_enforced=0)
         for r in records:
             if r.reply_format:
@@ -211,6 +224,7 @@ class Ledger:
             else:
                 out["cost_usd"] += r.cost_usd
                 out["paid_usd"] += r.paid_usd
+                out["uncached_cost_usd"] += r.cost_usd + r.cache_saving_usd
             if not r.ok:
                 out["failures"] += 1
         out["latency_s"] = round(out["latency_s"], 3)

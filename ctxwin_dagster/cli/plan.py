@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from ctxwin_dagster.core.defaults import PAPER, VARIANTS
 from ctxwin_dagster.core.experiment import home_experiment
@@ -23,6 +25,19 @@ def plan_model(given: str | None) -> tuple[str, str]:
     return PAPER.contextualizer_model, (
         "the paper's model: this experiment has no chat model, so its contexts are made offline at no cost; "
         "pass --model to price another"
+    )
+
+
+def _usd(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+def _row(v: Mapping[str, Any], out_tokens: int | None) -> str:
+    """The numbers of one line of the plan's table (``out_tokens`` None: left blank)."""
+    out = "" if out_tokens is None else f"{out_tokens:,}"
+    return (
+        f"{int(v['calls']):>7,} {int(v['input_tokens']):>14,} {int(v['cached_tokens_est']):>12,} "
+        f"{int(v['input_chars']):>14,} {out:>11} {_usd(v['cost_usd_est']):>10} {_usd(v['cost_usd_est_cached']):>10}"
     )
 
 
@@ -79,33 +94,40 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(
             f"Input tokens counted with {enc}: {'exact for the model' if exact else 'an estimate (not the model’s own tokenizer)'}"
         )
-    header = f"{'document':<40} {'variant':<8} {'calls':>7} {'input tokens':>14} {'input chars':>14} {'out tokens':>11} {'cost USD':>10}  note"
+    print(
+        "Prompt caching: 'cached' counts the input tokens a server that caches prompt prefixes would read "
+        "from its cache (OpenAI's rule: prompts of 1,024 tokens or more, blocks of 128), and 'USD cached' "
+        "prices them at the cache-read price"
+    )
+    header = (
+        f"{'document':<40} {'variant':<8} {'calls':>7} {'input tokens':>14} {'cached':>12} {'input chars':>14} "
+        f"{'out tokens':>11} {'cost USD':>10} {'USD cached':>10}  note"
+    )
     print(header)
     print("-" * len(header))
+    fields = ("calls", "input_tokens", "cached_tokens_est", "input_chars", "cost_usd_est", "cost_usd_est_cached")
     totals: dict[str, dict[str, float]] = {}
     for plan in plans:
         for variant in VARIANTS:
             v = plan[variant]
-            cost = "n/a" if v["cost_usd_est"] is None else f"{v['cost_usd_est']:.4f}"
             note = "" if v["fits"] else "does not fit the model"
-            print(
-                f"{plan['doc_id'][:40]:<40} {variant:<8} {v['calls']:>7,} {v['input_tokens']:>14,} "
-                f"{v['input_chars']:>14,} {v['output_tokens_est']:>11,} {cost:>10}  {note}"
-            )
-            agg = totals.setdefault(variant, {"calls": 0, "input_tokens": 0, "input_chars": 0, "cost": 0.0})
-            agg["calls"] += v["calls"]
-            agg["input_tokens"] += v["input_tokens"]
-            agg["input_chars"] += v["input_chars"]
-            agg["cost"] += v["cost_usd_est"] or 0.0
+            print(f"{plan['doc_id'][:40]:<40} {variant:<8} {_row(v, v['output_tokens_est'])}  {note}")
+            agg = totals.setdefault(variant, dict.fromkeys(fields, 0.0))
+            for f in fields:
+                agg[f] += v[f] or 0.0
     if len(plans) > 1:
         for variant, agg in totals.items():
-            print(
-                f"{'TOTAL':<40} {variant:<8} {int(agg['calls']):>7,} {int(agg['input_tokens']):>14,} "
-                f"{int(agg['input_chars']):>14,} {'':>11} {agg['cost']:>10.4f}"
+            print(f"{'TOTAL':<40} {variant:<8} {_row(agg, None)}")
+    cc = totals.get("cc_rag", {})
+    swb = totals.get("swb_rag", {})
+    if cc.get("input_chars"):
+        line = f"SWB-RAG input is {100 * swb['input_chars'] / cc['input_chars']:.2f} % of CC-RAG's"
+        if cc.get("cost_usd_est") and cc.get("cost_usd_est_cached"):
+            line += (
+                f"; its cost {100 * swb['cost_usd_est'] / cc['cost_usd_est']:.1f} % of CC-RAG's without prompt caching, "
+                f"{100 * swb['cost_usd_est_cached'] / cc['cost_usd_est_cached']:.1f} % with it"
             )
-    cc = totals.get("cc_rag", {}).get("input_chars", 0)
-    if cc:
-        print(f"SWB-RAG input is {100 * totals['swb_rag']['input_chars'] / cc:.2f} % of CC-RAG's")
+        print(line)
     return 1 if failed else 0
 
 

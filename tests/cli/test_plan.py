@@ -34,6 +34,10 @@ def test_plan_of_the_german_ai_act_with_the_papers_settings():
     ratio = swb["input_chars"] / cc["input_chars"]
     assert 0.012 < ratio < 0.03, ratio
     assert cc["cost_usd_est"] > 10 * swb["cost_usd_est"] > 0
+    # With prompt caching, every chunk's prompt after the first reads the document from the cache.
+    assert cc["cached_tokens_est"] > 0.95 * cc["input_tokens"]
+    assert cc["cost_usd_est_cached"] < 0.6 * cc["cost_usd_est"]
+    assert 0 < swb["cached_tokens_est"] < 0.6 * swb["input_tokens"]
 
 
 @pytest.mark.slow
@@ -57,6 +61,30 @@ def test_plan_command_json(tmp_path):
     assert [p["doc_id"] for p in plans] == ["a"]
     assert plans[0]["cc_rag"]["calls"] == plans[0]["chunks"] > 1
     assert plans[0]["t_rag"]["calls"] == 0
+
+
+def test_plan_prices_cc_rag_with_and_without_prompt_caching(tmp_path):
+    text = "".join(f"Article {i}\n\nThe supplier shall deliver lot {i} within {i + 3} days. " * 8 for i in range(60))
+    plan = plan_document(text, doc_id="a", model="gpt-4o-mini")
+    cc = plan["cc_rag"]
+    assert cc["calls"] == plan["chunks"] > 10
+    # The first chunk's prompt pays for the whole document; the others read it from the cache, in
+    # blocks of 128 tokens.
+    assert cc["cached_tokens_est"] % 128 == 0
+    assert 0.8 * cc["input_tokens"] < cc["cached_tokens_est"] < cc["input_tokens"] * (1 - 1 / cc["calls"])
+    assert cc["cost_usd_est_cached"] < cc["cost_usd_est"]
+    short = plan_document("A short note. " * 20, doc_id="b", model="gpt-4o-mini")["cc_rag"]
+    assert short["cached_tokens_est"] == 0  # prompts under 1,024 tokens are not cached
+    assert short["cost_usd_est_cached"] == short["cost_usd_est"]
+    (tmp_path / "a.txt").write_text(text, encoding="utf-8")
+    out = subprocess.run(
+        [sys.executable, "-m", "ctxwin_dagster.cli", "plan", str(tmp_path), "--model", "gpt-4o-mini"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    assert "USD cached" in out and "% with it" in out, out
 
 
 def test_the_plan_says_which_model_it_prices_and_why(tmp_path, monkeypatch):

@@ -360,6 +360,9 @@ class OpenAIChatBackend:
         cost = entry.get("cost_usd")
         if attempts == 0 and not isinstance(cost, int | float):
             cost = self._cost(input_tokens, output_tokens, cached_tokens)
+        # What the prompt cache saved: the same call with every input token at the full price.
+        full = self._cost(input_tokens, output_tokens, 0) if cached_tokens and cost is not None else None
+        saving = max(0.0, float(full) - float(cost)) if full is not None and cost is not None else 0.0
         record = self._record(
             p,
             input_tokens=input_tokens,
@@ -369,6 +372,7 @@ class OpenAIChatBackend:
             output_chars=len(text),
             latency_s=latency_s,
             cost_usd=None if cost is None else float(cost),
+            cache_saving_usd=saving,
             cache_hit=attempts == 0,
             usage_counted=bool(entry.get("usage_counted", False)),
             attempts=attempts,

@@ -6,6 +6,11 @@ the expected length instead of calling a server. The prompts counted are therefo
 prompts a real run would send (same templates, batching, windows and fitting). Output sizes
 are estimates: ``summary_tokens`` for each summary call, ``context_tokens`` per chunk context.
 
+Each variant is priced twice: without prompt caching, and with a server that caches prompt
+prefixes as OpenAI's does (a prompt of at least 1,024 tokens reuses the prefix it shares with a
+recent prompt, in blocks of 128 tokens; cached tokens are billed at the cache-read price). CC-RAG
+repeats the whole document at the head of every chunk's prompt, so caching serves most of it.
+
 Example::
 
     >>> plan = plan_document("word " * 3000, doc_id="d", model="gemini-1.5-flash")
@@ -15,9 +20,11 @@ Example::
 
 from __future__ import annotations
 
+import json
 import re
 import time
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ctxwin_dagster.backends.base import CallRecord, ChatRequest, ChatResult, Ledger
@@ -35,14 +42,42 @@ __all__ = ["DryRunChatBackend", "plan_document"]
 _CHUNK_ID = re.compile(r'chunk_id="([^"]+)"')
 
 
+def _common_start(a: str, b: str, block: int = 1 << 16) -> int:
+    """The length of the longest common prefix of ``a`` and ``b``: blocks compared whole, then a
+    binary search inside the first block that differs (comparisons run at memory speed)."""
+    n = min(len(a), len(b))
+    start = 0
+    while start < n and a[start : start + block] == b[start : start + block]:
+        start += block
+    if start >= n:
+        return n
+    lo, hi = start, min(n, start + block)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[start:mid] == b[start:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 class DryRunChatBackend:
     """A :class:`~ctxwin_dagster.backends.base.ChatBackend` that sends nothing.
 
     Each request is counted (tokens with the model's encoding, characters) into ``ledger``
     and answered with filler text of the estimated length: ``summary_tokens`` for summaries,
     ``context_tokens`` per context (CC), and valid SWB JSON with one such context per chunk id.
-    ``cost_usd`` uses genai-prices for ``price_model`` (default: ``model``).
+    ``cost_usd`` uses genai-prices for ``price_model`` (default: ``model``), with the input
+    tokens a prefix-caching server would read from its cache (``cached_tokens``: the longest
+    prefix shared with one of the last ``cache_recent`` prompts, if at least
+    ``cache_min_tokens``, rounded down to ``cache_block`` tokens) at the cache-read price;
+    ``cache_saving_usd`` is what that saves.
     """
+
+    #: OpenAI's prompt caching: prompts of 1,024 tokens or more, in blocks of 128 tokens.
+    cache_min_tokens = 1024
+    cache_block = 128
+    cache_recent = 8
 
     def __init__(
         self,
@@ -68,6 +103,34 @@ class DryRunChatBackend:
         self.over_limit = 0
         # Filler is cut from the document itself, so estimated outputs have its characters per token.
         self._sample = self.counter.encode(sample_text[:200_000]) if sample_text.strip() else []
+        self._recent: deque[list[Mapping[str, Any]]] = deque(maxlen=self.cache_recent)
+
+    def cached_tokens(self, messages: list[Mapping[str, Any]]) -> int:
+        """Input tokens of ``messages`` a prefix-caching server would serve from its cache after
+        the recent prompts; ``messages`` becomes one of them."""
+        shared = max((self._shared_start(prev, messages) for prev in self._recent), default=(0, 0))
+        self._recent.append(messages)
+        whole, chars = shared
+        n = self.meter.count_messages(messages[:whole]) if whole else 0
+        if chars and whole < len(messages):
+            n += max(0, self.meter.count(str(messages[whole].get("content"))[:chars]) - 1)  # the last may be cut
+        if n < self.cache_min_tokens:
+            return 0
+        return n // self.cache_block * self.cache_block
+
+    @staticmethod
+    def _shared_start(a: list[Mapping[str, Any]], b: list[Mapping[str, Any]]) -> tuple[int, int]:
+        """How two prompts start the same: the number of equal leading messages, then the
+        characters at the start of the next message's content that are equal."""
+        whole = 0
+        for ma, mb in zip(a, b, strict=False):
+            if ma != mb:
+                ca, cb = ma.get("content"), mb.get("content")
+                if ma.get("role") == mb.get("role") and isinstance(ca, str) and isinstance(cb, str):
+                    return whole, _common_start(ca, cb)
+                break
+            whole += 1
+        return whole, 0
 
     def _filler(self, n_tokens: int) -> str:
         n_tokens = max(1, n_tokens)
@@ -85,8 +148,6 @@ class DryRunChatBackend:
         version = request.prompt_version
         if version.startswith("swb_batch"):
             ids = _CHUNK_ID.findall(str(messages[-1].get("content", "")))
-            import json
-
             text = json.dumps(
                 {"contexts": [{"chunk_id": cid, "context": self._filler(self.context_tokens - 8)} for cid in ids]}
             )
@@ -95,6 +156,13 @@ class DryRunChatBackend:
         else:
             text = self._filler(min(self.context_tokens, request.max_tokens) - 1)
         n_out = self.counter.count(text)
+        cached = self.cached_tokens(messages)
+        if is_local_model(self.price_model):
+            cost: float | None = 0.0
+            full: float | None = 0.0
+        else:
+            cost = estimate_cost(self.price_model, input_tokens=n_in, output_tokens=n_out, cached_tokens=cached)
+            full = estimate_cost(self.price_model, input_tokens=n_in, output_tokens=n_out) if cached else cost
         record = CallRecord(
             backend="dry-run",
             model=self.model,
@@ -105,9 +173,9 @@ class DryRunChatBackend:
             input_chars=sum(len(str(m.get("content", ""))) for m in messages),
             output_chars=len(text),
             latency_s=time.perf_counter() - started,
-            cost_usd=0.0
-            if is_local_model(self.price_model)
-            else estimate_cost(self.price_model, input_tokens=n_in, output_tokens=n_out),
+            cached_tokens=cached,
+            cost_usd=cost,
+            cache_saving_usd=max(0.0, full - cost) if full is not None and cost is not None else 0.0,
             usage_counted=True,
         )
         self.ledger.add(record)
@@ -124,7 +192,9 @@ def _totals(records: list[CallRecord]) -> dict[str, Any]:
         "input_tokens": t["input_tokens"],
         "input_chars": t["input_chars"],
         "output_tokens_est": t["output_tokens"],
-        "cost_usd_est": round(t["cost_usd"], 4) if t["cost_known"] else None,
+        "cost_usd_est": round(t["uncached_cost_usd"], 4) if t["cost_known"] else None,
+        "cached_tokens_est": t["cached_tokens"],
+        "cost_usd_est_cached": round(t["cost_usd"], 4) if t["cost_known"] else None,
     }
 
 
@@ -143,8 +213,10 @@ def plan_document(
     max_output_tokens: int = PAPER.max_output_tokens,
 ) -> dict[str, Any]:
     """The plan for one document: per variant, calls, input tokens and characters, estimated
-    output tokens and cost. ``cc_rag["fits"]`` is False when the whole document does not fit
-    the model (CC-RAG cannot run with it)."""
+    output tokens and cost: ``cost_usd_est`` without prompt caching, ``cost_usd_est_cached``
+    with a prefix-caching server, which would read ``cached_tokens_est`` of the input tokens from
+    its cache. ``cc_rag["fits"]`` is False when the whole document does not fit the model
+    (CC-RAG cannot run with it)."""
     started = time.perf_counter()
     chunks = RecursiveSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap).split(
         text, doc_id=doc_id, doc_sha256="plan", sections=False
@@ -209,6 +281,8 @@ def plan_document(
             "input_chars": 0,
             "output_tokens_est": 0,
             "cost_usd_est": 0.0,
+            "cached_tokens_est": 0,
+            "cost_usd_est_cached": 0.0,
             "fits": True,
             "error": None,
         },

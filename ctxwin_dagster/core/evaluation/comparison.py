@@ -57,14 +57,17 @@ RAGAS_ANSWERABLE = (
 
 #: Indexing-cost fields summed per variant (from the contextualization assets): ``cost_usd`` is
 #: the cost of the work (cache hits at the cost of the call they reuse), ``paid_usd`` what the
-#: latest materializations paid.
+#: latest materializations paid, ``cached_tokens`` the input tokens the server read from its
+#: prompt cache and ``uncached_cost_usd`` the cost of the work on a server without one.
 INDEXING_FIELDS = (
     "calls",
     "cache_hits",
     "input_tokens",
+    "cached_tokens",
     "input_chars",
     "output_tokens",
     "cost_usd",
+    "uncached_cost_usd",
     "paid_usd",
     "runtime_s",
 )

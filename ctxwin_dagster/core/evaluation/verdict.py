@@ -123,6 +123,12 @@ def _cost_lines(efficiency: pd.DataFrame | None) -> list[str]:
         work, paid = _num(r, "index_cost_usd"), _num(r, "index_paid_usd")
         ctx = _num(r, "context_chars_per_question")
         money = f"${work:,.4f} of work (${paid:,.4f} paid in this run)" if work or paid else "$0 (no priced model)"
+        cached, tokens = _num(r, "index_cached_tokens"), _num(r, "index_input_tokens")
+        if cached and tokens:
+            money += f", {100 * cached / tokens:.1f} % of its {int(tokens):,} input tokens read from the server's prompt cache"
+            uncached = _num(r, "index_uncached_cost_usd")
+            if work and uncached > work:
+                money += f" (${uncached:,.4f} without prompt caching)"
         lines.append(
             f"{_label(v)}: {int(calls):,} contextualization calls, {int(chars):,} input characters, {money}; "
             f"{ctx:,.0f} context characters per question"
@@ -133,7 +139,28 @@ def _cost_lines(efficiency: pd.DataFrame | None) -> list[str]:
     if base is not None and swb is not None and _num(base, "index_input_chars"):
         share = 100 * _num(swb, "index_input_chars") / _num(base, "index_input_chars")
         ratio = f" SWB-RAG read {share:.1f} % of CC-RAG's input characters to build its index."
+        ratio += _cost_share(base, swb)
     return ["**Cost to build.** " + "; ".join(lines) + "." + ratio]
+
+
+def _cost_share(cc: Mapping[str, Any], swb: Mapping[str, Any]) -> str:
+    """SWB-RAG's cost to build as a share of CC-RAG's, without and with prompt caching: a server
+    that caches prompt prefixes serves CC-RAG's document, repeated in every chunk's call."""
+    cc_work, swb_work = _num(cc, "index_cost_usd"), _num(swb, "index_cost_usd")
+    if not cc_work:
+        return ""
+    cc_full = _num(cc, "index_uncached_cost_usd") or cc_work
+    swb_full = _num(swb, "index_uncached_cost_usd") or swb_work
+    if not (_num(cc, "index_cached_tokens") or _num(swb, "index_cached_tokens")):
+        return (
+            f" It cost {100 * swb_work / cc_work:.1f} % of CC-RAG's; the server reported no input tokens read "
+            "from a prompt cache, so both are priced without caching."
+        )
+    return (
+        f" It cost {100 * swb_full / cc_full:.1f} % of CC-RAG's without prompt caching and "
+        f"{100 * swb_work / cc_work:.1f} % with the caching the server did (CC-RAG ${cc_work:,.4f} instead of "
+        f"${cc_full:,.4f})."
+    )
 
 
 def verdict_markdown(comparison: pd.DataFrame | None, efficiency: pd.DataFrame | None, setup: ExperimentSetup) -> str:

@@ -331,10 +331,11 @@ def indexing_costs(instance: dg.DagsterInstance, doc_ids) -> dict[str, dict[str,
         for doc_id in doc_ids:
             for asset in assets:
                 meta = latest_metadata(instance, asset, doc_id)
-                if "paid_usd" not in meta and "cost_usd" in meta:
-                    meta["paid_usd"] = meta[
-                        "cost_usd"
-                    ]  # recorded before paid_usd existed, when cost_usd was what was paid
+                # Recorded before these fields existed: cost_usd was what was paid, and nothing was
+                # counted as read from a prompt cache.
+                for older in ("paid_usd", "uncached_cost_usd"):
+                    if older not in meta and "cost_usd" in meta:
+                        meta[older] = meta["cost_usd"]
                 for f in INDEXING_FIELDS:
                     value = meta.get(f)
                     if isinstance(value, int | float):

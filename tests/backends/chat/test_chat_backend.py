@@ -108,6 +108,26 @@ def test_cost_known_for_gpt4o_unknown_for_local_model_unless_overridden(server: 
     assert rec.cost_usd == pytest.approx((rec.input_tokens * 1.0 + rec.output_tokens * 2.0) / 1e6)
 
 
+def test_cached_prompt_tokens_are_priced_apart_and_the_saving_kept(tmp_path: Path) -> None:
+    with (
+        FakeOpenAIServer(cached_tokens=600) as server,
+        make_backend(server, model="gpt-4o", cache=ResponseCache(tmp_path / "c.sqlite")) as chat,
+    ):
+        first = chat.complete(req("the document " * 400 + "and the first chunk")).record
+        again = chat.complete(req("the document " * 400 + "and the first chunk")).record  # a response-cache hit
+        totals = chat.ledger.totals()
+    assert first.cached_tokens == 600 and again.cache_hit
+    full = estimate_cost("gpt-4o", input_tokens=first.input_tokens, output_tokens=first.output_tokens)
+    cached = estimate_cost(
+        "gpt-4o", input_tokens=first.input_tokens, output_tokens=first.output_tokens, cached_tokens=600
+    )
+    assert full is not None and cached is not None and cached < full
+    assert first.cost_usd == pytest.approx(cached) and first.uncached_cost_usd == pytest.approx(full)
+    assert again.cost_usd == pytest.approx(cached) and again.uncached_cost_usd == pytest.approx(full)
+    assert totals["uncached_cost_usd"] == pytest.approx(2 * full) and totals["cost_usd"] == pytest.approx(2 * cached)
+    assert first.to_dict()["uncached_cost_usd"] == pytest.approx(full)
+
+
 def test_estimate_cost_rules() -> None:
     assert estimate_cost("gpt-4o", input_tokens=1_000_000, output_tokens=0) == pytest.approx(2.5)
     assert estimate_cost("openai/gpt-4o", input_tokens=1_000_000, output_tokens=1_000_000) == pytest.approx(12.5)

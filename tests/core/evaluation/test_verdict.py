@@ -72,6 +72,7 @@ def test_verdict_is_generated_from_the_numbers(tmp_path):
     assert "no significant difference on the other 1 metric" in verdict  # answer_f1 is equal
     assert "SWB-RAG read 2.0 % of CC-RAG's input characters" in verdict
     assert "$2.0000 of work ($0.0000 paid in this run)" in verdict
+    assert "It cost 2.5 % of CC-RAG's; the server reported no input tokens read from a prompt cache" in verdict
     assert "extractive engine" in verdict and "measure that stand-in" in verdict
     assert "sentence focus" in verdict and "40 context tokens cut" in verdict
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
@@ -80,6 +81,27 @@ def test_verdict_is_generated_from_the_numbers(tmp_path):
     assert "](data:image/png;base64," in out["markdown_inline"]
     html = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert "<h2>Verdict</h2>" in html and "<strong>" in html
+
+
+def test_verdict_prices_cc_rag_with_the_prompt_caching_the_server_did():
+    efficiency = pd.DataFrame(
+        [
+            {"variant": "cc_rag", "index_calls": 49, "index_input_chars": 1_600_000, "index_input_tokens": 400_000}
+            | {"index_cached_tokens": 380_000, "index_cost_usd": 0.0174, "index_uncached_cost_usd": 0.0574},
+            {"variant": "swb_rag", "index_calls": 12, "index_input_chars": 500_000, "index_input_tokens": 110_000}
+            | {"index_cached_tokens": 11_000, "index_cost_usd": 0.0056, "index_uncached_cost_usd": 0.0061},
+        ]
+    )
+    text = verdict_markdown(None, efficiency, ExperimentSetup())
+    assert (
+        "95.0 % of its 400,000 input tokens read from the server's prompt cache ($0.0574 without prompt caching)"
+        in text
+    )
+    assert "10.0 % of its 110,000 input tokens" in text
+    assert (
+        "It cost 10.6 % of CC-RAG's without prompt caching and 32.2 % with the caching the server did "
+        "(CC-RAG $0.0174 instead of $0.0574)" in text
+    )
 
 
 def test_verdict_changes_with_the_numbers():
