@@ -3,7 +3,7 @@ index, the embedder (built as the index assets build theirs), the answer engine 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +11,6 @@ from ctxwin_dagster.ask.results import AskError
 
 if TYPE_CHECKING:
     from ctxwin_dagster.backends.base import Embedder
-    from ctxwin_dagster.backends.tasks.results import TaskEngine
 
 
 def open_asker(
@@ -25,17 +24,17 @@ def open_asker(
     cache_dir: str | Path | None,
     embedder: Embedder | None,
     embeddings: Mapping[str, Any] | None,
-    max_concurrency: int,
+    max_concurrency: int | None,
     max_tokens: int | None,
     doc_ids_file: str | Path | None,
-    chat_waits: Mapping[str, Any] | None = None,
+    chat_options: Mapping[str, Any] | None = None,
+    sampling: Mapping[str, Any] | None = None,
 ) -> Any:
-    """What :meth:`Asker.open <ctxwin_dagster.ask.service.Asker.open>` does (see there)."""
-    from ctxwin_dagster.backends.calls.cache import ResponseCache
+    """What :meth:`Asker.open <ctxwin_dagster.ask.service.Asker.open>` does (see there): the chat
+    model and task engine come from :mod:`~ctxwin_dagster.backends.assembly`, as the evaluation's."""
+    from ctxwin_dagster.backends.assembly import ChatSpec, Sampling, open_chat, task_engine
     from ctxwin_dagster.backends.embeddings.factory import embedder_from_settings
     from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
-    from ctxwin_dagster.backends.tasks.extractive import ExtractiveTasks
-    from ctxwin_dagster.backends.tasks.llm import LLMTasks
 
     uri = str(lancedb)
     if "://" not in uri and not Path(uri).expanduser().is_dir():
@@ -51,25 +50,26 @@ def open_asker(
             embedder = embedder_from_settings(embeddings or {}, cache_dir=cache_folder)
         except ValueError as exc:
             raise AskError(str(exc)) from exc
-    closers: list[Callable[[], None]] = []
-    if model:
-        from ctxwin_dagster.backends.chat.factory import make_chat_backend
-
-        chat = make_chat_backend(
-            model,
-            base_url=base_url or None,
-            api_key=api_key,
-            cache=None if cache_folder is None else ResponseCache(cache_folder / "responses.sqlite"),
-            max_concurrency=max_concurrency,
-            **dict(chat_waits or {}),
-        )
-        closers.append(chat.close)
-        tasks: TaskEngine = LLMTasks(chat, max_tokens=max_tokens) if max_tokens else LLMTasks(chat)
-    else:
-        tasks = ExtractiveTasks(embedder)
-    # doc_ids_file: the ids the experiment's runs gave the files (see core/text/folder.py)
-    asker = cls(
-        index=ChunkIndex(uri), embedder=embedder, tasks=tasks, documents_dir=documents, doc_ids_file=doc_ids_file
+    spec = ChatSpec.from_section(
+        dict(chat_options or {}),
+        model=model or "",
+        base_url=base_url or "",
+        api_key=api_key,
+        cache_dir=None if cache_folder is None else str(cache_folder),
+        max_concurrency=max_concurrency,
     )
-    asker._closers.extend(closers)
-    return asker
+    chat = open_chat(spec)
+    # doc_ids_file: the ids the experiment's runs gave the files (see core/text/folder.py)
+    return cls(
+        index=ChunkIndex(uri),
+        embedder=embedder,
+        tasks=task_engine(
+            chat,
+            embedder,
+            sampling=Sampling.from_section(sampling or {}, max_tokens=max_tokens),
+            cache_dir=cache_folder,
+        ),
+        documents_dir=documents,
+        doc_ids_file=doc_ids_file,
+        closers=() if chat is None else (chat.close,),
+    )

@@ -75,6 +75,7 @@ class Asker:
         doc_ids_file: the experiment's record of the id each file was given (the home's
             ``ctxwin_doc_ids.json``), so a file is found under the id its runs gave it; None:
             ids are derived from the folder as it is now.
+        closers: what :meth:`close` calls, last first (the chat backend :meth:`open` made).
     """
 
     def __init__(
@@ -88,6 +89,7 @@ class Asker:
         limits: ModelLimits | None = None,
         counter: TokenCounter | None = None,
         doc_ids_file: str | Path | None = None,
+        closers: Sequence[Callable[[], None]] = (),
     ) -> None:
         from ctxwin_dagster.backends.tasks.results import TaskEngine
 
@@ -107,7 +109,7 @@ class Asker:
         self.limits = limits or tasks.limits or get_model_limits(DEFAULT_LIMITS_MODEL)
         self.counter = counter or tasks.counter or get_token_counter(DEFAULT_LIMITS_MODEL)
         self._reader = reader
-        self._closers: list[Callable[[], None]] = []
+        self._closers: list[Callable[[], None]] = list(closers)
 
     # ----------------------------------------------------------------- construction
     @classmethod
@@ -122,10 +124,11 @@ class Asker:
         cache_dir: str | Path | None = DEFAULT_CACHE_DIR,
         embedder: Embedder | None = None,
         embeddings: Mapping[str, Any] | None = None,
-        max_concurrency: int = 8,
+        max_concurrency: int | None = None,
         max_tokens: int | None = None,
         doc_ids_file: str | Path | None = None,
-        chat_waits: Mapping[str, Any] | None = None,
+        chat_options: Mapping[str, Any] | None = None,
+        sampling: Mapping[str, Any] | None = None,
     ) -> Asker:
         """An asker over the indexes at ``lancedb`` with the documents in ``documents``.
 
@@ -133,8 +136,13 @@ class Asker:
         server at ``base_url``; responses cached in ``cache_dir/responses.sqlite``); without
         it from the extractive engine (no network); ``local:smollm2`` runs a GGUF model in process.
         ``max_tokens`` caps each answer's tokens (default the paper's 2,048, and a local model's 512). Question vectors are cached in
-        ``cache_dir/embeddings.sqlite`` (None: no caches). ``chat_waits`` bound the waits on the
-        model's server (``timeout_s``, ``connect_timeout_s``, ``deadline_s``; default 120, 10, 600 s).
+        ``cache_dir/embeddings.sqlite`` (None: no caches). ``chat_options`` are the chat model's
+        other settings, as an experiment's ``answerer`` section names them
+        (:class:`~ctxwin_dagster.backends.assembly.ChatSpec`: the waits on its server
+        ``timeout_s``, ``connect_timeout_s``, ``deadline_s``, and ``max_retries``,
+        ``max_new_tokens``); ``sampling`` is the experiment's ``pipeline`` section (its
+        ``temperature``, ``top_p`` and ``max_output_tokens``). The chat model and the answer engine
+        are built by :mod:`~ctxwin_dagster.backends.assembly`, as the evaluation builds its own.
 
         Questions are embedded by ``embedder``, else by the one ``embeddings`` describes (the
         keys of the ``EmbeddingsResource``'s fields: ``provider``, ``model``, ``base_url``,
@@ -162,7 +170,8 @@ class Asker:
             max_concurrency=max_concurrency,
             max_tokens=max_tokens,
             doc_ids_file=doc_ids_file,
-            chat_waits=chat_waits,
+            chat_options=chat_options,
+            sampling=sampling,
         )
 
     def close(self) -> None:

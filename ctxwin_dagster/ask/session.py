@@ -20,13 +20,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxwin_dagster.backends.assembly import CHAT_SPEC_FIELDS
+
 if TYPE_CHECKING:
     from ctxwin_dagster.ask.results import AskResult
     from ctxwin_dagster.ask.service import Asker
     from ctxwin_dagster.core.experiment import Experiment
 
 __all__ = [
-    "CHAT_WAITS",
     "AskerSpec",
     "ask_kwargs",
     "experiment_home",
@@ -35,9 +36,11 @@ __all__ = [
     "question_options",
 ]
 
-#: The answerer's settings that bound the waits on its server (read, connect, the deadline with
-#: retries): ``ctxwin ask`` takes them from the experiment's answerer section.
-CHAT_WAITS = ("timeout_s", "connect_timeout_s", "deadline_s")
+#: The answerer's settings ``ctxwin ask`` takes from the experiment's answerer section whatever
+#: model answers: the waits on its server, retries, concurrency, a local model's reply cap.
+CHAT_OPTIONS = tuple(f for f in CHAT_SPEC_FIELDS if f not in ("model", "base_url", "api_key", "cache_dir"))
+#: The pipeline's settings of the answer engine's sampling, as the evaluation applies them.
+SAMPLING_KEYS = ("temperature", "top_p", "max_output_tokens")
 
 
 def experiment_home(args: argparse.Namespace) -> Path:
@@ -82,7 +85,8 @@ class AskerSpec:
     max_tokens: int | None
     embeddings: str  # the experiment's embeddings section, as sorted JSON (hashable)
     doc_ids_file: str | None
-    chat_waits: str = "{}"  # the answerer's timeout_s, connect_timeout_s and deadline_s, as sorted JSON
+    chat_options: str = "{}"  # the answerer's CHAT_OPTIONS, as sorted JSON
+    sampling: str = "{}"  # the pipeline's SAMPLING_KEYS, as sorted JSON
     home: str | None = None  # the experiment's Dagster home: a damaged index's fix names its `ctxwin run`
 
     @classmethod
@@ -96,6 +100,7 @@ class AskerSpec:
 
         exp = experiment_of(args)
         answerer = dict(exp.sections.get("answerer") or {})
+        pipeline = dict(exp.sections.get("pipeline") or {})
         explicit = getattr(args, "model", None) is not None
         cache_dir = (exp.cache_dir if getattr(args, "cache_dir", None) is None else args.cache_dir) or None
         documents = (exp.documents_dir if getattr(args, "documents", None) is None else args.documents) or None
@@ -116,7 +121,8 @@ class AskerSpec:
             max_tokens=getattr(args, "max_tokens", None),
             embeddings=json.dumps(dict(exp.sections.get("embeddings") or {}), sort_keys=True, default=str),
             doc_ids_file=absolute(home / DOC_IDS_FILE) if home.is_dir() else None,
-            chat_waits=json.dumps({k: answerer[k] for k in CHAT_WAITS if k in answerer}, sort_keys=True),
+            chat_options=json.dumps({k: answerer[k] for k in CHAT_OPTIONS if k in answerer}, sort_keys=True),
+            sampling=json.dumps({k: pipeline[k] for k in SAMPLING_KEYS if k in pipeline}, sort_keys=True),
             home=absolute(home) if home.is_dir() else None,
         )
 
@@ -139,7 +145,8 @@ class AskerSpec:
             max_tokens=self.max_tokens,
             embeddings={**json.loads(self.embeddings), "cache_dir": self.cache_dir},
             doc_ids_file=Path(self.doc_ids_file) if self.doc_ids_file else None,
-            chat_waits=json.loads(self.chat_waits),
+            chat_options=json.loads(self.chat_options),
+            sampling=json.loads(self.sampling),
         )
         if self.home and asker.index is not None:  # a damaged table's fix: this experiment's `ctxwin run`
             asker.index.run_command = run_command_for(self.home)

@@ -174,8 +174,7 @@ def cmd_qa_generate(args: argparse.Namespace) -> int:
     import shlex
     import time
 
-    from ctxwin_dagster.backends.calls.cache import ResponseCache
-    from ctxwin_dagster.backends.chat.factory import make_chat_backend
+    from ctxwin_dagster.backends.assembly import ChatSpec, open_chat
     from ctxwin_dagster.backends.tasks.question_writer import QuestionWriter
     from ctxwin_dagster.core.evaluation.qa.generation import GenerationReport, kind_counts
     from ctxwin_dagster.core.evaluation.qa.items import write_qa_jsonl
@@ -212,11 +211,11 @@ def cmd_qa_generate(args: argparse.Namespace) -> int:
         print(f"nothing to generate: every document has its questions in {out}")
         return 0
     try:
-        chat = make_chat_backend(
-            args.model, base_url=args.base_url, cache=ResponseCache(Path(args.cache_dir) / "responses.sqlite")
-        )
+        chat = open_chat(ChatSpec(model=args.model, base_url=args.base_url or "", cache_dir=args.cache_dir))
     except ValueError as exc:
         raise SystemExit(f"ctxwin qa generate: {exc}") from None
+    if chat is None:
+        raise SystemExit("ctxwin qa generate: name the chat model that writes the questions (--model)")
     writer = QuestionWriter(chat, closed_book=not args.no_closed_book)
     total = GenerationReport()
     per_doc: dict[str, object] = {}

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
+from ctxwin_dagster.backends.assembly import CHAT_SPEC_FIELDS, DEFAULT_WAITS, ChatSpec, Sampling, open_chat, task_engine
 from ctxwin_dagster.core.budget.embedding_window import (
     DEFAULT_CONTEXT_WEIGHT,
     DEFAULT_ROW_STRATEGY,
@@ -39,7 +40,6 @@ from ctxwin_dagster.core.text.folder import DocumentFolder, load_id_registry, sa
 from ctxwin_dagster.core.text.splitting import RecursiveSplitter
 
 if TYPE_CHECKING:
-    from ctxwin_dagster.backends.calls.cache import ResponseCache
     from ctxwin_dagster.backends.chat.backend import OpenAIChatBackend
     from ctxwin_dagster.backends.chat.local import LocalChatBackend
     from ctxwin_dagster.backends.embeddings.cached import CachedEmbedder
@@ -109,26 +109,24 @@ class ProjectSettings(dg.ConfigurableResource):
         return get_token_counter(self.token_model)
 
 
-def _cache(cache_dir: str, name: str) -> ResponseCache:
-    from ctxwin_dagster.backends.calls.cache import ResponseCache
-
-    folder = Path(cache_dir).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
-    return ResponseCache(folder / name)
-
-
 class ServerWaits(dg.ConfigurableResource):
     """How long calls to a model server may wait: the base of the resources that call one. The
     waits change no result (``NOT_RESULT_FIELDS`` in ``defs/staleness.py`` leaves them out)."""
 
     timeout_s: float = Field(
-        default=120.0, gt=0, description="read timeout: seconds an attempt waits for the server's reply once connected"
+        default=DEFAULT_WAITS["timeout_s"],
+        gt=0,
+        description="read timeout: seconds an attempt waits for the server's reply once connected",
     )
     connect_timeout_s: float = Field(
-        default=10.0, gt=0, description="connect timeout: seconds an attempt waits for the connection to open"
+        default=DEFAULT_WAITS["connect_timeout_s"],
+        gt=0,
+        description="connect timeout: seconds an attempt waits for the connection to open",
     )
     deadline_s: float = Field(
-        default=600.0, gt=0, description="seconds a request may take with all its retries; no retry starts after it"
+        default=DEFAULT_WAITS["deadline_s"],
+        gt=0,
+        description="seconds a request may take with all its retries; no retry starts after it",
     )
 
     def waits(self) -> dict[str, float]:
@@ -154,9 +152,14 @@ class ChatModelResource(ServerWaits):
     api_key: str | None = Field(
         default=None, description="leave unset to read OPENAI_API_KEY at run time, or bind an EnvVar; never stored"
     )
-    max_concurrency: int = Field(default=8, ge=1, le=256, description="requests in flight at once")
+    max_concurrency: int = Field(
+        default=ChatSpec.max_concurrency, ge=1, le=256, description="requests in flight at once"
+    )
     max_retries: int = Field(
-        default=5, ge=0, le=20, description="retries with backoff on 429, 5xx, timeouts and dropped connections"
+        default=ChatSpec.max_retries,
+        ge=0,
+        le=20,
+        description="retries with backoff on 429, 5xx, timeouts and dropped connections",
     )
     cache_dir: str = Field(default=DEFAULT_CACHE_DIR, description="folder of the response cache (responses.sqlite)")
     max_new_tokens: int = Field(
@@ -178,20 +181,14 @@ class ChatModelResource(ServerWaits):
             self._backend.close()
             self._backend = None
 
-    def _new_backend(self, logger: logging.Logger | None = None) -> LocalChatBackend | OpenAIChatBackend:
-        from ctxwin_dagster.backends.chat.factory import make_chat_backend
+    def spec(self) -> ChatSpec:
+        """This role's chat model as :mod:`~ctxwin_dagster.backends.assembly` builds it."""
+        return ChatSpec.from_section({name: getattr(self, name) for name in CHAT_SPEC_FIELDS})
 
-        return make_chat_backend(
-            self.model.strip(),
-            base_url=self.base_url or None,
-            api_key=self.api_key or None,
-            cache=_cache(self.cache_dir, "responses.sqlite"),
-            max_concurrency=self.max_concurrency,
-            max_retries=self.max_retries,
-            max_new_tokens=self.max_new_tokens or None,
-            logger=logger,
-            **self.waits(),
-        )
+    def _new_backend(self, logger: logging.Logger | None = None) -> LocalChatBackend | OpenAIChatBackend:
+        chat = open_chat(self.spec(), logger=logger)
+        assert chat is not None, "a configured model has a backend"
+        return chat
 
     def backend(self) -> LocalChatBackend | OpenAIChatBackend | None:
         """The run's chat backend (made on first use outside a run), or None when no model is
@@ -398,24 +395,19 @@ class PipelineSettings(dg.ConfigurableResource):
         description="model whose limits the extractive engine's prompts are checked against, and whose prices the plan uses (the paper's Gemini 1.5 Flash)",
     )
 
+    def sampling(self) -> Sampling:
+        """Temperature, top-p and reply budget of the LLM task engine."""
+        return Sampling(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_output_tokens)
+
 
 @contextmanager
 def build_tasks(
     chat: ChatModelResource, embeddings: EmbeddingsResource, pipeline: PipelineSettings
 ) -> Iterator[TaskEngine]:
-    """The task engine for a role: the chat model when one is configured (its backend is the
+    """The task engine for a role, as :func:`~ctxwin_dagster.backends.assembly.task_engine` builds
+    it for ``ctxwin ask`` too: the chat model when one is configured (its backend is the
     resource's, closed when the run ends), else the extractive engine."""
-    backend = chat.backend()
-    if backend is None:
-        from ctxwin_dagster.backends.tasks.extractive import ExtractiveTasks
-
-        yield ExtractiveTasks(embeddings.embedder(), cache=_cache(chat.cache_dir, "responses.sqlite"))
-        return
-    from ctxwin_dagster.backends.tasks.llm import LLMTasks
-
-    yield LLMTasks(
-        backend, temperature=pipeline.temperature, top_p=pipeline.top_p, max_tokens=pipeline.max_output_tokens
-    )
+    yield task_engine(chat.backend(), embeddings.embedder(), sampling=pipeline.sampling(), cache_dir=chat.cache_dir)
 
 
 class JudgeResource(dg.ConfigurableResource):
