@@ -18,7 +18,7 @@ import argparse
 from importlib.metadata import PackageNotFoundError, version
 
 from ctxwin_dagster.cli import ask, dev, pipeline, plan, prune, qa, review
-from ctxwin_dagster.cli.options import DefaultsFormatter
+from ctxwin_dagster.cli.options import DefaultsFormatter, Subcommands
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
@@ -27,13 +27,13 @@ COMMANDS = (pipeline, plan, ask, dev, prune, qa, review)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ctxwin", description=__doc__.split("\n\n")[1])
+    parser = argparse.ArgumentParser(
+        prog="ctxwin", description=__doc__.split("\n\n")[1], formatter_class=DefaultsFormatter
+    )
     parser.add_argument("--version", action="version", version=f"ctxwin {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = Subcommands(parser, dest="command", required=True)
     for module in COMMANDS:
         module.register(sub)
-    for each in _parsers(parser):
-        each.formatter_class = DefaultsFormatter
     return parser
 
 
@@ -42,17 +42,6 @@ def _version() -> str:
         return version("ctxwin")
     except PackageNotFoundError:  # run from a checkout that was not installed
         return "(not installed)"
-
-
-def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
-    """``parser`` and every subcommand's parser under it."""
-    found = [parser]
-    for action in parser._actions:  # noqa: SLF001 - argparse keeps no public list of subparsers
-        if isinstance(action.choices, dict):
-            for child in action.choices.values():
-                if isinstance(child, argparse.ArgumentParser) and child not in found:
-                    found += _parsers(child)
-    return found
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from ctxwin_dagster.ask.session import AskerSpec, ask_kwargs, format_result, question_options
+from ctxwin_dagster.cli.options import Subcommands
 from ctxwin_dagster.cli.options import variant as variant_name
 
 #: The choices of --mode and --retrieval (kept here so the command starts without the asking stack;
@@ -295,8 +296,8 @@ def _loop(args: argparse.Namespace, one: Callable[[str], bool], stdin: TextIO, s
     return 1 if failures else 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``ask`` to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
+def register(sub: Subcommands) -> None:
+    """Add ``ask`` to the ``ctxwin`` command's subcommands (``sub``)."""
     ask = sub.add_parser(
         "ask",
         help="answer questions over the indexes (retrieval + context windows, or sliding windows over a document)",

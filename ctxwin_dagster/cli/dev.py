@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from ctxwin_dagster.cli.options import Subcommands
 from ctxwin_dagster.core.experiment import EXPERIMENT_FILE, SAMPLE, default_home, home_experiment
 
 
@@ -133,8 +134,8 @@ def _run_forwarding_signals(cmd: list[str], env: dict[str, str]) -> int:
             signal.signal(sig, handler)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``dev`` to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
+def register(sub: Subcommands) -> None:
+    """Add ``dev`` to the ``ctxwin`` command's subcommands (``sub``)."""
     dev = sub.add_parser(
         "dev", help="the Dagster UI (and daemon) on an experiment's home: its runs, assets and comparison"
     )

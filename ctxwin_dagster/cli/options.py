@@ -1,11 +1,14 @@
 """What every ``ctxwin`` subcommand's options share: the help formatter that shows each default,
-and the one spelling of variants (``t``, ``cc``, ``swb`` or the long names ``t_rag``…)."""
+the subcommands a module adds its commands to, and the one spelling of variants (``t``, ``cc``,
+``swb`` or the long names ``t_rag``…)."""
 
 from __future__ import annotations
 
 import argparse
+import weakref
+from typing import Any, ClassVar
 
-__all__ = ["DefaultsFormatter", "variant"]
+__all__ = ["DefaultsFormatter", "Subcommands", "every_parser", "variant"]
 
 
 class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
@@ -21,6 +24,46 @@ class DefaultsFormatter(argparse.RawDescriptionHelpFormatter):
             return text
         shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else "%(default)s"
         return f"{text} (default: {shown})" if text else f"default: {shown}"
+
+
+class Subcommands:
+    """The subcommands of a parser (argparse's ``add_subparsers``): each is made with the
+    :class:`DefaultsFormatter`, and kept in :attr:`parsers`, so the command tree can be walked
+    (:meth:`of`) without argparse's private lists.
+
+    Example::
+
+        >>> parser = argparse.ArgumentParser(prog="x")
+        >>> sub = Subcommands(parser, dest="command")
+        >>> sub.add_parser("go", help="go").formatter_class is DefaultsFormatter
+        True
+        >>> list(Subcommands.of(parser).parsers)
+        ['go']
+    """
+
+    _of: ClassVar[weakref.WeakKeyDictionary[argparse.ArgumentParser, Subcommands]] = weakref.WeakKeyDictionary()
+
+    def __init__(self, parser: argparse.ArgumentParser, **kwargs: Any) -> None:
+        self._action = parser.add_subparsers(**kwargs)
+        self.parsers: dict[str, argparse.ArgumentParser] = {}
+        Subcommands._of[parser] = self
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        child = self._action.add_parser(name, **kwargs)
+        self.parsers[name] = child
+        return child
+
+    @classmethod
+    def of(cls, parser: argparse.ArgumentParser) -> Subcommands | None:
+        """The subcommands made under ``parser`` (None: it has none)."""
+        return cls._of.get(parser)
+
+
+def every_parser(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every subcommand's parser under it, depth first."""
+    sub = Subcommands.of(parser)
+    return [parser] + [p for child in (sub.parsers.values() if sub else ()) for p in every_parser(child)]
 
 
 def variant(value: str) -> str:

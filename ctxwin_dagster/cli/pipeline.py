@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxwin_dagster.cli.options import Subcommands
 from ctxwin_dagster.cli.options import variant as variant_name
 
 if TYPE_CHECKING:
@@ -353,8 +354,8 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``run``, ``evaluate`` and ``compare`` to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
+def register(sub: Subcommands) -> None:
+    """Add ``run``, ``evaluate`` and ``compare`` to the ``ctxwin`` command's subcommands (``sub``)."""
     run = sub.add_parser("run", help="materialize every asset for every document (the main job)")
     run.add_argument(
         "--documents",

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ctxwin_dagster.cli.options import Subcommands
 from ctxwin_dagster.core.defaults import PAPER, VARIANTS
 from ctxwin_dagster.core.experiment import home_experiment
 
@@ -131,8 +132,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``plan`` to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
+def register(sub: Subcommands) -> None:
+    """Add ``plan`` to the ``ctxwin`` command's subcommands (``sub``)."""
     plan = sub.add_parser("plan", help="calls, tokens, characters and cost per variant, without calling a model")
     plan.add_argument(
         "paths",

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ctxwin_dagster.cli.options import Subcommands
 from ctxwin_dagster.core.defaults import VARIANTS
 
 if TYPE_CHECKING:
@@ -220,8 +221,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``prune`` to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
+def register(sub: Subcommands) -> None:
+    """Add ``prune`` to the ``ctxwin`` command's subcommands (``sub``)."""
     prune = sub.add_parser(
         "prune", help="delete the index rows, results and partitions of documents whose file is gone (logged, undoable)"
     )

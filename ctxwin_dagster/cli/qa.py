@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ctxwin_dagster.cli.options import Subcommands
 from ctxwin_dagster.core.experiment import (
     DEFAULT_CACHE_DIR,
     DEFAULT_DOCUMENTS_DIR,
@@ -25,7 +26,7 @@ KINDS_HELP = ("single", "two_passages", "unanswerable")
 
 
 def _add_arguments(qa: argparse.ArgumentParser) -> None:
-    qsub = qa.add_subparsers(dest="qa_command", required=True)
+    qsub = Subcommands(qa, dest="qa_command", required=True)
     imp = qsub.add_parser(
         "import",
         help="import SQuAD 2.0 JSON, CUAD JSON, or a CSV/JSONL table of question, answer and document",
@@ -283,8 +284,8 @@ def cmd_qa_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``qa`` and its subcommands to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
+def register(sub: Subcommands) -> None:
+    """Add ``qa`` and its subcommands to the ``ctxwin`` command's subcommands (``sub``)."""
     qa = sub.add_parser(
         "qa",
         help="question sets: import SQuAD JSON, CUAD JSON or CSV/JSONL tables, or generate questions from the documents",

@@ -7,6 +7,7 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
+from ctxwin_dagster.cli.options import Subcommands
 from ctxwin_dagster.cli.options import variant as variant_name
 
 
@@ -93,13 +94,13 @@ def _import(key: str, csvs: list[str]) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add ``review`` and its subcommands to the ``ctxwin`` command's subcommands (``sub``, from ``add_subparsers``)."""
+def register(sub: Subcommands) -> None:
+    """Add ``review`` and its subcommands to the ``ctxwin`` command's subcommands (``sub``)."""
     review = sub.add_parser(
         "review",
         help="human review: export blinded answer pairs, import the judgments (Table 4 and the reviewers' agreement)",
     )
-    rsub = review.add_subparsers(dest="review_command", required=True)
+    rsub = Subcommands(review, dest="review_command", required=True)
     rex = rsub.add_parser("export", help="blinded pairs of two variants' answers as CSV and a static HTML form")
     rex.add_argument("experiment", help="the experiment whose answers are judged (as `ctxwin evaluate` names it)")
     rex.add_argument("--a", default="t_rag", type=variant_name, help="one variant: t, cc or swb (or t_rag…)")

@@ -6,16 +6,17 @@ import argparse
 import pkgutil
 
 import ctxwin_dagster.cli as cli
+from ctxwin_dagster.cli.options import Subcommands
 
 
 def _subcommands(parser: argparse.ArgumentParser, inherited=None, path=()):
     """(path, the function that runs it) for every leaf subcommand."""
     func = parser.get_default("func") or inherited
-    actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not actions:
+    sub = Subcommands.of(parser)
+    if sub is None:
         yield path, func
         return
-    for name, child in actions[0].choices.items():
+    for name, child in sub.parsers.items():
         yield from _subcommands(child, func, path + (name,))
 
 

@@ -9,12 +9,13 @@ import sys
 
 import pytest
 
-from ctxwin_dagster.cli import _parsers, build_parser
+from ctxwin_dagster.cli import build_parser
+from ctxwin_dagster.cli.options import every_parser
 
 
 def _options() -> list[tuple[str, argparse.ArgumentParser, argparse.Action]]:
     out = []
-    for parser in _parsers(build_parser()):
+    for parser in every_parser(build_parser()):
         for action in parser._actions:
             if isinstance(action, (argparse._HelpAction, argparse._VersionAction)) or isinstance(action.choices, dict):
                 continue
@@ -38,7 +39,7 @@ def test_every_default_is_shown_in_help() -> None:
         if "default" not in shown.lower():
             unshown.append(f"{prog} {action.option_strings[0]}")
     assert not unshown, f"defaults not shown: {unshown}"
-    dev = next(p for p in _parsers(build_parser()) if p.prog == "ctxwin dev")
+    dev = next(p for p in every_parser(build_parser()) if p.prog == "ctxwin dev")
     assert "the UI's port (default: 3000)" in " ".join(dev.format_help().split())
 
 

@@ -14,23 +14,23 @@ import pyarrow.feather as feather
 from ctxwin_dagster.backends.index.locks import local_folder
 from ctxwin_dagster.backends.index.schema import IndexError_
 from ctxwin_dagster.backends.index.upkeep import ensure_primary_key
-from ctxwin_dagster.backends.index.vectorstore import ChunkIndex, _quote
+from ctxwin_dagster.backends.index.vectorstore import ChunkIndex, sql_string
 
 __all__ = ["export_rows", "read_rows", "restore_rows", "set_aside", "table_version", "write_rows"]
 
 
 def table_version(index: ChunkIndex, variant: str) -> int | None:
     """The table's current LanceDB version (None when there is no table)."""
-    table = index._table(variant)
+    table = index.lance_table(variant)
     return None if table is None else int(table.version)
 
 
 def export_rows(index: ChunkIndex, variant: str, doc_ids: Sequence[str]) -> pa.Table:
     """Every row of ``doc_ids`` with all its columns (vectors included), as Arrow."""
-    table = index._table(variant)
+    table = index.lance_table(variant)
     if table is None or not doc_ids:
         return pa.table({})
-    where = f"doc_id IN ({', '.join(_quote(d) for d in doc_ids)})"
+    where = f"doc_id IN ({', '.join(sql_string(d) for d in doc_ids)})"
     n = table.count_rows(where)
     if not n:
         return table.schema.empty_table()
@@ -44,7 +44,7 @@ def restore_rows(index: ChunkIndex, variant: str, rows: pa.Table) -> int:
         return 0
     dim = rows.schema.field("vector").type.list_size
     with index.writing(variant):
-        table = index._table(variant, dim, create=True)
+        table = index.lance_table(variant, dim, create=True)
         ensure_primary_key(table)
         names = [f.name for f in table.schema if f.name in rows.schema.names]
         rows = rows.select(names).cast(pa.schema([table.schema.field(n) for n in names]))

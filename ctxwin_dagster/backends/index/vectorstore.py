@@ -115,7 +115,7 @@ __all__ = [
 ]
 
 
-def _quote(value: str) -> str:
+def sql_string(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
@@ -195,7 +195,7 @@ class ChunkIndex:
         Raises:
             DamagedIndexError: naming the table, what is wrong and the fix.
         """
-        table = self._table(variant)
+        table = self.lance_table(variant)
         if table is None:
             return
         version = int(table.version)
@@ -215,7 +215,13 @@ class ChunkIndex:
             raise ValueError(f"variant {variant!r} must be letters, digits, '_' or '-'; e.g. one of {VARIANTS}")
         return f"{variant}{self.table_suffix}"
 
-    def _table(self, variant: str, dim: int | None = None, *, create: bool = False, record: IndexRecord | None = None):
+    def lance_table(
+        self, variant: str, dim: int | None = None, *, create: bool = False, record: IndexRecord | None = None
+    ) -> Any:
+        """The variant's LanceDB table, checked for damage (None when there is none): for the
+        index's own modules (rows set aside and restored, upkeep) and tests. With ``create`` a
+        missing table is made with ``dim``-wide vectors and ``record`` in its schema. Writes go
+        through :meth:`writing`, reads of many rows through :meth:`reading`."""
         name = self.table_name(variant)
         table = self._open.get(name)
         if table is not None:
@@ -312,7 +318,7 @@ class ChunkIndex:
             ident = identity_of(embedder, dim=dim)
             record = IndexRecord(ident.model, dim, ident.provider, row_strategy or "")
         with self.writing(variant):
-            table = self._table(variant, dim, create=True, record=record)
+            table = self.lance_table(variant, dim, create=True, record=record)
             have = IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
             if record is not None and have is not None:
                 check_write(have, record, table=self.table_name(variant), uri=self.uri, variant=variant)
@@ -344,13 +350,13 @@ class ChunkIndex:
                 )
 
             def reopen() -> None:
-                holder[0] = self._table(variant, dim, create=True)
+                holder[0] = self.lance_table(variant, dim, create=True)
 
             with self.reading(variant, table):  # a merge that fails on a damaged table names the damage
                 result = retry_on_conflict(upsert, retries=retries, refresh=reopen)
             # The document's rows that are no longer produced (found through the doc_id index). A
             # merge that deletes "not matched by source" would read the whole table's keys instead.
-            stale = f"doc_id = {_quote(doc_id)} AND chunk_id NOT IN ({', '.join(_quote(i) for i in ids)})"
+            stale = f"doc_id = {sql_string(doc_id)} AND chunk_id NOT IN ({', '.join(sql_string(i) for i in ids)})"
             deleted = holder[0].count_rows(stale)
             if deleted:
                 retry_on_conflict(lambda: holder[0].delete(stale), retries=retries, refresh=reopen)
@@ -364,10 +370,10 @@ class ChunkIndex:
 
     def delete_document(self, variant: str, doc_id: str) -> int:
         """Delete every row of ``doc_id``; returns how many were deleted."""
-        table = self._table(variant)
+        table = self.lance_table(variant)
         if table is None:
             return 0
-        where = f"doc_id = {_quote(doc_id)}"
+        where = f"doc_id = {sql_string(doc_id)}"
         with self.writing(variant):
             table.checkout_latest()
             before = table.count_rows(where)
@@ -376,16 +382,16 @@ class ChunkIndex:
         return before
 
     def count(self, variant: str, *, doc_id: str | None = None) -> int:
-        table = self._table(variant)
+        table = self.lance_table(variant)
         if table is None:
             return 0
-        where = f"doc_id = {_quote(doc_id)}" if doc_id else None
+        where = f"doc_id = {sql_string(doc_id)}" if doc_id else None
         return self._reads.get(table, ("count", table.name, where), lambda: table.count_rows(where))
 
     def counts_by_document(self, variant: str) -> dict[str, int]:
         """Rows per document, from one read of the table's ``doc_id`` column (checking every
         document of a corpus costs one read instead of a query per document)."""
-        table = self._table(variant)
+        table = self.lance_table(variant)
         if table is None:
             return {}
 
@@ -404,13 +410,13 @@ class ChunkIndex:
         the check after writing a document costs the same at any table size; without it the
         whole table's ``chunk_id`` column is read (an audit).
         """
-        table = self._table(variant)
+        table = self.lance_table(variant)
         if table is None:
             return 0
         if doc_id is None:
             ids = table.to_arrow().column("chunk_id")
         else:
-            where = f"doc_id = {_quote(doc_id)}"
+            where = f"doc_id = {sql_string(doc_id)}"
             ids = (
                 table.search()
                 .where(where, prefilter=True)
@@ -426,12 +432,12 @@ class ChunkIndex:
     ) -> list[dict[str, Any]]:
         """The rows of ``doc_id`` (None: of the whole table) with ``columns`` (None: all).
         One document's rows are read once per version of the table (each call gets its own copies)."""
-        table = self._table(variant)
+        table = self.lance_table(variant)
         if table is None:
             return []
 
         def read() -> list[dict[str, Any]]:
-            query = table.search().where(f"doc_id = {_quote(doc_id)}", prefilter=True) if doc_id else table.search()
+            query = table.search().where(f"doc_id = {sql_string(doc_id)}", prefilter=True) if doc_id else table.search()
             if columns:
                 query = query.select(list(columns))
             return query.limit(None if not hasattr(query, "limit") else 10**9).to_list()
@@ -470,7 +476,7 @@ class ChunkIndex:
         """
         if k < 1:
             raise ValueError(f"k must be >= 1; got {k}")
-        table = self._table(variant)
+        table = self.lance_table(variant)
         if table is None:
             raise IndexError_(
                 f"no table {self.table_name(variant)!r} in {self.uri}; materialize the {variant}_index asset first"
@@ -485,11 +491,11 @@ class ChunkIndex:
                     f"the index {self.table_name(variant)!r} in {self.uri} holds {table_dim}-dim vectors but the question vector "
                     f"has {width}; search it with the embedding model that built it"
                 )
-            where = f"doc_id = {_quote(doc_id)}" if doc_id else None
+            where = f"doc_id = {sql_string(doc_id)}" if doc_id else None
             among = (
                 None
                 if doc_id or doc_ids is None
-                else f"doc_id IN ({', '.join(_quote(d) for d in doc_ids) or _quote('')})"
+                else f"doc_id IN ({', '.join(sql_string(d) for d in doc_ids) or sql_string('')})"
             )
             depth = k * 4 if hybrid else k
             if doc_id:
@@ -516,7 +522,7 @@ class ChunkIndex:
     def record(self, variant: str) -> IndexRecord | None:
         """What built the table (model, dimension, provider, row strategy); None when there is
         no table, or it was made before records and no writer has named its embedder since."""
-        table = self._table(variant)
+        table = self.lance_table(variant)
         return None if table is None else IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
 
     def check_embedder(
@@ -530,7 +536,7 @@ class ChunkIndex:
         Raises:
             EmbedderMismatchError: the table was built with another embedding model.
         """
-        table = self._table(variant)
+        table = self.lance_table(variant)
         return None if table is None else self._check_search(variant, table, identity_of(embedder, dim=dim))
 
     def _check_search(self, variant: str, table: Any, asking: EmbedderIdentity) -> IndexRecord | None:
@@ -560,7 +566,7 @@ class ChunkIndex:
 
     def ensure_fts(self, variant: str) -> bool:
         """Create the full-text index on ``embedded_text`` if it is missing; True if created."""
-        table = self._table(variant)
+        table = self.lance_table(variant)
         if table is None:
             return False
         return ensure_fts(table, self.writing(variant))
@@ -570,7 +576,7 @@ class ChunkIndex:
         with the table: scalar and full-text indexes made once, new rows appended to every index
         by ``optimize()`` in batches, the ANN index (re)trained only when the table has grown
         by the policy's fraction."""
-        table = self._table(variant)
+        table = self.lance_table(variant)
         if table is None:
             return UpkeepReport(0, [], False, False, "none: no table yet", 0, "", 0, 0, 0, 0.0)
         with self.writing(variant):
@@ -579,7 +585,7 @@ class ChunkIndex:
 
     def ann_state(self, variant: str) -> dict[str, Any]:
         """When the ANN index was last trained, on how many rows, and how many trainings."""
-        table = self._table(variant)
+        table = self.lance_table(variant)
         return (
             ann_state(table)
             if table is not None
@@ -588,7 +594,7 @@ class ChunkIndex:
 
     def index_stats(self, variant: str) -> dict[str, dict[str, Any]]:
         """LanceDB's statistics of each index of the table, by column."""
-        table = self._table(variant)
+        table = self.lance_table(variant)
         if table is None:
             return {}
         out = {}

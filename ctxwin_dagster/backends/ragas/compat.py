@@ -81,7 +81,6 @@ def import_ragas() -> types.SimpleNamespace:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             import ragas
-            from ragas import _analytics
             from ragas.dataset_schema import SingleTurnSample
             from ragas.embeddings.base import BaseRagasEmbedding
             from ragas.llms.base import llm_factory
@@ -95,7 +94,6 @@ def import_ragas() -> types.SimpleNamespace:
                 ContextRecall,
                 Faithfulness,
             )
-        _analytics.do_not_track.cache_clear()  # read RAGAS_DO_NOT_TRACK as it is now
         # instructor warns on every structured call because it compares against a deprecated mode.
         warnings.filterwarnings("ignore", message="FUNCTIONS is deprecated", category=DeprecationWarning)
         _RAGAS = types.SimpleNamespace(

@@ -83,7 +83,7 @@ def test_a_deleted_data_file_is_named(built):
 
 def test_a_deleted_newest_manifest_is_named_by_reads_and_writes(built):
     index = ChunkIndex(str(built))
-    newest = index._table("t_rag").version
+    newest = index.lance_table("t_rag").version
     _newest_manifest(built).unlink()
     fresh = ChunkIndex(str(built))
     message = _damaged(lambda: fresh.verify("t_rag"))

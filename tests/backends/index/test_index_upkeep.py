@@ -124,7 +124,7 @@ def test_duplicate_check_reads_one_document(tmp_path):
     idx.maintain("t_rag")
     assert idx.duplicate_ids("t_rag", doc_id="d001") == 0
     # A row that slipped in twice (as two writers of the same document at once could make).
-    table = idx._table("t_rag")
+    table = idx.lance_table("t_rag")
     one = table.search().where("chunk_id = 'd001-4'", prefilter=True).limit(1).to_arrow()
     table.add(pa.Table.from_pylist(one.to_pylist(), schema=table.schema))
     assert idx.duplicate_ids("t_rag", doc_id="d001") == 1
@@ -139,7 +139,7 @@ def test_a_table_indexed_before_upkeep_is_retrained_once_and_recorded(tmp_path, 
     idx = ChunkIndex(str(tmp_path), policy=POLICY)
     for i in range(11):
         idx.replace_document("t_rag", *doc(i))
-    idx._table("t_rag").create_index(
+    idx.lance_table("t_rag").create_index(
         "vector", config=IvfPq(distance_type="cosine", num_partitions=4, num_sub_vectors=2), replace=True
     )
     assert idx.ann_state("t_rag")["trainings"] == 0
