@@ -9,16 +9,26 @@ the one that built it (:class:`EmbedderMismatchError`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ctxwin_dagster.backends.embeddings.identity import EmbedderIdentity
-from ctxwin_dagster.backends.index.upkeep import PRIMARY_KEY, VECTOR
+from ctxwin_dagster.backends.index.upkeep import PRIMARY_KEY, VECTOR, retry_on_conflict
 
-__all__ = ["EmbedderMismatchError", "IndexError_", "IndexRecord", "check_search", "check_write"]
+__all__ = [
+    "EmbedderMismatchError",
+    "IndexError_",
+    "IndexRecord",
+    "check_search",
+    "check_write",
+    "document_batch",
+    "prepare_for_write",
+    "table_schema",
+]
 
 _STR_FIELDS = ("chunk_id", "doc_id", "doc_sha256", "section", "text", "context", "embedded_text", "context_engine")
 _INT_FIELDS = ("chunk_index", "start", "end")
@@ -88,7 +98,8 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _schema(dim: int, record: IndexRecord | None = None) -> pa.Schema:
+def table_schema(dim: int, record: IndexRecord | None = None) -> pa.Schema:
+    """The schema of a variant's table: ``dim``-wide vectors, ``record`` in the vector field's metadata."""
     vector_meta = record.to_metadata() if record is not None else None
     return pa.schema(
         [pa.field("chunk_id", pa.string(), nullable=False, metadata=PRIMARY_KEY), pa.field("doc_id", pa.string())]
@@ -106,6 +117,82 @@ def _add_missing_fields(table: Any, schema: pa.Schema) -> None:
     missing = [f for f in schema if f.name not in have]
     if missing:
         table.add_columns(missing)
+
+
+def document_batch(
+    rows: Sequence[Mapping[str, Any]], vectors: np.ndarray, *, doc_id: str, doc_sha256: str = ""
+) -> pa.Table:
+    """One document's rows and their vectors as an Arrow table of the index's schema.
+
+    Raises:
+        ValueError: rows and vectors differ in number, a ``chunk_id`` repeats, or a row belongs
+            to another document.
+    """
+    if len(rows) != len(vectors):
+        raise ValueError(f"{len(rows)} rows but {len(vectors)} vectors for {doc_id!r}; they must match")
+    ids = [r["chunk_id"] for r in rows]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"duplicate chunk_id in the rows of {doc_id!r}; chunk ids must be unique")
+    bad_doc = {r["doc_id"] for r in rows} - {doc_id}
+    if bad_doc:
+        raise ValueError(f"rows for {doc_id!r} carry other doc_ids {sorted(bad_doc)}")
+    vectors = np.asarray(vectors, dtype=np.float32)
+    dim = int(vectors.shape[1])
+    data: dict[str, list[Any]] = {f: [None if r.get(f) is None else str(r.get(f)) for r in rows] for f in _STR_FIELDS}
+    data["doc_sha256"] = [str(r.get("doc_sha256") or doc_sha256) for r in rows]
+    for f in _INT_FIELDS:
+        data[f] = [int(r[f]) for r in rows]
+    for f in _EMBED_STR_FIELDS:
+        data[f] = [None if r.get(f) is None else str(r[f]) for r in rows]
+    for f in _EMBED_INT_FIELDS:
+        data[f] = [None if r.get(f) is None else int(r[f]) for r in rows]
+    schema = table_schema(dim)
+    arrays = [
+        pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim)
+        if field.name == VECTOR
+        else pa.array(data[field.name], field.type)
+        for field in schema
+    ]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def prepare_for_write(
+    table: Any,
+    schema: pa.Schema,
+    record: IndexRecord | None,
+    *,
+    table_name: str,
+    uri: str,
+    variant: str,
+    retries: int = 8,
+) -> None:
+    """Make ``table`` ready for rows of ``schema`` written by the embedder ``record`` names:
+    refuse another model, row strategy or vector size; record the embedder in a table made
+    before records; add the columns an older table lacks.
+
+    Raises:
+        EmbedderMismatchError: the table was built with another model or row strategy.
+        IndexError_: the table holds vectors of another size.
+    """
+    have = IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
+    if record is not None and have is not None:
+        check_write(have, record, table=table_name, uri=uri, variant=variant)
+    existing_dim = table.schema.field(VECTOR).type.list_size
+    dim = schema.field(VECTOR).type.list_size
+    if existing_dim != dim:
+        raise IndexError_(
+            f"table {table_name!r} in {uri} holds {existing_dim}-dim vectors but the embedder "
+            f"gives {dim}; use the same embedding model, or build into another LanceDB folder, or delete the table "
+            f"explicitly (ChunkIndex({uri!r}).drop_table({variant!r})) and re-index"
+        )
+    if record is not None and have is None:
+        # A table made before records: the first writer that names its embedder records it.
+        retry_on_conflict(
+            lambda: table.update_field_metadata({"path": VECTOR, "metadata": record.to_metadata()}),
+            retries=retries,
+            refresh=table.checkout_latest,
+        )
+    _add_missing_fields(table, schema)
 
 
 def check_search(have: IndexRecord, asking: Any, *, table: str, uri: str) -> None:

@@ -297,3 +297,18 @@ def ensure_fts(table: Any, writing: Any) -> bool:
             return False
         table.create_index("embedded_text", config=FTS(), replace=True)
     return True
+
+
+def index_stats(table: Any) -> dict[str, dict[str, Any]]:
+    """LanceDB's statistics of each index of ``table``, by column."""
+    out = {}
+    for cfg in table.list_indices():
+        st = table.index_stats(cfg.name)
+        out[",".join(cfg.columns)] = {
+            "name": cfg.name,
+            "type": st.index_type,
+            "indexed_rows": st.num_indexed_rows,
+            "unindexed_rows": st.num_unindexed_rows,
+            "parts": st.num_indices,
+        }
+    return out

@@ -63,7 +63,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from ctxwin_dagster.backends.embeddings.identity import EmbedderIdentity, identity_of
@@ -77,17 +76,13 @@ from ctxwin_dagster.backends.index.health import (
 from ctxwin_dagster.backends.index.locks import TableLocks
 from ctxwin_dagster.backends.index.reads import VersionedReads, fuse_rankings
 from ctxwin_dagster.backends.index.schema import (
-    _EMBED_INT_FIELDS,
-    _EMBED_STR_FIELDS,
-    _INT_FIELDS,
-    _STR_FIELDS,
     EmbedderMismatchError,
     IndexError_,
     IndexRecord,
-    _add_missing_fields,
-    _schema,
     check_search,
-    check_write,
+    document_batch,
+    prepare_for_write,
+    table_schema,
 )
 from ctxwin_dagster.backends.index.upkeep import (
     VECTOR,
@@ -96,6 +91,7 @@ from ctxwin_dagster.backends.index.upkeep import (
     ann_state,
     ensure_fts,
     ensure_primary_key,
+    index_stats,
     maintain,
     retry_on_conflict,
 )
@@ -241,9 +237,9 @@ class ChunkIndex:
             self._written.forget(name)  # a table made again starts at version 1
             # A new table carries its record from its creation (in the vector field's metadata).
             try:
-                table = self._db.create_table(name, schema=_schema(dim, record), exist_ok=True)
+                table = self._db.create_table(name, schema=table_schema(dim, record), exist_ok=True)
             except TypeError:  # older LanceDB without exist_ok
-                table = self._db.create_table(name, schema=_schema(dim, record))
+                table = self._db.create_table(name, schema=table_schema(dim, record))
         self._open[name] = table
         return table
 
@@ -281,62 +277,29 @@ class ChunkIndex:
         Raises:
             EmbedderMismatchError: the table was built with another model or row strategy.
         """
-        if len(rows) != len(vectors):
-            raise ValueError(f"{len(rows)} rows but {len(vectors)} vectors for {doc_id!r}; they must match")
         if not rows:
+            if len(vectors):
+                raise ValueError(f"0 rows but {len(vectors)} vectors for {doc_id!r}; they must match")
             deleted = self.delete_document(variant, doc_id)
             return {"rows": 0, "inserted": 0, "updated": 0, "deleted": deleted}
-        ids = [r["chunk_id"] for r in rows]
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"duplicate chunk_id in the rows of {doc_id!r}; chunk ids must be unique")
-        bad_doc = {r["doc_id"] for r in rows} - {doc_id}
-        if bad_doc:
-            raise ValueError(f"rows for {doc_id!r} carry other doc_ids {sorted(bad_doc)}")
-        vectors = np.asarray(vectors, dtype=np.float32)
-        dim = int(vectors.shape[1])
-        data: dict[str, list[Any]] = {
-            f: [None if r.get(f) is None else str(r.get(f)) for r in rows] for f in _STR_FIELDS
-        }
-        data["doc_sha256"] = [str(r.get("doc_sha256") or doc_sha256) for r in rows]
-        for f in _INT_FIELDS:
-            data[f] = [int(r[f]) for r in rows]
-        for f in _EMBED_STR_FIELDS:
-            data[f] = [None if r.get(f) is None else str(r[f]) for r in rows]
-        for f in _EMBED_INT_FIELDS:
-            data[f] = [None if r.get(f) is None else int(r[f]) for r in rows]
-        data["vector"] = list(vectors)
-        schema = _schema(dim)
-        arrays = [
-            pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim)
-            if field.name == "vector"
-            else pa.array(data[field.name], field.type)
-            for field in schema
-        ]
-        batch = pa.Table.from_arrays(arrays, schema=schema)
+        batch = document_batch(rows, vectors, doc_id=doc_id, doc_sha256=doc_sha256)
+        ids = batch.column("chunk_id").to_pylist()
+        dim = batch.schema.field(VECTOR).type.list_size
         record = None
         if embedder is not None:
             ident = identity_of(embedder, dim=dim)
             record = IndexRecord(ident.model, dim, ident.provider, row_strategy or "")
         with self.writing(variant):
             table = self.lance_table(variant, dim, create=True, record=record)
-            have = IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
-            if record is not None and have is not None:
-                check_write(have, record, table=self.table_name(variant), uri=self.uri, variant=variant)
-            existing_dim = table.schema.field(VECTOR).type.list_size
-            if existing_dim != dim:
-                raise IndexError_(
-                    f"table {self.table_name(variant)!r} in {self.uri} holds {existing_dim}-dim vectors but the embedder "
-                    f"gives {dim}; use the same embedding model, or build into another LanceDB folder, or delete the table "
-                    f"explicitly (ChunkIndex({self.uri!r}).drop_table({variant!r})) and re-index"
-                )
-            if record is not None and have is None:
-                # A table made before records: the first writer that names its embedder records it.
-                retry_on_conflict(
-                    lambda: table.update_field_metadata({"path": VECTOR, "metadata": record.to_metadata()}),
-                    retries=retries,
-                    refresh=table.checkout_latest,
-                )
-            _add_missing_fields(table, schema)
+            prepare_for_write(
+                table,
+                batch.schema,
+                record,
+                table_name=self.table_name(variant),
+                uri=self.uri,
+                variant=variant,
+                retries=retries,
+            )
             ensure_primary_key(table, retries=retries)
             holder = [table]
 
@@ -595,16 +558,4 @@ class ChunkIndex:
     def index_stats(self, variant: str) -> dict[str, dict[str, Any]]:
         """LanceDB's statistics of each index of the table, by column."""
         table = self.lance_table(variant)
-        if table is None:
-            return {}
-        out = {}
-        for cfg in table.list_indices():
-            st = table.index_stats(cfg.name)
-            out[",".join(cfg.columns)] = {
-                "name": cfg.name,
-                "type": st.index_type,
-                "indexed_rows": st.num_indexed_rows,
-                "unindexed_rows": st.num_unindexed_rows,
-                "parts": st.num_indices,
-            }
-        return out
+        return {} if table is None else index_stats(table)

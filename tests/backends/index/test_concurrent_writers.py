@@ -11,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from ctxwin_dagster.backends.index.vectorstore import ChunkIndex, _schema
+from ctxwin_dagster.backends.index.schema import table_schema
+from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
 from ctxwin_dagster.core.defaults import VARIANTS
 
 DIM = 8
@@ -52,7 +53,7 @@ def _worker(uri: str, docs: list[str], rounds: int, start, errors) -> None:
 
 def _make_tables_as_older_versions_did(uri: str) -> None:
     """Tables as written before ``chunk_id`` was marked the primary key: nullable, no marker."""
-    schema = _schema(DIM)
+    schema = table_schema(DIM)
     old = schema.set(0, pa.field("chunk_id", pa.string()))
     db = lancedb.connect(uri)
     for variant in VARIANTS:
