@@ -2,15 +2,12 @@
 
 A retriever owns what retrieval needs and nothing else: the index, the embedder that built it,
 the documents the context windows are cut from, and the BM25 indexes of the documents it has
-searched (built on first use and kept, so a stream of questions builds each once). What it does
-is said by one :class:`~ctxwin_dagster.core.retrieval.settings.RetrievalSettings`:
-
-* ``enhance_mode="focus"`` — the vector ranking (``4 * k`` deep when hybrid, the fusion's
-  depth) and every chunk of the hit documents become a sentence-focus context
-  (:func:`~ctxwin_dagster.core.retrieval.focus.focus_context`, the selection the retrieval evaluation
-  measures: evaluations/reports/retrieval_quality.md);
-* ``"neighbors"``, ``"budget"``, ``"none"`` — the top-``k`` rows (fused with the index's
-  full-text search when hybrid) grown by :func:`~ctxwin_dagster.core.retrieval.enhance.enhance`.
+searched (built on first use and kept, so a stream of questions builds each once). It is the
+LanceDB index's side of :class:`~ctxwin_dagster.core.retrieval.trip.Source`: the way from the
+search to the context windows is one trip through
+:func:`~ctxwin_dagster.core.retrieval.trip.retrieve`, as one
+:class:`~ctxwin_dagster.core.retrieval.settings.RetrievalSettings` says (the sentence focus the
+retrieval evaluation measures: evaluations/reports/retrieval_quality.md).
 
 A question asked of the whole folder (no ``doc_id``) is first routed to the ``route_to``
 documents it most likely asks about (by the period it names, or the kind of document it points
@@ -22,28 +19,15 @@ name and opening) is read once and kept while its file is unchanged.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ctxwin_dagster.ask.indexed_documents import CHUNK_COLUMNS, IndexedDocuments
 from ctxwin_dagster.ask.results import AskError, normalize_variant
 from ctxwin_dagster.core.retrieval.around_hits import span_text
-from ctxwin_dagster.core.retrieval.enhance import (
-    EnhancedContext,
-    EnhanceMode,
-    chunks_from_rows,
-    enhance,
-    hits_from_rows,
-)
-from ctxwin_dagster.core.retrieval.focus import (
-    LexicalIndexes,
-    dense_scorer,
-    focus_context,
-    query_texts,
-    query_weights,
-)
+from ctxwin_dagster.core.retrieval.enhance import EnhancedContext, chunks_from_rows
+from ctxwin_dagster.core.retrieval.focus import LexicalIndexes
 from ctxwin_dagster.core.retrieval.routing import (
     CARD_CHARS,
     ROUTE_DEPTH,
@@ -53,6 +37,7 @@ from ctxwin_dagster.core.retrieval.routing import (
     question_periods,
 )
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
+from ctxwin_dagster.core.retrieval.trip import retrieve
 from ctxwin_dagster.core.text.splitting import Chunk
 
 if TYPE_CHECKING:
@@ -121,8 +106,7 @@ class Retriever:
     # ----------------------------------------------------------------- search
     def embed(self, question: str) -> np.ndarray:
         """The question's vector, by the index's embedder."""
-        if not isinstance(question, str) or not question.strip():
-            raise AskError("question is empty; pass the question to answer")
+        _check_question(question)
         return self.require_embedder().embed([question])[0]
 
     def search(
@@ -231,82 +215,39 @@ class Retriever:
     def context(
         self, question: str, settings: RetrievalSettings, *, variant: str, doc_id: str | None
     ) -> EnhancedContext:
-        """The merged context windows of ``question``, best first, as ``settings`` say."""
-        variant = normalize_variant(variant)
-        vector = self.embed(question)
-        if settings.enhance_mode == "focus":
-            return self._focus(question, vector, settings, variant=variant, doc_id=doc_id)
-        mode, hybrid = cast(EnhanceMode, settings.enhance_mode), settings.hybrid
-        rows, routed = self.search(
-            question,
-            vector,
-            variant=variant,
-            doc_id=doc_id,
-            k=settings.effective_k,
-            hybrid=hybrid,
-            route_to=settings.route_to,
+        """The merged context windows of ``question``, best first, as ``settings`` say
+        (:func:`~ctxwin_dagster.core.retrieval.trip.retrieve` over this index)."""
+        _check_question(question)
+        return retrieve(
+            question, settings, _IndexSource(self, normalize_variant(variant), doc_id), lexical=self.lexical
         )
-        if not rows:
-            return EnhancedContext([], mode)
-        score_key = "rrf_score" if hybrid and all("rrf_score" in r for r in rows) else "score"
-        hits = hits_from_rows(rows, score_key=score_key)
-        chunks, texts = self.chunks(variant, list(dict.fromkeys(c.doc_id for c, _ in hits)))
-        ctx = enhance(
-            hits,
-            chunks,
-            mode=mode,
-            doc_texts=texts,
-            num_neighbors=settings.num_neighbors if mode == "neighbors" else None,
-            context_window_size=settings.context_window_size if mode == "budget" else None,
-        )
-        return replace(ctx, routed_to=routed) if routed else ctx
 
-    def _focus(
-        self, question: str, vector: np.ndarray, settings: RetrievalSettings, *, variant: str, doc_id: str | None
-    ) -> EnhancedContext:
-        k = settings.effective_k
-        rows, routed = self.search(
-            question,
-            vector,
-            variant=variant,
-            doc_id=doc_id,
-            k=4 * k if settings.hybrid else k,
-            hybrid=False,
-            route_to=settings.route_to,
-        )
-        if not rows:
-            return EnhancedContext([], "focus")
-        hits = hits_from_rows(rows)
-        chunks, texts = self.chunks(variant, list(dict.fromkeys(c.doc_id for c, _ in hits)))
-        q = np.asarray(vector, dtype=np.float32)
-        parts = query_texts(question, settings)
-        index, embedder = self.require_index(), self.require_embedder()
-        qvecs = q[None, :]
-        if len(parts) > 1:  # the question's vector first, then its parts'
-            qvecs = np.vstack([qvecs, np.asarray(embedder.embed(parts[1:]), dtype=np.float32)])
-        score = dense_scorer(
-            lambda ts: np.asarray(embedder.embed(list(ts)), dtype=np.float32), qvecs, query_weights(len(parts))
-        )
-        vectors: dict[str, np.ndarray] = {}
-        loaded: set[str] = set()
 
-        def vector_score(chunk: Chunk) -> float:
-            """Cosine similarity of a chunk that only full-text search found (its stored vector)."""
-            if chunk.doc_id not in loaded:
-                got = index.rows(variant, doc_id=chunk.doc_id, columns=["chunk_id", "vector"])
-                vectors.update({r["chunk_id"]: np.asarray(r["vector"], dtype=np.float32) for r in got})
-                loaded.add(chunk.doc_id)
-            v = vectors.get(chunk.chunk_id)
-            return float(v @ q) if v is not None else 0.0
+def _check_question(question: str) -> None:
+    if not isinstance(question, str) or not question.strip():
+        raise AskError("question is empty; pass the question to answer")
 
-        ctx = focus_context(
-            question,
-            hits,
-            chunks,
-            settings=settings,
-            score_sentences=score,
-            doc_texts=texts,
-            lexical=self.lexical,
-            vector_score=vector_score,
+
+class _IndexSource:
+    """One variant of the retriever's index, within ``doc_id`` or across the folder, as
+    :class:`~ctxwin_dagster.core.retrieval.trip.Source`."""
+
+    def __init__(self, retriever: Retriever, variant: str, doc_id: str | None) -> None:
+        self.retriever, self.variant, self.doc_id = retriever, variant, doc_id
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.retriever.require_embedder().embed(list(texts))
+
+    def search(
+        self, question: str, vector: np.ndarray, *, k: int, hybrid: bool, route_to: int
+    ) -> tuple[list[dict[str, Any]], list[str] | None]:
+        return self.retriever.search(
+            question, vector, variant=self.variant, doc_id=self.doc_id, k=k, hybrid=hybrid, route_to=route_to
         )
-        return replace(ctx, routed_to=routed) if routed else ctx
+
+    def chunks(self, doc_ids: Sequence[str]) -> tuple[list[Chunk], dict[str, str]]:
+        return self.retriever.chunks(self.variant, doc_ids)
+
+    def vectors(self, doc_id: str) -> dict[str, np.ndarray]:
+        got = self.retriever.require_index().rows(self.variant, doc_id=doc_id, columns=["chunk_id", "vector"])
+        return {r["chunk_id"]: np.asarray(r["vector"], dtype=np.float32) for r in got}

@@ -1,0 +1,136 @@
+"""A question's context in one trip: the search, then the enhancement or the sentence focus, as
+one :class:`~ctxwin_dagster.core.retrieval.settings.RetrievalSettings` says.
+
+What retrieval reads of an index is behind a small protocol, :class:`Source`: one variant's
+rows, searched within one document or across the folder, their chunks and texts, their stored
+vectors, and the embedder that built them. ``ask/retriever.py`` implements it over the LanceDB
+index; :func:`retrieve` does the rest here:
+
+* ``enhance_mode="focus"`` — the vector ranking (``4 * k`` deep when hybrid, the fusion's depth)
+  and every chunk of the hit documents become a sentence-focus context
+  (:func:`~ctxwin_dagster.core.retrieval.focus.focus_context`);
+* ``"neighbors"``, ``"budget"``, ``"none"`` — the top-``k`` rows (fused with the index's
+  full-text search when hybrid) grown by :func:`~ctxwin_dagster.core.retrieval.enhance.enhance`.
+
+Either way the documents the search was routed to (see
+:class:`~ctxwin_dagster.core.retrieval.routing.DocumentRouter`) are kept in the context's ``routed_to``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, Protocol, cast
+
+import numpy as np
+
+from ctxwin_dagster.core.retrieval.enhance import EnhancedContext, EnhanceMode, enhance, hits_from_rows
+from ctxwin_dagster.core.retrieval.focus import (
+    LexicalIndexes,
+    dense_scorer,
+    focus_context,
+    query_texts,
+    query_weights,
+)
+from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
+from ctxwin_dagster.core.text.splitting import Chunk
+
+__all__ = ["Source", "retrieve"]
+
+
+class Source(Protocol):
+    """One variant's indexed rows, as retrieval reads them (within one document, or across the
+    documents a search may see)."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Vectors of ``texts`` by the embedder that built the rows (one row per text)."""
+        ...
+
+    def search(
+        self, question: str, vector: np.ndarray, *, k: int, hybrid: bool, route_to: int
+    ) -> tuple[list[dict[str, Any]], list[str] | None]:
+        """The top-``k`` rows for ``vector`` (with ``score``, and ``rrf_score`` when fused with
+        the full-text search of ``question``), and the documents the search was routed to
+        (``route_to`` > 0 and the question tells them apart; else None)."""
+        ...
+
+    def chunks(self, doc_ids: Sequence[str]) -> tuple[list[Chunk], dict[str, str]]:
+        """Every chunk of ``doc_ids`` and their documents' texts."""
+        ...
+
+    def vectors(self, doc_id: str) -> dict[str, np.ndarray]:
+        """The stored vector of each chunk of ``doc_id``, by ``chunk_id``."""
+        ...
+
+
+def retrieve(question: str, settings: RetrievalSettings, source: Source, *, lexical: LexicalIndexes) -> EnhancedContext:
+    """The merged context windows of ``question`` from ``source``, best first, as ``settings``
+    say. ``lexical`` keeps the documents' BM25 indexes between questions."""
+    vector = np.asarray(source.embed([question])[0], dtype=np.float32)
+    if settings.enhance_mode == "focus":
+        return _focus(question, vector, settings, source, lexical)
+    mode, hybrid = cast(EnhanceMode, settings.enhance_mode), settings.hybrid
+    rows, routed = source.search(question, vector, k=settings.effective_k, hybrid=hybrid, route_to=settings.route_to)
+    if not rows:
+        return EnhancedContext([], mode)
+    score_key = "rrf_score" if hybrid and all("rrf_score" in r for r in rows) else "score"
+    hits = hits_from_rows(rows, score_key=score_key)
+    chunks, texts = source.chunks(list(dict.fromkeys(c.doc_id for c, _ in hits)))
+    ctx = enhance(
+        hits,
+        chunks,
+        mode=mode,
+        doc_texts=texts,
+        num_neighbors=settings.num_neighbors if mode == "neighbors" else None,
+        context_window_size=settings.context_window_size if mode == "budget" else None,
+    )
+    return replace(ctx, routed_to=routed) if routed else ctx
+
+
+def _focus(
+    question: str, vector: np.ndarray, settings: RetrievalSettings, source: Source, lexical: LexicalIndexes
+) -> EnhancedContext:
+    """The sentence-focus context: the vector ranking's documents read whole, their sentences
+    scored against the question (and its parts) and the lexical index."""
+    k = settings.effective_k
+    rows, routed = source.search(
+        question, vector, k=4 * k if settings.hybrid else k, hybrid=False, route_to=settings.route_to
+    )
+    if not rows:
+        return EnhancedContext([], "focus")
+    hits = hits_from_rows(rows)
+    chunks, texts = source.chunks(list(dict.fromkeys(c.doc_id for c, _ in hits)))
+    parts = query_texts(question, settings)
+    qvecs = vector[None, :]
+    if len(parts) > 1:  # the question's vector first, then its parts'
+        qvecs = np.vstack([qvecs, np.asarray(source.embed(parts[1:]), dtype=np.float32)])
+    score = dense_scorer(
+        lambda ts: np.asarray(source.embed(list(ts)), dtype=np.float32), qvecs, query_weights(len(parts))
+    )
+    ctx = focus_context(
+        question,
+        hits,
+        chunks,
+        settings=settings,
+        score_sentences=score,
+        doc_texts=texts,
+        lexical=lexical,
+        vector_score=_stored_vector_score(source, vector),
+    )
+    return replace(ctx, routed_to=routed) if routed else ctx
+
+
+def _stored_vector_score(source: Source, vector: np.ndarray) -> Callable[[Chunk], float]:
+    """Cosine similarity of a chunk that only full-text search found, from its stored vector
+    (each document's vectors read once)."""
+    vectors: dict[str, np.ndarray] = {}
+    loaded: set[str] = set()
+
+    def vector_score(chunk: Chunk) -> float:
+        if chunk.doc_id not in loaded:
+            vectors.update(source.vectors(chunk.doc_id))
+            loaded.add(chunk.doc_id)
+        v = vectors.get(chunk.chunk_id)
+        return float(v @ vector) if v is not None else 0.0
+
+    return vector_score
