@@ -19,16 +19,10 @@ from ctxwin_dagster.defs.automation import stale_documents_sensor, with_stale_re
 from ctxwin_dagster.defs.batches import DocumentsIOManager, documents_backfill_policy
 from ctxwin_dagster.defs.command_runs import command_runs_sensor, requests_spec
 from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts, global_summaries, swb_rag_contexts
-from ctxwin_dagster.defs.evaluation.assets import (
-    cc_rag_answers,
-    cc_rag_ragas_scores,
-    experiment_comparison,
-    qa_sets,
-    swb_rag_answers,
-    swb_rag_ragas_scores,
-    t_rag_answers,
-    t_rag_ragas_scores,
-)
+from ctxwin_dagster.defs.evaluation.answers import cc_rag_answers, swb_rag_answers, t_rag_answers
+from ctxwin_dagster.defs.evaluation.comparison import experiment_comparison
+from ctxwin_dagster.defs.evaluation.qa_sets import qa_sets
+from ctxwin_dagster.defs.evaluation.scores import cc_rag_ragas_scores, swb_rag_ragas_scores, t_rag_ragas_scores
 from ctxwin_dagster.defs.indexes.assets import cc_rag_index, swb_rag_index, t_rag_index
 from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
 from ctxwin_dagster.defs.jobs import EXECUTOR, REQUEST_JOBS, VARIANT_JOBS, all_assets_job

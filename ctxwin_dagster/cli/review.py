@@ -46,7 +46,7 @@ def cmd_review(args: argparse.Namespace) -> int:
 
     if args.review_command == "export":
         root = Path(args.results_dir or _results_dir(args.experiment)) / args.experiment / "answers"
-        from ctxwin_dagster.defs.evaluation.assets import read_jsonl_folder
+        from ctxwin_dagster.defs.evaluation.result_files import read_jsonl_folder
 
         records = {v: read_jsonl_folder(root / v) for v in (args.a, args.b)}
         for v, recs in records.items():

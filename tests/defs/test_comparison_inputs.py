@@ -171,7 +171,7 @@ def test_the_comparisons_cost_inputs_are_edges_of_the_asset_graph():
     """What the report reads besides the scores (indexing costs, window counts) is a declared
     dependency on every partition of those assets, so the lineage shows it and a change of them
     makes the comparison stale."""
-    from ctxwin_dagster.defs.evaluation.assets import COST_ASSETS
+    from ctxwin_dagster.defs.evaluation.metadata_totals import COST_ASSETS
 
     graph = definitions.build_definitions().resolve_asset_graph()
     node = graph.get(dg.AssetKey("experiment_comparison"))

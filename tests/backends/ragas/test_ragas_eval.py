@@ -375,7 +375,7 @@ def test_nan_heavy_scores_fail_the_asset_check(tmp_path):
     import dagster as dg
 
     from ctxwin_dagster.core.text.splitting import Chunk
-    from ctxwin_dagster.defs.evaluation.assets import t_rag_ragas_scores
+    from ctxwin_dagster.defs.evaluation.scores import t_rag_ragas_scores
     from ctxwin_dagster.defs.resources import EmbeddingsResource, EvaluationSettings, JudgeResource
 
     chunks = [Chunk(c["chunk_id"], "d", i, c["start"], c["end"], c["text"]) for i, c in enumerate(CATALOG["d"])]

@@ -168,7 +168,7 @@ def test_the_qa_sets_asset_refuses_the_span_with_the_same_message(tmp_path):
     fails in ``qa_sets`` with the message of the check before the runs, never scoring a miss."""
     import dagster as dg
 
-    from ctxwin_dagster.defs.evaluation.assets import qa_sets
+    from ctxwin_dagster.defs.evaluation.qa_sets import qa_sets
     from ctxwin_dagster.defs.resources import ProjectSettings
 
     bad, good = tmp_path / "bad", tmp_path / "good"
