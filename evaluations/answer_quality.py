@@ -52,16 +52,18 @@ import retrieval_quality as rq  # noqa: E402
 
 from ctxwin_dagster.backends.calls.cache import ResponseCache  # noqa: E402
 from ctxwin_dagster.backends.embeddings.local import LocalEmbedder  # noqa: E402
-from ctxwin_dagster.backends.tasks.answering import (  # noqa: E402
+from ctxwin_dagster.backends.tasks.answer_signals import (  # noqa: E402
     NOT_FOUND_MODEL,
     RANK_FEATURES,
     RANKER,
     SIGNALS,
+    sentence_features,
+)
+from ctxwin_dagster.backends.tasks.answering import (  # noqa: E402
     AnswerRule,
     answer_from_passages,
     candidate_sentences,
     opening_flags,
-    sentence_features,
 )
 from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
 from ctxwin_dagster.core.evaluation.metrics.answers import answer_f1, strip_citations  # noqa: E402

@@ -1,7 +1,7 @@
 """The model tasks of the pipeline — summarize, contextualize (CC / SWB), answer — two ways.
 
 Three small protocols (:class:`~.results.Summarizer`, :class:`~.results.Contextualizer`,
-:class:`~.results.Answerer`) and two implementations of all three, one module each:
+:class:`~.results.Answerer`) and two implementations of all three, one class each:
 
 * :mod:`~ctxwin_dagster.backends.tasks.results` — the results (:class:`~.results.SummaryResult`,
   :class:`~.results.ContextResult`, :class:`~.results.AnswerResult`) and the protocols;
@@ -13,6 +13,14 @@ Three small protocols (:class:`~.results.Summarizer`, :class:`~.results.Contextu
   offline default: the same tasks done by *selecting sentences* with an embedding model
   (sentence index and MMR in :mod:`~ctxwin_dagster.backends.tasks.selection`). Deterministic, no
   network, cost 0, and labelled ``engine="extractive"`` everywhere.
+
+Each class holds its engine's settings and the tasks' interface; the work is in one module per
+task, both engines side by side with what they share: :mod:`.summaries`, :mod:`.cc_contexts`
+(CC-RAG), :mod:`.swb_contexts` (SWB-RAG) and :mod:`.answers`. What the tasks of one engine have
+in common is :mod:`.llm_calls`'s (requests, waves of calls, prompts fitted to the model) or
+:mod:`.extractive_work`'s (embeddings, sentence indexes, records, the memo of :mod:`.memo`). The
+extractive answer rule is :mod:`.answering`'s, with the signals and models it weighs in
+:mod:`.answer_signals`.
 
 The pure text work both engines share lives in the core: sentences
 (:mod:`ctxwin_dagster.core.text.sentences`), SWB segments, batches, windows and batch prompts

@@ -8,6 +8,10 @@ to fit the model (or refused with an error naming the fix), SWB replies are pars
 retried once and, failing that, replaced per chunk by a single-chunk call over the batch's
 window — every retry and fallback counted (:attr:`LLMTasks.stats`) and marked on the result.
 
+:class:`LLMTasks` holds the settings and the tasks' interface; the work of each task is in its
+module, beside the extractive engine's (:mod:`.summaries`, :mod:`.cc_contexts`,
+:mod:`.swb_contexts`, :mod:`.answers`), and the calls they make are :mod:`.llm_calls`'s.
+
 Example::
 
     from ctxwin_dagster.backends.chat.backend import OpenAIChatBackend
@@ -19,51 +23,21 @@ Example::
 
 from __future__ import annotations
 
-import json
-import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from ctxwin_dagster.backends.base import CallRecord, CallTags, ChatBackend, ChatRequest, ChatResult, Ledger
-from ctxwin_dagster.backends.chat.structured import ENFORCED
-from ctxwin_dagster.backends.tasks.results import (
-    STAGE_ANSWER,
-    STAGE_CONTEXT,
-    STAGE_SUMMARY,
-    AnswerResult,
-    ContextResult,
-    SummaryResult,
-)
-from ctxwin_dagster.core.budget.fit import ContextOverflowError, ensure_fit, truncate_text
+from ctxwin_dagster.backends.base import ChatBackend, Ledger
+from ctxwin_dagster.backends.tasks.answers import LLMAnswers
+from ctxwin_dagster.backends.tasks.cc_contexts import LLMCCContexts
+from ctxwin_dagster.backends.tasks.results import AnswerResult, ContextResult, SummaryResult
+from ctxwin_dagster.backends.tasks.summaries import LLMSummaries
+from ctxwin_dagster.backends.tasks.swb_contexts import LLMSWBContexts
 from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.budget.tokens import PromptMeter, TokenCounter, get_token_counter
 from ctxwin_dagster.core.defaults import PAPER
-from ctxwin_dagster.core.methods.prompts import (
-    SWB_RETRY_NOTE,
-    PromptOutputError,
-    PromptTemplate,
-    detect_language,
-    format_passages,
-    format_summaries,
-    get_template,
-    parse_answer,
-    parse_swb_contexts,
-)
-from ctxwin_dagster.core.methods.prompts.schemas import CHARS_PER_TOKEN_FLOOR, ReplySchema, swb_contexts_schema
-from ctxwin_dagster.core.methods.swb import (
-    ChunkLike,
-    SWBBatch,
-    SWBPrompts,
-    batch_shares,
-    check_chunks,
-    split_segments,
-    swb_batch_prompts,
-)
+from ctxwin_dagster.core.methods.swb import ChunkLike
 
 __all__ = ["LLMTasks", "check_sampling"]
-
-log = logging.getLogger(__name__)
 
 
 def check_sampling(temperature: float, top_p: float) -> None:
@@ -74,7 +48,7 @@ def check_sampling(temperature: float, top_p: float) -> None:
         raise ValueError(f"top_p must be in (0, 1]; got {top_p}")
 
 
-class LLMTasks:
+class LLMTasks(LLMSummaries, LLMCCContexts, LLMSWBContexts, LLMAnswers):
     """Summaries, CC/SWB contexts and answers from a chat model.
 
     Args:
@@ -131,7 +105,7 @@ class LLMTasks:
         self.counter = counter or get_token_counter(chat.model)
         self.meter = PromptMeter(self.counter)
         self.wave_size = wave_size or max(16, 4 * int(getattr(chat, "max_concurrency", 8)))
-        self.stats: Counter[str] = Counter()
+        self.stats = Counter()
 
     @property
     def ledger(self) -> Ledger:
@@ -140,67 +114,6 @@ class LLMTasks:
 
     def __repr__(self) -> str:
         return f"LLMTasks(model={self.model!r}, temperature={self.temperature}, top_p={self.top_p}, max_tokens={self.max_tokens})"
-
-    # ----------------------------------------------------------------- plumbing
-    def _request(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        tpl_id: str,
-        tags: CallTags,
-        *,
-        max_tokens: int | None = None,
-        json_mode: bool = False,
-        schema: ReplySchema | None = None,
-    ) -> ChatRequest:
-        return ChatRequest(
-            messages=tuple(dict(m) for m in messages),
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_tokens=min(max_tokens or self.max_tokens, self.limits.max_completion_tokens),
-            json_mode=json_mode or schema is not None,
-            prompt_version=tpl_id,
-            tags=tags,
-            schema=schema,
-        )
-
-    def _swb_schema(self, ids: Sequence[str]) -> ReplySchema:
-        """The schema of an SWB batch reply. A backend that decodes any schema (the local model)
-        gets each chunk's id fixed at its place and a length cap per context, so that the whole
-        JSON fits the reply's tokens; a server gets the strict-mode subset."""
-        if not getattr(self.chat, "decodes_any_schema", False):
-            return swb_contexts_schema(ids)
-        entries = [{"number": n, "context": ""} for n in range(1, len(ids) + 1)]
-        skeleton = json.dumps({"contexts": entries}, separators=(",", ":"))
-        room = min(self.max_tokens, self.limits.max_completion_tokens) - self.counter.count(skeleton) - 8
-        # Two characters per token: prose takes about four, but a small model that repeats itself
-        # writes tokens of one or two characters, and a cap too high leaves the JSON cut.
-        return swb_contexts_schema(
-            ids, ordered=True, max_context_chars=max(24, CHARS_PER_TOKEN_FLOOR * room // len(ids))
-        )
-
-    def _prompt_limit(self, reserved: int) -> int:
-        return self.limits.available_prompt_tokens(min(reserved, self.limits.max_completion_tokens))
-
-    def _run(self, requests: list[ChatRequest]) -> list[ChatResult]:
-        out: list[ChatResult] = []
-        for i in range(0, len(requests), self.wave_size):
-            out.extend(self.chat.complete_many(requests[i : i + self.wave_size]))
-        return out
-
-    def _fit(self, messages: list[dict[str, str]], reserved: int, what: str, notes: list[str]) -> list[dict[str, str]]:
-        """``messages`` cut to fit (middle of the longest message), noting what was cut."""
-        limit = self._prompt_limit(reserved)
-        n = self.meter.count_messages(messages)
-        if n <= limit:
-            return messages
-        report = ensure_fit(
-            messages, max_prompt_tokens=limit, strategy="smart_truncate", counter=self.counter, truncate_side="middle"
-        )
-        note = f"{what}: cut to fit {self.model} ({report.summary()})"
-        notes.append(note)
-        log.warning(note)
-        self.stats["summary_truncations"] += 1
-        return report.messages
 
     # ----------------------------------------------------------------- summary
     def summarize(
@@ -218,51 +131,7 @@ class LLMTasks:
         its middle to fit, and the cut is listed in ``notes``; an overview longer than
         ``max_tokens`` is cut at its end (also noted).
         """
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1; got {max_tokens}")
-        if not text.strip():
-            raise ValueError(f"document {doc_id!r} is empty; there is nothing to summarize")
-        lang = language or detect_language(text)
-        tags = CallTags(STAGE_SUMMARY, doc_id)
-        spans = split_segments(text, segment_chars)
-        seg_tpl = get_template("summarize_segment", lang)
-        budget = min(max_tokens, self.limits.max_completion_tokens)
-        reply_tokens = min(self.limits.max_completion_tokens, max(self.max_tokens, budget + budget // 10 + 16))
-        notes: list[str] = []
-        requests = []
-        for i, (s, e) in enumerate(spans, start=1):
-            msgs = seg_tpl.render(part=i, parts=len(spans), text=text[s:e], max_tokens=budget)
-            msgs = self._fit(msgs, reply_tokens, f"segment {i}/{len(spans)} of {doc_id}", notes)
-            requests.append(self._request(msgs, seg_tpl.id, tags, max_tokens=reply_tokens))
-        results = self._run(requests)
-        segments = [r.text.strip() for r in results]
-        records = [r.record for r in results]
-        for i, seg in enumerate(segments, start=1):
-            if not seg:
-                raise RuntimeError(
-                    f"{self.model} returned an empty summary for segment {i} of {doc_id}; check the model's "
-                    "output (max_tokens, content filters) and run again"
-                )
-        if len(segments) == 1:
-            overview = segments[0]
-        else:
-            ov_tpl = get_template("summarize_overview", lang)
-            msgs = ov_tpl.render(parts=len(segments), summaries=format_summaries(segments), max_tokens=budget)
-            msgs = self._fit(msgs, reply_tokens, f"overview of {doc_id}", notes)
-            result = self.chat.complete(self._request(msgs, ov_tpl.id, tags, max_tokens=reply_tokens))
-            records.append(result.record)
-            overview = result.text.strip()
-            if not overview:
-                raise RuntimeError(
-                    f"{self.model} returned an empty overview for {doc_id}; run again or check the model"
-                )
-        n_tokens = self.counter.count(overview)
-        if n_tokens > max_tokens:
-            cut = truncate_text(overview, max_tokens, side="tail", counter=self.counter, marker=" …")
-            notes.append(f"overview of {doc_id}: {n_tokens} tokens cut to {cut.tokens_after} (max_tokens={max_tokens})")
-            self.stats["summary_truncations"] += 1
-            overview, n_tokens = cut.text, cut.tokens_after
-        return SummaryResult(overview, segments, records, lang, self.engine, self.model, n_tokens, notes)
+        return self._summarize(text, doc_id, max_tokens, segment_chars, language)
 
     # ----------------------------------------------------------------- CC
     def contextualize_cc(self, document_text: str, chunks: Sequence[ChunkLike], *, doc_id: str) -> list[ContextResult]:
@@ -272,49 +141,7 @@ class LLMTasks:
             ContextOverflowError: the document does not fit the model — nothing is cut, since
                 CC-RAG is defined by the whole document; the message names the fixes.
         """
-        chunks = list(chunks)
-        check_chunks(document_text, chunks)
-        if not chunks:
-            return []
-        lang = detect_language(document_text)
-        tpl = get_template("cc_context", lang)
-        tags = CallTags(STAGE_CONTEXT, doc_id, "cc")
-        longest = max(chunks, key=lambda c: len(c.text))
-        need = self.meter.count_messages(tpl.render(document=document_text, chunk=longest.text))
-        limit = self._prompt_limit(self.max_tokens)
-        if need > limit:
-            raise ContextOverflowError(
-                f"CC-RAG puts the whole document in every prompt: {doc_id} needs {need} prompt tokens, but "
-                f"{self.model} allows {limit} (context {self.limits.context_length} minus {self.max_tokens} "
-                f"reserved for the reply), over by {need - limit}. Use a model with a longer context for the "
-                "contextualizer (the SWB-RAG paper used Gemini 1.5 Flash), or use SWB-RAG, which needs only the "
-                "summary and a ±window per batch. Nothing was sent."
-            )
-        results: list[ContextResult] = []
-        for w in range(0, len(chunks), self.wave_size):
-            wave = chunks[w : w + self.wave_size]
-            requests = [self._request(tpl.render(document=document_text, chunk=c.text), tpl.id, tags) for c in wave]
-            for c, r in zip(wave, self.chat.complete_many(requests), strict=True):
-                ctx = r.text.strip()
-                if not ctx:
-                    self.stats["empty_contexts"] += 1
-                rec = r.record
-                results.append(
-                    ContextResult(
-                        c.chunk_id,
-                        ctx,
-                        self.engine,
-                        self.model,
-                        tpl.id,
-                        rec.input_tokens,
-                        rec.output_tokens,
-                        rec.input_chars,
-                        rec.cache_hit,
-                        False,
-                        None if ctx else f"{self.model} returned an empty context",
-                    )
-                )
-        return results
+        return self._contextualize_cc(document_text, list(chunks), doc_id)
 
     # ----------------------------------------------------------------- SWB
     def contextualize_swb(
@@ -339,181 +166,7 @@ class LLMTasks:
         The batch prompts are :func:`~ctxwin_dagster.core.methods.swb.swb_batch_prompts`'s, sent as
         they are unless one does not fit the model: then its windows are cut (far ends first).
         """
-        chunks = list(chunks)
-        swb = swb_batch_prompts(document_text, chunks, summary, batch_size=batch_size, window_chars=window_chars)
-        if not swb.batches:
-            return []
-        tpl = swb.template
-        cc_tpl = get_template("cc_context", swb.language)
-        tags = CallTags(STAGE_CONTEXT, doc_id, "swb")
-        batches = [list(b.chunks) for b in swb.batches]
-        windows = [b.window for b in swb.batches]
-        limit = self._prompt_limit(self.max_tokens)
-        prompts = [
-            b.messages if self.meter.count_messages(b.messages) <= limit else self._shrink_swb(swb, b, limit, doc_id)
-            for b in swb.batches
-        ]
-        self.stats["swb_batches"] += len(batches)
-
-        schemas = [self._swb_schema([c.chunk_id for c in batch]) for batch in batches]
-        first = self._run([self._request(m, tpl.id, tags, schema=sc) for m, sc in zip(prompts, schemas, strict=True)])
-        outcome: dict[int, dict[str, str]] = {}
-        errors: dict[int, str] = {}
-        calls: dict[int, list[CallRecord]] = {k: [r.record] for k, r in enumerate(first)}
-        for k, (batch, res) in enumerate(zip(batches, first, strict=True)):
-            ids = [c.chunk_id for c in batch]
-            self.stats["swb_schema_enforced"] += res.record.reply_format in ENFORCED
-            try:
-                outcome[k] = parse_swb_contexts(res.text, ids)
-                self.stats["swb_repaired"] += _needed_repair(res.text, ids)
-            except PromptOutputError as exc:
-                errors[k] = str(exc)
-                # Held to the schema and still unusable: the server ignored it, or the reply was cut.
-                self.stats["swb_schema_ignored"] += res.record.reply_format in ENFORCED
-        if errors:
-            self.stats["swb_invalid"] += len(errors)
-            log.warning(
-                "%s: %d of %d SWB batches gave unusable replies; retrying them once", doc_id, len(errors), len(batches)
-            )
-            retry_ids = sorted(errors)
-            note = SWB_RETRY_NOTE.get(tpl.language, SWB_RETRY_NOTE["en"])
-            retry_requests = []
-            for k in retry_ids:
-                msgs = [dict(m) for m in prompts[k]]
-                msgs[-1]["content"] += note.format(n=len(batches[k]))
-                retry_requests.append(self._request(msgs, f"{tpl.id}+retry1", tags, schema=schemas[k]))
-            self.stats["swb_retried"] += len(retry_ids)
-            for k, res in zip(retry_ids, self._run(retry_requests), strict=True):
-                calls[k].append(res.record)
-                ids = [c.chunk_id for c in batches[k]]
-                try:
-                    outcome[k] = parse_swb_contexts(res.text, ids)
-                    self.stats["swb_repaired"] += _needed_repair(res.text, ids)
-                    del errors[k]
-                except PromptOutputError as exc:
-                    self.stats["swb_retry_invalid"] += 1
-                    errors[k] = f"{errors[k]}; after retry: {exc}"
-                    partial = _lenient(first[k].text, ids)
-                    partial.update(_lenient(res.text, ids))
-                    outcome[k] = partial
-
-        # Per-chunk fallback for whatever is still missing.
-        fallback_jobs: list[tuple[int, ChunkLike]] = []
-        for k, batch in enumerate(batches):
-            got = outcome.get(k, {})
-            fallback_jobs.extend((k, c) for c in batch if c.chunk_id not in got)
-        fallback_results: dict[str, ChatResult] = {}
-        if fallback_jobs:
-            self.stats["swb_fallback_chunks"] += len(fallback_jobs)
-            log.warning(
-                "%s: %d chunks fall back to single-chunk calls over their batch window", doc_id, len(fallback_jobs)
-            )
-            requests = []
-            for k, c in fallback_jobs:
-                ws, we = windows[k]
-                msgs = cc_tpl.render(document=document_text[ws:we], chunk=c.text)
-                msgs = self._fit_fallback(msgs, cc_tpl, document_text[ws:we], c)
-                requests.append(self._request(msgs, f"{cc_tpl.id}+swb_fallback", tags))
-            for (_k, c), res in zip(fallback_jobs, self._run(requests), strict=True):
-                fallback_results[c.chunk_id] = res
-
-        results: list[ContextResult] = []
-        for k, batch in enumerate(batches):
-            recs = calls[k]
-            usage = batch_shares(
-                len(batch),
-                sum(r.input_tokens for r in recs),
-                sum(r.output_tokens for r in recs),
-                sum(r.input_chars for r in recs),
-            )
-            batch_cached = all(r.cache_hit for r in recs)
-            version = tpl.id if len(recs) == 1 else f"{tpl.id}+retry1"
-            for c, (in_tok, out_tok, in_chars) in zip(batch, usage, strict=True):
-                ctx = outcome.get(k, {}).get(c.chunk_id)
-                if ctx is not None:
-                    results.append(
-                        ContextResult(
-                            c.chunk_id,
-                            ctx,
-                            self.engine,
-                            self.model,
-                            version,
-                            in_tok,
-                            out_tok,
-                            in_chars,
-                            batch_cached,
-                            False,
-                            None,
-                        )
-                    )
-                    continue
-                fb = fallback_results[c.chunk_id]
-                text = fb.text.strip()
-                err = f"swb batch {k}: {errors.get(k, 'no context for this chunk')}; per-chunk fallback over the batch window"
-                if not text:
-                    self.stats["swb_fallback_failed"] += 1
-                    err += "; the fallback call returned an empty context"
-                rec = fb.record
-                results.append(
-                    ContextResult(
-                        c.chunk_id,
-                        text,
-                        self.engine,
-                        self.model,
-                        f"{cc_tpl.id}+swb_fallback",
-                        in_tok + rec.input_tokens,
-                        out_tok + rec.output_tokens,
-                        in_chars + rec.input_chars,
-                        batch_cached and rec.cache_hit,
-                        True,
-                        err,
-                    )
-                )
-        order = {c.chunk_id: i for i, c in enumerate(chunks)}
-        results.sort(key=lambda r: order[r.chunk_id])
-        return results
-
-    def _shrink_swb(self, swb: SWBPrompts, batch: SWBBatch, limit: int, doc_id: str) -> list[dict[str, str]]:
-        """Shorten the batch's before/after windows (the far ends first) until its prompt fits."""
-        base = self.meter.count_messages(swb.render(batch.chunks, "", ""))
-        if base > limit:
-            raise ContextOverflowError(
-                f"SWB batch {batch.index} of {doc_id} does not fit {self.model} even without the surrounding text: "
-                f"{base} prompt tokens for a limit of {limit}. Use a shorter summary (max_tokens), a smaller "
-                "batch_size, or a model with a longer context"
-            )
-        room = limit - base - 8
-        before, after = batch.before, batch.after
-        tb, ta = self.counter.count(before), self.counter.count(after)
-        keep_b = min(tb, room // 2) if ta > room // 2 else min(tb, room - ta)
-        keep_a = min(ta, room - keep_b)
-        before_cut = truncate_text(before, keep_b, side="head", counter=self.counter).text if keep_b < tb else before
-        after_cut = truncate_text(after, keep_a, side="tail", counter=self.counter).text if keep_a < ta else after
-        msgs = swb.render(batch.chunks, before_cut, after_cut)
-        while self.meter.count_messages(msgs) > limit and (before_cut or after_cut):  # boundary effects
-            before_cut = before_cut[len(before_cut) // 10 + 1 :]
-            after_cut = after_cut[: len(after_cut) * 9 // 10]
-            msgs = swb.render(batch.chunks, before_cut, after_cut)
-        self.stats["swb_windows_shrunk"] += 1
-        log.warning(
-            "%s: SWB batch %d windows cut to %d/%d chars before/after to fit %s",
-            doc_id,
-            batch.index,
-            len(before_cut),
-            len(after_cut),
-            self.model,
-        )
-        return msgs
-
-    def _fit_fallback(
-        self, msgs: list[dict[str, str]], tpl: PromptTemplate, window: str, chunk: ChunkLike
-    ) -> list[dict[str, str]]:
-        limit = self._prompt_limit(self.max_tokens)
-        if self.meter.count_messages(msgs) <= limit:
-            return msgs
-        base = self.meter.count_messages(tpl.render(document="", chunk=chunk.text))
-        cut = truncate_text(window, max(0, limit - base - 8), side="middle", counter=self.counter)
-        return tpl.render(document=cut.text, chunk=chunk.text)
+        return self._contextualize_swb(document_text, list(chunks), summary, doc_id, batch_size, window_chars)
 
     # ----------------------------------------------------------------- answer
     def answer(
@@ -534,56 +187,4 @@ class LLMTasks:
 
     def answer_many(self, items: Sequence[tuple[str, Sequence[tuple[str, str]], str]]) -> list[AnswerResult]:
         """:meth:`answer` for many ``(question, passages, doc_id)`` at once (concurrent calls)."""
-        requests = []
-        metas = []
-        for question, passages, doc_id in items:
-            passages = [(str(cid), str(text)) for cid, text in passages]
-            lang = detect_language(question + "\n" + " ".join(t for _, t in passages[:2]))
-            tpl = get_template("answer", lang)
-            msgs = tpl.render(question=question, passages=format_passages(passages))
-            limit = self._prompt_limit(self.max_tokens)
-            while self.meter.count_messages(msgs) > limit and len(passages) > 1:
-                passages = passages[:-1]
-                self.stats["answer_passages_dropped"] += 1
-                msgs = tpl.render(question=question, passages=format_passages(passages))
-            requests.append(self._request(msgs, tpl.id, CallTags(STAGE_ANSWER, doc_id)))
-            metas.append((tpl, [cid for cid, _ in passages]))
-        out = []
-        for (tpl, ids), res in zip(metas, self._run(requests), strict=True):
-            parsed = parse_answer(res.text, ids)
-            out.append(
-                AnswerResult(
-                    parsed.text,
-                    list(parsed.cited_chunk_ids),
-                    parsed.not_found,
-                    [res.record],
-                    self.engine,
-                    self.model,
-                    tpl.id,
-                    list(parsed.unknown_citations),
-                )
-            )
-        return out
-
-
-def _needed_repair(text: str, ids: Sequence[str]) -> bool:
-    """True when a usable SWB reply was not the exact form asked for (plain JSON ``{"contexts": [...]}``
-    with every chunk's full id, or every chunk's number in order under the ordered schema): a code
-    fence, prose around it, another shape, abbreviated ids."""
-    try:
-        value = json.loads(text.strip())
-    except ValueError:
-        return True
-    entries = value.get("contexts") if isinstance(value, dict) else None
-    if not isinstance(entries, list):
-        return True
-    if all(isinstance(e, dict) and "number" in e and "chunk_id" not in e for e in entries):  # the ordered schema's form
-        return [e["number"] for e in entries] != list(range(1, len(ids) + 1))
-    return sorted(str(e.get("chunk_id")) for e in entries if isinstance(e, dict)) != sorted(ids)
-
-
-def _lenient(text: str, ids: Sequence[str]) -> dict[str, str]:
-    try:
-        return parse_swb_contexts(text, ids, strict=False)
-    except PromptOutputError:
-        return {}
+        return self._answer_many(items)

@@ -19,7 +19,8 @@ every span located in the document (:mod:`~ctxwin_dagster.core.evaluation.qa.gen
 server that ignores the schema is caught: a quote or an answer that is not found rejects the
 draft. Answerable questions that the model answers correctly without the document are
 dropped, and so are near-duplicates. Nothing is kept on trust, and every rejection is counted
-in the :class:`~ctxwin_dagster.core.evaluation.qa.generation.GenerationReport`.
+in the :class:`~ctxwin_dagster.core.evaluation.qa.generation.GenerationReport`. A draft reply is
+read, and its quotes and answer found, by :mod:`.question_drafts`.
 
 Example::
 
@@ -33,35 +34,30 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ctxwin_dagster.backends.base import CallTags, ChatBackend, ChatRequest, ChatResult
-from ctxwin_dagster.backends.chat.structured import ENFORCED
 from ctxwin_dagster.backends.tasks.llm import check_sampling
+from ctxwin_dagster.backends.tasks.question_drafts import Draft, read_draft, reply_fields
 from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.budget.tokens import TokenCounter, get_token_counter
-from ctxwin_dagster.core.evaluation.metrics.answers import normalize_answer
 from ctxwin_dagster.core.evaluation.qa.generation import (
     KINDS,
     GenerationReport,
     Passage,
     closed_book_correct,
-    content_words,
     far_pairs,
     is_duplicate,
     kind_counts,
     lexical_answer,
-    locate_answer_in,
     locate_quote,
     passages_of,
     question_id,
     same_answer,
     spread,
 )
-from ctxwin_dagster.core.evaluation.qa.items import QAItem, Span
-from ctxwin_dagster.core.methods.prompts import PromptOutputError
-from ctxwin_dagster.core.methods.prompts.parsing import extract_json
+from ctxwin_dagster.core.evaluation.qa.items import QAItem
 from ctxwin_dagster.core.methods.prompts.schemas import CHARS_PER_TOKEN_FLOOR, ReplySchema, qa_schema
 from ctxwin_dagster.core.methods.prompts.tables import NOT_IN_DOCUMENTS, QA_TEMPLATES
 from ctxwin_dagster.core.text.sentences import split_sentences
@@ -78,25 +74,6 @@ STAGE = "generate_questions"
 MAX_TEXT_CHARS = 160
 #: Draft rounds per kind: the first asks for twice the questions still wanted, the next for what is still missing.
 ROUNDS = 2
-
-
-@dataclass
-class _Draft:
-    kind: str
-    question: str
-    answer: str
-    spans: list[Span]
-    passages: list[Passage]
-    quotes: list[Span] = field(default_factory=list)
-    found: str = ""
-    reply_format: str = ""
-    closed_book_answer: str = ""
-
-
-def _looseness(how: str) -> int:
-    """How loosely a span was found: exact 0, any case 1, other white space 2, fuzzy 3."""
-    order = ("exact", "case", "whitespace")
-    return order.index(how) if how in order else len(order)
 
 
 @dataclass(frozen=True)
@@ -191,18 +168,6 @@ class QuestionWriter:
         replies = iter(self.chat.complete_many(real) if real else [])
         return [next(replies) if r is not None else None for r in requests]
 
-    @staticmethod
-    def _fields(result: ChatResult | None, names: Sequence[str]) -> dict[str, str] | None:
-        if result is None:
-            return None
-        try:
-            data = extract_json(result.text)
-        except PromptOutputError:
-            return None
-        if not isinstance(data, dict) or not all(isinstance(data.get(n), str) for n in names):
-            return None
-        return {n: data[n].strip() for n in names}
-
     # ----------------------------------------------------------------- drafts
     def _draft_requests(
         self, kind: str, text: str, title: str, doc_id: str, groups: list[list[Passage]]
@@ -229,68 +194,8 @@ class QuestionWriter:
                 out.append(self._request("qa_unanswerable", values, schema, budget, doc_id, draft=True))
         return out
 
-    def _read_draft(
-        self, kind: str, text: str, group: list[Passage], result: ChatResult | None, report: GenerationReport
-    ) -> _Draft | None:
-        if result is None:
-            report.reject(kind, "too_long")
-            return None
-        if result.record.reply_format in ENFORCED:
-            report.schema_enforced[kind] += 1
-        names = {
-            "single": ["quote", "answer", "question"],
-            "two_passages": ["quote_1", "quote_2", "answer", "question"],
-            "unanswerable": ["missing", "question"],
-        }[kind]
-        data = self._fields(result, names)
-        if data is None:
-            report.reject(kind, "unparsed")
-            return None
-        if not data["question"] or (kind != "unanswerable" and not data["answer"]):
-            report.reject(kind, "empty")
-            return None
-        if not data["question"].endswith("?"):
-            report.reject(kind, "not_a_question")
-            return None
-        if kind != "unanswerable" and normalize_answer(data["answer"]) in normalize_answer(data["question"]):
-            report.reject(kind, "answer_in_question")
-            return None
-        draft = _Draft(
-            kind, data["question"], data.get("answer", ""), [], group, reply_format=result.record.reply_format
-        )
-        if kind == "unanswerable":
-            return draft
-        hows = []
-        for key, passage in zip(("quote", "quote_1", "quote_2"), [group[0], group[0], group[-1]], strict=True):
-            if key not in data:
-                continue
-            span, how = locate_quote(text, [passage], data[key])
-            if span is None:
-                report.reject(kind, "quote_not_found")
-                return None
-            draft.quotes.append(span)
-            hows.append(how)
-        if kind == "single":
-            span, how = locate_answer_in(text, draft.quotes[0], draft.answer)
-            if span is None:
-                report.reject(kind, "answer_not_found")
-                return None
-            draft.spans, draft.answer = [span], text[span[0] : span[1]]
-            hows.append(how)
-        else:
-            asked = content_words(f"{draft.question} {draft.answer}")
-            if any(not (asked & content_words(text[s:e])) for s, e in draft.quotes):
-                report.reject(kind, "one_passage")
-                return None
-            draft.spans = list(draft.quotes)
-        draft.found = max(hows, key=_looseness)
-        report.found[draft.found.split(":")[0]] += 1
-        return draft
-
     # ----------------------------------------------------------------- checks
-    def _checks(
-        self, drafts: list[_Draft], text: str, title: str, doc_id: str, report: GenerationReport
-    ) -> list[_Draft]:
+    def _checks(self, drafts: list[Draft], text: str, title: str, doc_id: str, report: GenerationReport) -> list[Draft]:
         """The drafts that pass the checks. Every draft is asked back, with its passage(s) among
         the passages most like it: an answerable one must get the same answer back (round
         trip), an unanswerable one none. Answerable drafts are also asked without the document
@@ -298,7 +203,7 @@ class QuestionWriter:
         sentences = split_sentences(text)
         passages = passages_of(text, min_letters=0)
         requests: list[ChatRequest | None] = []
-        asked: list[tuple[_Draft, str]] = []
+        asked: list[tuple[Draft, str]] = []
         failed: set[int] = set()
         for d in drafts:
             if d.kind == "unanswerable" and lexical_answer(d.question, text, sentences) is not None:
@@ -328,13 +233,13 @@ class QuestionWriter:
                 what = "answerability" if d.kind == "unanswerable" else "round_trip"
             report.checks[what] += 1
             if what == "closed_book":
-                got = self._fields(result, ["answer"])
+                got = reply_fields(result, ["answer"])
                 d.closed_book_answer = got["answer"] if got else ""
                 if closed_book_correct(d.closed_book_answer, d.answer):
                     report.reject(d.kind, "closed_book")
                     failed.add(id(d))
                 continue
-            got = self._fields(result, ["quote", "answer"])
+            got = reply_fields(result, ["quote", "answer"])
             quote, answer = (got["quote"], got["answer"]) if got else ("", "")
             found = NOT_IN_DOCUMENTS not in answer.upper() and bool(quote or answer)
             if d.kind == "unanswerable":
@@ -348,7 +253,7 @@ class QuestionWriter:
                 failed.add(id(d))
         return [d for d in drafts if id(d) not in failed]
 
-    def _excerpts(self, draft: _Draft, text: str, passages: list[Passage], n: int = 3) -> list[Passage]:
+    def _excerpts(self, draft: Draft, text: str, passages: list[Passage], n: int = 3) -> list[Passage]:
         """The draft's own passage and the passages most like its question (BM25), ``n`` in all, in document order."""
         from ctxwin_dagster.core.retrieval.lexical import TextBM25
 
@@ -383,7 +288,7 @@ class QuestionWriter:
         if not passages:
             report.no_passages.append(doc_id)
             return GeneratedQuestions([], report)
-        kept: list[_Draft] = []
+        kept: list[Draft] = []
         for kind in KINDS:
             used: list[Passage] = []
             for round_ in range(ROUNDS):
@@ -404,7 +309,7 @@ class QuestionWriter:
                 drafts = [
                     d
                     for g, r in zip(groups, replies, strict=True)
-                    if (d := self._read_draft(kind, text, g, r, report)) is not None
+                    if (d := read_draft(kind, text, g, r, report)) is not None
                 ]
                 if drafts:
                     say(f"{doc_id}: checking {len(drafts)} {kind.replace('_', ' ')} draft(s)")
@@ -418,7 +323,7 @@ class QuestionWriter:
                     report.kept[kind] += 1
         return GeneratedQuestions([self._item(doc_id, d) for d in kept], report)
 
-    def _item(self, doc_id: str, d: _Draft) -> QAItem:
+    def _item(self, doc_id: str, d: Draft) -> QAItem:
         meta: dict[str, Any] = {
             "source": SOURCE,
             "kind": d.kind,

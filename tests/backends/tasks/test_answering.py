@@ -8,14 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from ctxwin_dagster.backends.tasks.answering import (
-    SIGNALS,
-    AnswerRule,
-    answer_from_passages,
-    answer_signals,
-    not_found_probability,
-    opening_flags,
-)
+from ctxwin_dagster.backends.tasks.answer_signals import SIGNALS, answer_signals, not_found_probability
+from ctxwin_dagster.backends.tasks.answering import AnswerRule, answer_from_passages, opening_flags
 from ctxwin_dagster.core.methods.prompts import NOT_IN_DOCUMENTS
 
 NEVER = (-50.0, (0.0,) * len(SIGNALS))  # a not-found model that never abstains
