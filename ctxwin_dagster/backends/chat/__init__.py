@@ -2,6 +2,10 @@
 
 * :mod:`~ctxwin_dagster.backends.chat.backend` — :class:`~.backend.OpenAIChatBackend`: bounded concurrency,
   retries, the response cache and accounting.
+* :mod:`~ctxwin_dagster.backends.chat.sending` — how its requests reach the server: the SDK client
+  and worker threads, one request with its retries, a batch that stops at the first failure.
+* :mod:`~ctxwin_dagster.backends.chat.accounting` — the cache entry of an answer and the record of
+  a call (an answer, a cache hit, a failure).
 * :mod:`~ctxwin_dagster.backends.chat.messages` — checking a request, its cache key, the fit
   check, the request body and parsing the reply.
 * :mod:`~ctxwin_dagster.backends.chat.errors` — :class:`~.errors.ChatBackendError` and the classifier that

@@ -49,20 +49,18 @@ import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from functools import partial
 from typing import Any, Literal
 
-import openai
-from openai.types.chat import ChatCompletion
-
-from ctxwin_dagster.backends.base import CallRecord, ChatRequest, ChatResult, Ledger
+from ctxwin_dagster.backends.base import ChatRequest, ChatResult, Ledger
 from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
 from ctxwin_dagster.backends.calls.endpoint import OPENAI_BASE_URL, normalize_base_url, resolve_api_key
 from ctxwin_dagster.backends.calls.retry import RetryPolicy, http_timeout
-from ctxwin_dagster.backends.calls.secrets import http_client
+from ctxwin_dagster.backends.chat.accounting import answer_entry, duplicate_record, entry_result, failure_record
 from ctxwin_dagster.backends.chat.errors import ChatBackendError, chat_error
-from ctxwin_dagster.backends.chat.messages import Prepared, check_fit, parse_completion, prepare, request_body
+from ctxwin_dagster.backends.chat.messages import Prepared, Reply, check_fit, max_tokens_param_for, prepare
+from ctxwin_dagster.backends.chat.sending import SKIPPED, Attempts, Connection, post_with_retries, send_batch
 from ctxwin_dagster.backends.chat.structured import ReplyFormats
 from ctxwin_dagster.backends.planning.pricing import PriceOverrides, estimate_cost
 from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
@@ -71,11 +69,6 @@ from ctxwin_dagster.core.budget.tokens import TokenCounter, get_token_counter
 __all__ = ["OpenAIChatBackend"]
 
 log = logging.getLogger(__name__)
-
-_CACHE_FORMAT = 1
-# Models that take ``max_completion_tokens`` instead of ``max_tokens`` on OpenAI's API.
-_REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
-_SKIPPED = object()
 
 
 class OpenAIChatBackend:
@@ -197,31 +190,22 @@ class OpenAIChatBackend:
         self.ledger = ledger if ledger is not None else Ledger()
         self.limits = limits if limits is not None else get_model_limits(model)
         self.price_overrides = dict(price_overrides) if price_overrides else None
-        if max_tokens_param is None:
-            bare = model.split("/")[-1].lower()
-            max_tokens_param = (
-                "max_completion_tokens" if self.is_openai and bare.startswith(_REASONING_PREFIXES) else "max_tokens"
-            )
-        self.max_tokens_param = max_tokens_param
+        self.max_tokens_param = max_tokens_param or max_tokens_param_for(model, is_openai=self.is_openai)
         if max_reply_tokens is not None and (not isinstance(max_reply_tokens, int) or max_reply_tokens < 1):
             raise ValueError(f"max_reply_tokens must be an int >= 1 or None; got {max_reply_tokens!r}")
         self.max_reply_tokens = max_reply_tokens
         self._counter: TokenCounter = get_token_counter(model)
 
         # The SDK client holds the key; this object keeps no other copy of it.
-        self._client = openai.OpenAI(
+        self._connection = Connection(
             api_key=resolve_api_key(api_key, self.base_url, what=f"the chat model {model!r}"),
             base_url=self.base_url,
-            max_retries=0,  # retries are self.retry's
             timeout=timeout,
-            http_client=http_client(),  # error bodies come back with the key masked
+            workers=max_concurrency,
+            name=f"ctxwin-chat-{model}",
         )
         #: What structured output the endpoint accepts (found out on the first request with a schema).
         self.reply_formats = ReplyFormats(self.cache if not isinstance(self.cache, NullCache) else None)
-        self._slots = threading.BoundedSemaphore(max_concurrency)
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-        self._workers: ThreadPoolExecutor | None = None
 
     @property
     def counter(self) -> TokenCounter:
@@ -234,34 +218,9 @@ class OpenAIChatBackend:
             f"max_concurrency={self.max_concurrency}, cache={self.cache!r})"
         )
 
-    # ----------------------------------------------------------------- client and threads
-    def _api(self) -> openai.OpenAI:
-        """The SDK client: made anew after :meth:`close` and in a forked process."""
-        if self._client.is_closed() or self._pid != os.getpid():
-            with self._lock:
-                if self._client.is_closed() or self._pid != os.getpid():
-                    self._client = self._client.copy(http_client=http_client())
-                    self._workers = None  # a forked process has none of its parent's threads
-                    self._pid = os.getpid()
-        return self._client
-
-    def _pool(self) -> ThreadPoolExecutor:
-        """The backend's ``max_concurrency`` worker threads (started on first use)."""
-        self._api()
-        with self._lock:
-            if self._workers is None:
-                self._workers = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix=f"ctxwin-chat-{self.model}")
-            return self._workers
-
     def close(self) -> None:
         """Stop the worker threads and close the HTTP client (idempotent; a later call reopens them)."""
-        with self._lock:
-            workers, self._workers = self._workers, None
-        if self._pid != os.getpid():
-            return  # a forked process: the client and threads are its parent's
-        if workers is not None:
-            workers.shutdown(wait=True, cancel_futures=True)
-        self._client.close()
+        self._connection.close()
 
     def __enter__(self) -> OpenAIChatBackend:
         return self
@@ -287,7 +246,7 @@ class OpenAIChatBackend:
 
     async def acomplete(self, request: ChatRequest) -> ChatResult:
         """``await``-able :meth:`complete`, usable from any event loop (runs on a worker thread)."""
-        return await asyncio.wrap_future(self._pool().submit(self.complete, request))
+        return await asyncio.wrap_future(self._connection.pool().submit(self.complete, request))
 
     def complete_many(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         """Run ``requests`` concurrently (at most ``max_concurrency`` in flight); results in order.
@@ -327,7 +286,7 @@ class OpenAIChatBackend:
         for p in firsts:  # nothing is sent unless every prompt fits
             self._check_fit(p)
         if firsts:
-            sent = self._send_many(firsts)
+            sent = send_batch(self._connection.pool, self._send, firsts, cached=dedupe)
             for idx, result in zip(groups.values(), sent, strict=True):
                 results[idx[0]] = result
                 for j in idx[1:]:
@@ -349,47 +308,12 @@ class OpenAIChatBackend:
 
     # ----------------------------------------------------------------- accounting
     def _result(self, p: Prepared, entry: Mapping[str, Any], *, latency_s: float, attempts: int) -> ChatResult:
-        """The result and its record for a cache entry: an answer just received (``attempts`` >= 1)
-        or a cache hit (``attempts=0``)."""
-        text = str(entry.get("text", ""))
-        input_tokens = int(entry.get("input_tokens", 0))
-        output_tokens = int(entry.get("output_tokens", 0))
-        cached_tokens = int(entry.get("cached_tokens", 0))
-        # A hit's cost of the work is the cost of the call it reuses (paid_usd is 0); an entry
-        # without a recorded price is priced from its stored token counts.
-        cost = entry.get("cost_usd")
-        if attempts == 0 and not isinstance(cost, int | float):
-            cost = self._cost(input_tokens, output_tokens, cached_tokens)
-        # What the prompt cache saved: the same call with every input token at the full price.
-        full = self._cost(input_tokens, output_tokens, 0) if cached_tokens and cost is not None else None
-        saving = max(0.0, float(full) - float(cost)) if full is not None and cost is not None else 0.0
-        record = self._record(
-            p,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cached_tokens=cached_tokens,
-            input_chars=p.input_chars,
-            output_chars=len(text),
-            latency_s=latency_s,
-            cost_usd=None if cost is None else float(cost),
-            cache_saving_usd=saving,
-            cache_hit=attempts == 0,
-            usage_counted=bool(entry.get("usage_counted", False)),
-            attempts=attempts,
-            reply_format=str(entry.get("reply_format") or ("schema" if p.request.schema is not None else "")),
+        """The result and its record for a cache entry (:func:`~.accounting.entry_result`), recorded."""
+        result = entry_result(
+            p, entry, backend=self.backend_id, model=self.model, cost=self._cost, latency_s=latency_s, attempts=attempts
         )
-        self.ledger.add(record)
-        return ChatResult(text=text, record=record, finish_reason=entry.get("finish_reason"))
-
-    def _record(self, p: Prepared, **fields: Any) -> CallRecord:
-        """A record of a call for ``p`` by this backend, with ``fields`` (volumes, latency, outcome)."""
-        return CallRecord(
-            backend=self.backend_id,
-            model=self.model,
-            tags=p.request.tags,
-            prompt_version=p.request.prompt_version,
-            **fields,
-        )
+        self.ledger.add(result.record)
+        return result
 
     def _cost(self, input_tokens: int, output_tokens: int, cached_tokens: int) -> float | None:
         """USD for a call of this model with these token counts, None when its price is unknown."""
@@ -402,114 +326,16 @@ class OpenAIChatBackend:
         )
 
     def _duplicate(self, p: Prepared, result: ChatResult) -> ChatResult:
-        # Keeps its twin's token counts and cost of the work; as a cache hit it paid nothing.
-        record = replace(result.record, tags=p.request.tags, latency_s=0.0, cache_hit=True, attempts=0)
+        """The result of ``p``, answered by ``result`` of an identical request in the same batch."""
+        record = duplicate_record(p, result)
         self.ledger.add(record)
         return ChatResult(text=result.text, record=record, finish_reason=result.finish_reason)
 
-    # ----------------------------------------------------------------- sending
-    def _send_many(self, prepared: list[Prepared]) -> list[ChatResult]:
-        stop = threading.Event()
-        errors: list[Exception] = []  # in the order they happened
-
-        def one(p: Prepared) -> Any:
-            try:
-                return self._send(p, stop=stop)
-            except Exception as exc:  # noqa: BLE001 - kept as its outcome; the batch raises the first
-                errors.append(exc)
-                stop.set()
-                return exc
-
-        futures = [self._pool().submit(one, p) for p in prepared]
-        try:
-            outcomes = [f.result() for f in futures]
-        except BaseException:  # e.g. KeyboardInterrupt: start nothing more, let calls in flight finish
-            stop.set()
-            raise
-        if errors:
-            exc = errors[0]
-            done = sum(isinstance(o, ChatResult) for o in outcomes)
-            skipped = sum(o is _SKIPPED for o in outcomes)
-            exc.add_note(
-                f"complete_many: {done} of {len(outcomes)} requests finished"
-                f"{' and were cached' if not isinstance(self.cache, NullCache) else ''}, {len(errors)} failed, "
-                f"{skipped} were not sent; fix the cause and run the batch again to resume"
-            )
-            raise exc
-        return outcomes
-
-    def _send(self, p: Prepared, *, stop: threading.Event | None = None) -> Any:
-        """Send ``p`` with retries, record it, cache the answer; ``_SKIPPED`` when ``stop`` was set first."""
-        client = self._api()
-        t0 = 0.0  # set when the first attempt starts: latency excludes waiting for a slot
-        attempts = 0
-        fmt = self.reply_formats.get(self.backend_id, self.model) if p.request.schema is not None else ""
-        try:
-            while True:
-                body = request_body(p, model=self.model, max_tokens_param=self.max_tokens_param, reply_format=fmt)
-                try:
-                    for attempt in self.retry.retrying():
-                        with attempt, self._slots:
-                            if attempts == 0:
-                                if stop is not None and stop.is_set():
-                                    return _SKIPPED
-                                t0 = time.perf_counter()
-                            attempts += 1
-                            # ``post`` with a plain body is the SDK's documented way to call an endpoint; it
-                            # skips ``create``'s per-call TypedDict transform of a body this backend built itself.
-                            response = client.post("/chat/completions", body=body, cast_to=ChatCompletion)
-                            text, finish, usage, served_model = parse_completion(response)
-                    break
-                except openai.APIStatusError as exc:  # a server without structured output: ask with less
-                    lower = self.reply_formats.refused(self.backend_id, self.model, fmt, exc) if fmt else None
-                    if lower is None:
-                        raise
-                    fmt = lower
-        except Exception as exc:
-            error = chat_error(
-                exc,
-                attempts=attempts,
-                base_url=self.base_url,
-                model=self.model,
-                timeout_s=self.timeout_s,
-                limits=self.limits,
-                api_key=client.api_key,
-                deadline_s=self.retry.deadline_s if self.retry.gave_up_at_deadline(attempts, exc) else None,
-            )
-            self.ledger.add(
-                self._record(
-                    p,
-                    latency_s=time.perf_counter() - t0,
-                    attempts=attempts,
-                    ok=False,
-                    error=f"{type(error).__name__}: {error}"[:500],
-                )
-            )
-            if isinstance(error, ChatBackendError) and error.kind == "auth":
-                raise error from None  # the SDK's exception carries the request headers
-            if error is exc:
-                raise
-            raise error from exc
-
-        latency = time.perf_counter() - t0
-        if usage is not None:
-            input_tokens, output_tokens, cached_tokens, counted = *usage, False
-        else:
-            input_tokens = self._counter.count_messages(p.messages)
-            output_tokens, cached_tokens, counted = self._counter.count(text), 0, True
-        entry = {
-            "format": _CACHE_FORMAT,
-            "text": text,
-            "finish_reason": finish,
-            "input_tokens": input_tokens,
-            "output_tokens": output_tokens,
-            "cached_tokens": cached_tokens,
-            "usage_counted": counted,
-            "served_model": served_model,
-            "cost_usd": self._cost(input_tokens, output_tokens, cached_tokens),
-            "reply_format": fmt,
-        }
-        if finish == "length":
+    def _answered(self, p: Prepared, reply: Reply, attempts: Attempts) -> ChatResult:
+        """The result of ``reply``, the answer to ``p``: recorded, and cached before it counts as done."""
+        latency = time.perf_counter() - attempts.t0
+        entry = answer_entry(p, reply, counter=self._counter, cost=self._cost, reply_format=attempts.reply_format)
+        if entry["finish_reason"] == "length":
             log.info("%s: reply cut at max_tokens=%d (finish_reason='length')", self.model, p.request.max_tokens)
         if not isinstance(self.cache, NullCache):
             try:
@@ -518,4 +344,52 @@ class OpenAIChatBackend:
                 log.warning(
                     "could not write the response cache %r (%s); the answer is returned but not cached", self.cache, exc
                 )
-        return self._result(p, entry, latency_s=latency, attempts=attempts)
+        return self._result(p, entry, latency_s=latency, attempts=attempts.count)
+
+    def _failed(self, p: Prepared, exc: Exception, attempts: Attempts, api_key: str) -> BaseException:
+        """The error to raise for ``p``, failed for good with ``exc`` (:func:`~.errors.chat_error`),
+        its call recorded as failed."""
+        error = chat_error(
+            exc,
+            attempts=attempts.count,
+            deadline_s=self.retry.deadline_s if self.retry.gave_up_at_deadline(attempts.count, exc) else None,
+            base_url=self.base_url,
+            model=self.model,
+            timeout_s=self.timeout_s,
+            limits=self.limits,
+            api_key=api_key,
+        )
+        latency = time.perf_counter() - attempts.t0
+        self.ledger.add(
+            failure_record(
+                p, error, backend=self.backend_id, model=self.model, latency_s=latency, attempts=attempts.count
+            )
+        )
+        return error
+
+    # ----------------------------------------------------------------- sending
+    def _send(self, p: Prepared, stop: threading.Event | None = None) -> Any:
+        """Send ``p`` with retries, record it, cache the answer; ``SKIPPED`` when ``stop`` was set first."""
+        client = self._connection.client()
+        schema = p.request.schema is not None
+        attempts = Attempts(reply_format=self.reply_formats.get(self.backend_id, self.model) if schema else "")
+        try:
+            reply = post_with_retries(
+                client,
+                p,
+                attempts,
+                model=self.model,
+                max_tokens_param=self.max_tokens_param,
+                retry=self.retry,
+                slots=self._connection.slots,
+                lesser_format=partial(self.reply_formats.refused, self.backend_id, self.model),
+                stop=stop,
+            )
+        except Exception as exc:
+            error = self._failed(p, exc, attempts, client.api_key)
+            if isinstance(error, ChatBackendError) and error.kind == "auth":
+                raise error from None  # the SDK's exception carries the request headers
+            if error is exc:
+                raise
+            raise error from exc
+        return reply if reply is SKIPPED else self._answered(p, reply, attempts)

@@ -103,6 +103,66 @@ def server_message(exc: openai.APIStatusError) -> str:
     return redact_key(message)
 
 
+#: What the error says when a wait ran out on every attempt, by the wait's phase (``{within}``:
+#: its seconds); a timeout of any other phase (write, pool) says :data:`_OTHER_TIMEOUT`.
+_TIMEOUTS: dict[str, str] = {
+    "connect": (
+        "could not connect to the chat server at {base_url} {within} (connect timeout; model {model!r}); "
+        "{tries}. Check host and port of base_url and that no firewall or proxy drops the connection, or "
+        "raise connect_timeout_s"
+    ),
+    "read": (
+        "no reply {within} (read timeout) from the chat server at {base_url} (model {model!r}); {tries}. "
+        "The server took the connection and sent nothing back: check that it is serving (its logs, its "
+        "load), lower max_concurrency, or raise timeout_s"
+    ),
+}
+_OTHER_TIMEOUT = (
+    "the chat server at {base_url} {reason} (model {model!r}); {tries}. Check the server's load and the network, "
+    "or raise timeout_s"
+)
+
+#: A refusal that no retry mends, by its HTTP status: the kind of error and what it says
+#: (``{where}``: the server and model, ``{detail}``: the server's message). A 429 that is not
+#: transient is an account out of quota.
+_REFUSALS: dict[int, tuple[ErrorKind, str]] = {
+    429: (
+        "quota",
+        "{where} says the account is out of quota (429 insufficient_quota): check the plan and billing of the "
+        "API key. Server: {detail}",
+    ),
+    401: (
+        "auth",
+        "{where} rejected the API key (401 Unauthorized): set OPENAI_API_KEY (or pass api_key=) to a valid key "
+        "for this server",
+    ),
+    403: (
+        "permission",
+        "{where} refused the request (403 Forbidden): the API key has no access to this model or endpoint. "
+        "Server: {detail}",
+    ),
+    404: (
+        "model_not_found",
+        "model {model!r} not found at {base_url} (404): check the model name the server serves (GET "
+        "{base_url}/models lists them; for Ollama run `ollama pull {model}`) and that base_url ends with the "
+        "API root such as /v1. Server: {detail}",
+    ),
+}
+#: Any other refusal.
+_BAD_REQUEST: tuple[ErrorKind, str] = (
+    "bad_request",
+    "{where} rejected the request ({status}): {detail}. Check the request settings the server supports "
+    "(temperature, top_p, max_tokens, response_format)",
+)
+#: The statuses of a refused request, and the words of the server's message, that say the prompt
+#: is longer than the model's context.
+_OVERFLOW_STATUSES = (400, 413, 422)
+_OVERFLOW_WORDS = ("context length", "context window", "maximum context", "too many tokens")
+
+#: ``(message, kind, HTTP status)`` of a :class:`ChatBackendError`.
+_Explained = tuple[str, ErrorKind, int | None]
+
+
 def chat_error(
     exc: BaseException,
     *,
@@ -121,105 +181,71 @@ def chat_error(
     ``api_key`` is masked wherever the server's message quotes it. ``timeout_s`` is the read
     timeout, named when the request does not carry its own; ``deadline_s`` is given when the
     request's deadline is what ended the retries."""
-
-    def err(message: str, kind: ErrorKind, status: int | None = None) -> ChatBackendError:
-        return ChatBackendError(message, kind=kind, base_url=base_url, model=model, status=status, attempts=attempts)
-
-    where = f"{base_url} (model {model!r})"
-    tries = attempts_text(attempts, deadline_s)
+    explained: _Explained | ContextOverflowError
     if is_transient(exc):  # retries exhausted
-        timeout = timed_out(exc)
-        if timeout is not None:
-            phase, seconds = timeout
-            within = f"within {seconds if seconds is not None else timeout_s:g} s"
-            if phase == "connect":
-                return err(
-                    f"could not connect to the chat server at {base_url} {within} (connect timeout; "
-                    f"model {model!r}); {tries}. Check host and port of base_url and that no firewall or proxy "
-                    "drops the connection, or raise connect_timeout_s",
-                    "timeout",
-                )
-            if phase == "read":
-                return err(
-                    f"no reply {within} (read timeout) from the chat server at {base_url} "
-                    f"(model {model!r}); {tries}. The server took the connection and sent nothing back: check "
-                    "that it is serving (its logs, its load), lower max_concurrency, or raise timeout_s",
-                    "timeout",
-                )
-            return err(
-                f"the chat server at {base_url} {failure_reason(exc)} (model {model!r}); {tries}. Check the "
-                "server's load and the network, or raise timeout_s",
-                "timeout",
-            )
-        if isinstance(exc, openai.APIConnectionError):
-            cause = exc.__cause__ or exc
-            return err(
-                f"cannot reach the chat server at {base_url} ({tries}; {type(cause).__name__}: {cause}). "
-                "Check that the server is running and listening there (`vllm serve …`, `ollama serve`, "
-                "llama.cpp `llama-server`, LM Studio's server), that host, port and the /v1 path of base_url "
-                "are right, and that no firewall or proxy is in the way",
-                "unreachable",
-            )
-        if isinstance(exc, openai.APIStatusError) and exc.status_code == 429:
-            return err(
-                f"{base_url} kept rate-limiting model {model!r} (429, {tries}): lower max_concurrency, "
-                "raise max_retries or backoff_max_s, or check the key's rate limits",
-                "rate_limited",
-                429,
-            )
-        if isinstance(exc, openai.APIStatusError):
-            return err(
-                f"{base_url} kept failing for model {model!r} ({exc.status_code}, {tries}): "
-                f"{server_message(exc)[:300]}. Check the server's logs and health",
-                "server_error",
-                exc.status_code,
-            )
-        return err(
-            f"{base_url} sent malformed responses for model {model!r} ({tries}; {redact_key(str(exc))}). "
-            "Check that base_url points at an OpenAI-compatible API root (usually ending in /v1)",
-            "malformed",
-        )
-    if not isinstance(exc, openai.APIStatusError):
+        explained = _outlasted_retries(exc, base_url, model, timeout_s, attempts_text(attempts, deadline_s))
+    elif isinstance(exc, openai.APIStatusError):
+        explained = _refused(exc, base_url, model, limits, api_key)
+    else:
         return exc  # a bug or an unexpected error
+    if isinstance(explained, ContextOverflowError):
+        return explained
+    message, kind, status = explained
+    return ChatBackendError(message, kind=kind, base_url=base_url, model=model, status=status, attempts=attempts)
+
+
+def _outlasted_retries(exc: BaseException, base_url: str, model: str, timeout_s: float, tries: str) -> _Explained:
+    """What a transient failure says once the retries are spent: which wait ran out, or what the
+    server kept doing."""
+    timeout = timed_out(exc)
+    if timeout is not None:
+        phase, seconds = timeout
+        within = f"within {seconds if seconds is not None else timeout_s:g} s"
+        fields = {"base_url": base_url, "model": model, "tries": tries, "within": within}
+        return _TIMEOUTS.get(phase, _OTHER_TIMEOUT).format(reason=failure_reason(exc), **fields), "timeout", None
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__ or exc
+        return (
+            f"cannot reach the chat server at {base_url} ({tries}; {type(cause).__name__}: {cause}). "
+            "Check that the server is running and listening there (`vllm serve …`, `ollama serve`, "
+            "llama.cpp `llama-server`, LM Studio's server), that host, port and the /v1 path of base_url "
+            "are right, and that no firewall or proxy is in the way",
+            "unreachable",
+            None,
+        )
+    if isinstance(exc, openai.APIStatusError) and exc.status_code == 429:
+        return (
+            f"{base_url} kept rate-limiting model {model!r} (429, {tries}): lower max_concurrency, "
+            "raise max_retries or backoff_max_s, or check the key's rate limits",
+            "rate_limited",
+            429,
+        )
+    if isinstance(exc, openai.APIStatusError):
+        return (
+            f"{base_url} kept failing for model {model!r} ({exc.status_code}, {tries}): "
+            f"{server_message(exc)[:300]}. Check the server's logs and health",
+            "server_error",
+            exc.status_code,
+        )
+    return (
+        f"{base_url} sent malformed responses for model {model!r} ({tries}; {redact_key(str(exc))}). "
+        "Check that base_url points at an OpenAI-compatible API root (usually ending in /v1)",
+        "malformed",
+        None,
+    )
+
+
+def _refused(
+    exc: openai.APIStatusError, base_url: str, model: str, limits: ModelLimits, api_key: str | None
+) -> _Explained | ContextOverflowError:
+    """What a refusal no retry mends says (:data:`_REFUSALS`), or the overflow of a prompt the
+    server finds too long."""
     status = exc.status_code
+    where = f"{base_url} (model {model!r})"
     detail = redact_key(server_message(exc), api_key)
-    code = error_code(exc)
-    if status == 429:  # and not transient: out of quota
-        return err(
-            f"{where} says the account is out of quota (429 insufficient_quota): check the plan and billing "
-            f"of the API key. Server: {detail}",
-            "quota",
-            status,
-        )
-    if status == 401:
-        return err(
-            f"{where} rejected the API key (401 Unauthorized): set OPENAI_API_KEY (or pass api_key=) to a "
-            "valid key for this server",
-            "auth",
-            status,
-        )
-    if status == 403:
-        return err(
-            f"{where} refused the request (403 Forbidden): the API key has no access to this model or "
-            f"endpoint. Server: {detail}",
-            "permission",
-            status,
-        )
-    if status == 404:
-        return err(
-            f"model {model!r} not found at {base_url} (404): check the model name the server "
-            f"serves (GET {base_url}/models lists them; for Ollama run `ollama pull {model}`) "
-            f"and that base_url ends with the API root such as /v1. Server: {detail}",
-            "model_not_found",
-            status,
-        )
     lowered = detail.lower()
-    if status in (400, 413, 422) and (
-        code == "context_length_exceeded"
-        or "context length" in lowered
-        or "context window" in lowered
-        or "maximum context" in lowered
-        or "too many tokens" in lowered
+    if status in _OVERFLOW_STATUSES and (
+        error_code(exc) == "context_length_exceeded" or any(words in lowered for words in _OVERFLOW_WORDS)
     ):
         return ContextOverflowError(
             f"{where} says the prompt is too long for the model ({status}): {detail}. The local limits "
@@ -227,9 +253,6 @@ def chat_error(
             "server's; pass limits=ModelLimits(...) with the server's real context length (e.g. vLLM "
             "--max-model-len, Ollama num_ctx)"
         )
-    return err(
-        f"{where} rejected the request ({status}): {detail}. Check the request settings the server "
-        "supports (temperature, top_p, max_tokens, response_format)",
-        "bad_request",
-        status,
-    )
+    kind, template = _REFUSALS.get(status, _BAD_REQUEST)
+    message = template.format(where=where, detail=detail, model=model, base_url=base_url, status=status)
+    return message, kind, status

@@ -6,7 +6,8 @@
   that does not fit the model with ``max_tokens`` reserved for the reply (nothing is sent), after
   a quick upper bound (:func:`token_upper_bound`) that spares tokenizing most prompts.
 * :func:`request_body` and :func:`parse_completion` — the JSON body of
-  ``POST /chat/completions`` and the reply's text, finish reason, usage and model.
+  ``POST /chat/completions`` and the reply's text, finish reason, usage and model
+  (:data:`Reply`); :func:`max_tokens_param_for` — how the body names the reply's token limit.
 
 Example::
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ctxwin_dagster.backends.base import ChatRequest
 from ctxwin_dagster.backends.calls.cache import ResponseCache
@@ -33,7 +34,23 @@ from ctxwin_dagster.core.budget.fit import check_fit as fit_report
 from ctxwin_dagster.core.budget.limits import ModelLimits
 from ctxwin_dagster.core.budget.tokens import TokenCounter
 
-__all__ = ["Prepared", "check_fit", "parse_completion", "prepare", "request_body", "token_upper_bound"]
+__all__ = [
+    "Prepared",
+    "Reply",
+    "check_fit",
+    "max_tokens_param_for",
+    "parse_completion",
+    "prepare",
+    "request_body",
+    "token_upper_bound",
+]
+
+#: What :func:`parse_completion` reads from a reply: its text, finish reason, ``(input, output,
+#: cached tokens)`` when the server reports them, and the model that served it.
+Reply = tuple[str, str | None, tuple[int, int, int] | None, str]
+
+# Models that take ``max_completion_tokens`` instead of ``max_tokens`` on OpenAI's API.
+_REASONING_PREFIXES = ("o1", "o3", "o4", "gpt-5")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +164,17 @@ def check_fit(p: Prepared, *, model: str, limits: ModelLimits, counter: TokenCou
         )
 
 
+def max_tokens_param_for(model: str, *, is_openai: bool) -> Literal["max_tokens", "max_completion_tokens"]:
+    """How the request body names the reply's token limit: ``max_completion_tokens`` for OpenAI's
+    reasoning models (o1/o3/o4/gpt-5) on OpenAI's API (``is_openai``), ``max_tokens`` otherwise.
+
+    >>> max_tokens_param_for("o3-mini", is_openai=True), max_tokens_param_for("o3-mini", is_openai=False)
+    ('max_completion_tokens', 'max_tokens')
+    """
+    bare = model.split("/")[-1].lower()
+    return "max_completion_tokens" if is_openai and bare.startswith(_REASONING_PREFIXES) else "max_tokens"
+
+
 def request_body(p: Prepared, *, model: str, max_tokens_param: str, reply_format: str = "schema") -> dict[str, Any]:
     """The JSON body of ``POST /chat/completions`` for ``p``.
 
@@ -171,7 +199,7 @@ def request_body(p: Prepared, *, model: str, max_tokens_param: str, reply_format
     return body
 
 
-def parse_completion(response: Any) -> tuple[str, str | None, tuple[int, int, int] | None, str]:
+def parse_completion(response: Any) -> Reply:
     """``(text, finish_reason, (input, output, cached tokens) or None, served model)`` of a reply.
 
     Raises:

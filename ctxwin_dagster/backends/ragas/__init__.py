@@ -5,7 +5,9 @@
 * :mod:`.judge` — :class:`JudgeConfig` (an OpenAI-compatible judge model), the accounting of
   its calls, and scoring records with the paper's five metrics;
 * :mod:`.evaluate` — :func:`evaluate_records` and :class:`RagasEvaluation`: ctxwin's metrics,
-  ragas's non-LLM metrics and the judge's, per question and summarized per variant.
+  ragas's non-LLM metrics and the judge's, per question and summarized per variant;
+* :mod:`.outcomes` — what became of each (record, metric): scored, NaN, failed or skipped, and
+  the summary of a metric per variant.
 
 Importing this package does not import ragas; the first evaluation does.
 """

@@ -42,8 +42,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -51,7 +49,8 @@ if TYPE_CHECKING:
 
 from ctxwin_dagster.backends.ragas.compat import import_ragas, string_measure
 from ctxwin_dagster.backends.ragas.judge import PAPER_METRICS, JudgeConfig, JudgeUsage, run_judge
-from ctxwin_dagster.core.evaluation.metrics.aggregation import aggregate, bootstrap_mean_ci, metric_names
+from ctxwin_dagster.backends.ragas.outcomes import Outcomes
+from ctxwin_dagster.core.evaluation.metrics.aggregation import aggregate, metric_names
 from ctxwin_dagster.core.evaluation.metrics.scoring import (
     DEFAULT_KS,
     chunk_catalog,
@@ -69,6 +68,9 @@ NON_LLM_METRICS: tuple[str, ...] = (
     "id_based_context_precision",
     "id_based_context_recall",
 )
+_TEXT_METRICS = NON_LLM_METRICS[:2]
+_ID_METRICS = NON_LLM_METRICS[2:]
+_NO_CHUNK_TEXTS = "no chunk catalog with chunk texts (pass chunks= with 'text')"
 
 
 @dataclass
@@ -138,110 +140,108 @@ async def aevaluate_records(
     r = import_ragas()
     catalog = chunk_catalog(chunks) if chunks is not None else None
     base_rows = score_answers(records, chunks=catalog, ks=ks)
-
     measure, distance_name = string_measure(string_distance)
-    m_prec = r.NonLLMContextPrecisionWithReference(distance_measure=measure, threshold=threshold)
-    m_rec = r.NonLLMContextRecall(_distance_measure=measure, threshold=threshold)
-    m_idp = r.IDBasedContextPrecision()
-    m_idr = r.IDBasedContextRecall()
-
-    status: dict[tuple[int, str], tuple[str, str]] = {}  # (row, metric) -> (state, detail)
-    values: dict[tuple[int, str], float | None] = {}
-    failures: list[dict[str, Any]] = []
-
-    def put(i: int, metric: str, state: str, value: float | None, detail: str = "") -> None:
-        status[(i, metric)] = (state, detail)
-        values[(i, metric)] = value
-
-    # ---------------- non-LLM ragas metrics
+    non_llm = _non_llm_metrics(r, measure, threshold)
+    outcomes = Outcomes()
     for i, (rec, row) in enumerate(zip(records, base_rows)):
-        if not row["answerable"]:
-            for m in NON_LLM_METRICS:
-                put(i, m, "skipped", None, "unanswerable question")
-            continue
-        retrieved = list(rec.get("retrieved") or [])
-        if not retrieved:
-            for m in NON_LLM_METRICS:
-                put(i, m, "skipped", None, "no retrieved chunks")
-            continue
-        spans = reference_spans(rec, f"record {i}")
-        ret_ids = [str(h["chunk_id"]) for h in retrieved]
-        ret_texts = [str(h.get("text") or "") for h in retrieved]
-        ref_ids = reference_chunk_ids(rec, catalog)
-        samples: dict[str, Any] = {}
-        if ref_ids is not None:
-            samples["id_based_context_precision"] = r.SingleTurnSample(
-                retrieved_context_ids=ret_ids, reference_context_ids=ref_ids
-            )
-            samples["id_based_context_recall"] = r.SingleTurnSample(
-                retrieved_context_ids=ret_ids, reference_context_ids=ref_ids
-            )
-            doc_chunks = {str(c["chunk_id"]): c for c in (catalog or {}).get(str(rec.get("doc_id")), [])}
-            if not ref_ids:
-                for m in ("non_llm_context_precision_with_reference", "non_llm_context_recall"):
-                    put(i, m, "nan", math.nan, "no chunk of the catalog overlaps the reference spans")
-            elif all(cid in doc_chunks and "text" in doc_chunks[cid] for cid in ref_ids):
-                ref_texts = [str(doc_chunks[cid]["text"]) for cid in ref_ids]
-                for m in ("non_llm_context_precision_with_reference", "non_llm_context_recall"):
-                    samples[m] = r.SingleTurnSample(retrieved_contexts=ret_texts, reference_contexts=ref_texts)
-            else:
-                for m in ("non_llm_context_precision_with_reference", "non_llm_context_recall"):
-                    put(i, m, "skipped", None, "no chunk catalog with chunk texts (pass chunks= with 'text')")
-        else:
-            # Precision only asks which retrieved chunks are relevant: the relevant retrieved ids suffice.
-            relevant = [
-                str(h["chunk_id"])
-                for h in retrieved
-                if any(int(h["start"]) < e and s < int(h["end"]) for s, e in spans)
-            ]
-            samples["id_based_context_precision"] = r.SingleTurnSample(
-                retrieved_context_ids=ret_ids, reference_context_ids=relevant
-            )
-            put(
-                i, "id_based_context_recall", "skipped", None, "no chunk catalog (pass chunks=) nor reference_chunk_ids"
-            )
-            for m in ("non_llm_context_precision_with_reference", "non_llm_context_recall"):
-                put(i, m, "skipped", None, "no chunk catalog with chunk texts (pass chunks= with 'text')")
-        metric_objs = {
-            "non_llm_context_precision_with_reference": m_prec,
-            "non_llm_context_recall": m_rec,
-            "id_based_context_precision": m_idp,
-            "id_based_context_recall": m_idr,
-        }
-        for m, sample in samples.items():
-            try:
-                v = float(await metric_objs[m].single_turn_ascore(sample))
-            except Exception as exc:  # noqa: BLE001 - counted and reported
-                put(i, m, "failed", math.nan, f"{type(exc).__name__}: {exc}")
-                failures.append(
-                    {
-                        "question_id": row["question_id"],
-                        "variant": row["variant"],
-                        "metric": m,
-                        "error": f"{type(exc).__name__}: {exc}"[:500],
-                    }
-                )
-                continue
-            put(i, m, "nan" if math.isnan(v) else "ok", v)
-
-    # ---------------- judge metrics
+        await _score_samples(i, row, _non_llm_samples(r, i, rec, row, catalog, outcomes), non_llm, outcomes)
     usage = JudgeUsage()
     judge_metrics: tuple[str, ...] = ()
     if judge is not None:
         judge_metrics = judge.metrics
-        await run_judge(judge, embedder, records, base_rows, include_unanswerable, put, failures, usage)
-
-    # ---------------- rows and summary
-    names = [m for m in metric_names(base_rows)] + list(NON_LLM_METRICS) + list(judge_metrics)
-    rows = []
-    for i, base in enumerate(base_rows):
-        row = dict(base)
-        for m in (*NON_LLM_METRICS, *judge_metrics):
-            row[m] = values.get((i, m))
-        rows.append(row)
-
+        await run_judge(judge, embedder, records, base_rows, include_unanswerable, outcomes, usage)
+    ragas_metrics = (*NON_LLM_METRICS, *judge_metrics)
+    names = [*metric_names(base_rows), *ragas_metrics]
     populations = {m: "answerable" for m in NON_LLM_METRICS}
     populations.update({m: ("all" if include_unanswerable else "answerable") for m in judge_metrics})
+    return RagasEvaluation(
+        rows=outcomes.rows(base_rows, ragas_metrics),
+        summary=_summary(base_rows, outcomes, names, ragas_metrics, populations, n_boot=n_boot, seed=seed),
+        failures=outcomes.failures,
+        metric_names=names,
+        string_distance=distance_name,
+        judge=None if judge is None else judge.model,
+        judge_usage=usage.to_dict() if judge is not None else {},
+        ragas_version=r.version,
+    )
+
+
+def _non_llm_metrics(r: Any, measure: Any, threshold: float) -> dict[str, Any]:
+    """ragas's metric of each of :data:`NON_LLM_METRICS` (texts compared by ``measure``)."""
+    return {
+        "non_llm_context_precision_with_reference": r.NonLLMContextPrecisionWithReference(
+            distance_measure=measure, threshold=threshold
+        ),
+        "non_llm_context_recall": r.NonLLMContextRecall(_distance_measure=measure, threshold=threshold),
+        "id_based_context_precision": r.IDBasedContextPrecision(),
+        "id_based_context_recall": r.IDBasedContextRecall(),
+    }
+
+
+def _non_llm_samples(
+    r: Any, i: int, rec: Mapping[str, Any], row: Mapping[str, Any], catalog: Any, outcomes: Outcomes
+) -> dict[str, Any]:
+    """ragas's sample of each non-LLM metric that applies to record ``i`` (``row``: its scored
+    row); a metric that does not is put in ``outcomes`` as skipped (or NaN) with the reason."""
+    if not row["answerable"]:
+        outcomes.skip(i, NON_LLM_METRICS, "unanswerable question")
+        return {}
+    retrieved = list(rec.get("retrieved") or [])
+    if not retrieved:
+        outcomes.skip(i, NON_LLM_METRICS, "no retrieved chunks")
+        return {}
+    spans = reference_spans(rec, f"record {i}")
+    ret_ids = [str(h["chunk_id"]) for h in retrieved]
+    ret_texts = [str(h.get("text") or "") for h in retrieved]
+    ref_ids = reference_chunk_ids(rec, catalog)
+    if ref_ids is None:
+        # Precision only asks which retrieved chunks are relevant: the relevant retrieved ids suffice.
+        relevant = [
+            str(h["chunk_id"]) for h in retrieved if any(int(h["start"]) < e and s < int(h["end"]) for s, e in spans)
+        ]
+        sample = r.SingleTurnSample(retrieved_context_ids=ret_ids, reference_context_ids=relevant)
+        outcomes.skip(i, ("id_based_context_recall",), "no chunk catalog (pass chunks=) nor reference_chunk_ids")
+        outcomes.skip(i, _TEXT_METRICS, _NO_CHUNK_TEXTS)
+        return {"id_based_context_precision": sample}
+    samples = {m: r.SingleTurnSample(retrieved_context_ids=ret_ids, reference_context_ids=ref_ids) for m in _ID_METRICS}
+    doc_chunks = {str(c["chunk_id"]): c for c in (catalog or {}).get(str(rec.get("doc_id")), [])}
+    if not ref_ids:
+        for m in _TEXT_METRICS:
+            outcomes.put(i, m, "nan", math.nan, "no chunk of the catalog overlaps the reference spans")
+    elif all(cid in doc_chunks and "text" in doc_chunks[cid] for cid in ref_ids):
+        ref_texts = [str(doc_chunks[cid]["text"]) for cid in ref_ids]
+        for m in _TEXT_METRICS:
+            samples[m] = r.SingleTurnSample(retrieved_contexts=ret_texts, reference_contexts=ref_texts)
+    else:
+        outcomes.skip(i, _TEXT_METRICS, _NO_CHUNK_TEXTS)
+    return samples
+
+
+async def _score_samples(
+    i: int, row: Mapping[str, Any], samples: Mapping[str, Any], metrics: Mapping[str, Any], outcomes: Outcomes
+) -> None:
+    """Score record ``i``'s ``samples`` with their ``metrics`` into ``outcomes``."""
+    for m, sample in samples.items():
+        try:
+            value = float(await metrics[m].single_turn_ascore(sample))
+        except Exception as exc:  # noqa: BLE001 - counted and reported
+            outcomes.fail(i, row, m, exc)
+            continue
+        outcomes.scored(i, m, value)
+
+
+def _summary(
+    base_rows: list[dict[str, Any]],
+    outcomes: Outcomes,
+    names: Sequence[str],
+    ragas_metrics: Sequence[str],
+    populations: Mapping[str, str],
+    *,
+    n_boot: int,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """ctxwin's own metrics summarized per variant, then each of ``ragas_metrics`` per variant
+    over its population (``all`` questions or the ``answerable`` ones)."""
     summary = []
     own = [m for m in names if m not in populations]
     for s in aggregate(base_rows, metrics=own, n_boot=n_boot, seed=seed):
@@ -250,47 +250,12 @@ async def aevaluate_records(
     variants = list(dict.fromkeys(row["variant"] for row in base_rows))
     for variant in variants:
         idx = [i for i, row in enumerate(base_rows) if row["variant"] == variant]
-        for m in (*NON_LLM_METRICS, *judge_metrics):
+        for m in ragas_metrics:
             pop = populations[m]
             members = [i for i in idx if pop == "all" or base_rows[i]["answerable"]]
-            states = [status.get((i, m), ("skipped", "not evaluated")) for i in members]
-            vals = [
-                float(val)
-                for i in members
-                if status.get((i, m), ("",))[0] == "ok" and (val := values[(i, m)]) is not None
-            ]
-            reasons = Counter(d for st, d in states if st == "skipped")
-            lo = hi = None
-            if vals:
-                lo, hi = bootstrap_mean_ci(vals, n_boot=n_boot, seed=seed)
-            summary.append(
-                {
-                    "variant": variant,
-                    "metric": m,
-                    "population": pop,
-                    "n_population": len(members),
-                    "n": len(vals),
-                    "n_missing": 0,
-                    "n_nan": sum(1 for st, _ in states if st == "nan"),
-                    "mean": float(np.mean(vals)) if vals else None,
-                    "ci_low": lo,
-                    "ci_high": hi,
-                    "source": "ragas-judge" if m in PAPER_METRICS else "ragas",
-                    "n_failed": sum(1 for st, _ in states if st == "failed"),
-                    "n_skipped": sum(reasons.values()),
-                    "skip_reasons": dict(reasons),
-                }
-            )
-    return RagasEvaluation(
-        rows=rows,
-        summary=summary,
-        failures=failures,
-        metric_names=names,
-        string_distance=distance_name,
-        judge=None if judge is None else judge.model,
-        judge_usage=usage.to_dict() if judge is not None else {},
-        ragas_version=r.version,
-    )
+            source = "ragas-judge" if m in PAPER_METRICS else "ragas"
+            summary.append(outcomes.summary(variant, m, pop, members, source=source, n_boot=n_boot, seed=seed))
+    return summary
 
 
 def evaluate_records(

@@ -27,10 +27,14 @@ from ctxwin_dagster.backends.calls.endpoint import resolve_api_key
 from ctxwin_dagster.backends.calls.retry import RetryPolicy
 from ctxwin_dagster.backends.chat.local_model import is_local_model
 from ctxwin_dagster.backends.ragas.compat import import_ragas, ragas_embeddings
+from ctxwin_dagster.backends.ragas.outcomes import Outcomes
 from ctxwin_dagster.core.evaluation.metrics.answers import reference_answers
 
 if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
     from ctxwin_dagster.backends.base import Embedder
+    from ctxwin_dagster.backends.chat.local_server import LocalChatServer
 
 __all__ = ["JUDGE_METRICS", "PAPER_METRICS", "JudgeConfig", "JudgeUsage", "run_judge"]
 
@@ -164,6 +168,16 @@ class _Skip(Exception):
     """A metric does not apply to a record (the reason is counted)."""
 
 
+#: What each judge metric reads from a record besides its question.
+_NEEDS: dict[str, tuple[str, ...]] = {
+    "faithfulness": ("answer", "contexts"),
+    "answer_relevancy": ("answer",),
+    "context_recall": ("contexts", "reference"),
+    "context_precision": ("contexts", "reference"),
+    "answer_correctness": ("answer", "reference"),
+}
+
+
 def _tightened(kwargs: dict[str, Any], max_tokens: int) -> dict[str, Any]:
     """The judge's request for a small local model: its schema (instructor's JSON_SCHEMA mode puts
     it beside ``json_object``) tightened so that the verdict's JSON closes within the reply's
@@ -187,16 +201,48 @@ async def run_judge(
     records: Sequence[Mapping[str, Any]],
     base_rows: list[dict[str, Any]],
     include_unanswerable: bool,
-    put: Callable[..., None],
-    failures: list[dict[str, Any]],
+    outcomes: Outcomes,
     usage: JudgeUsage,
 ) -> None:
+    """Score ``records`` (``base_rows``: their scored rows) with the judge's metrics into
+    ``outcomes``, the judge's HTTP requests and tokens counted in ``usage``.
+
+    Unanswerable questions are skipped unless ``include_unanswerable``. A local judge model
+    answers through an endpoint on loopback (:func:`_judge_endpoint`), one verdict at a time.
+    """
     r = import_ragas()
-    from openai import AsyncOpenAI
+    emb = _judge_embeddings(judge, embedder)
+    base_url, local = _judge_endpoint(judge)
+    is_local = is_local_model(judge.model)
+    client = _judge_client(judge, base_url, usage, tighten=is_local and local is None)
+    try:
+        metrics = _metric_objects(r, judge, _judge_llm(r, judge, client, is_local), emb)
+        sem = asyncio.Semaphore(1 if is_local else judge.max_concurrency)  # a local model generates one reply at a time
 
-    from ctxwin_dagster.backends.calls.secrets import async_http_client
+        async def one(i: int, metric: str) -> None:
+            try:
+                args = _metric_inputs(metric, records[i], base_rows[i], include_unanswerable)
+            except _Skip as skip:
+                outcomes.skip(i, (metric,), str(skip))
+                return
+            async with sem:
+                try:
+                    value = await _verdict(metrics[metric], metric, args)
+                except Exception as exc:  # noqa: BLE001 - counted and reported
+                    outcomes.fail(i, base_rows[i], metric, exc)
+                    return
+            outcomes.scored(i, metric, value)
 
-    own_embedder = None
+        await asyncio.gather(*(one(i, m) for i in range(len(records)) for m in judge.metrics))
+    finally:
+        await client.close()
+        if local is not None:
+            local.stop()
+
+
+def _judge_embeddings(judge: JudgeConfig, embedder: Embedder | None) -> Any:
+    """ragas's embeddings for the metrics that need them (None when none does): ``embedder``, else
+    ``JudgeConfig.embedding_model`` served OpenAI-compatibly."""
     if judge.needs_embeddings() and embedder is None:
         if judge.embedding_model is None:
             raise ValueError(
@@ -206,35 +252,45 @@ async def run_judge(
             )
         from ctxwin_dagster.backends.embeddings.openai import OpenAIEmbedder
 
-        own_embedder = OpenAIEmbedder(
+        embedder = OpenAIEmbedder(
             model=judge.embedding_model,
             base_url=judge.embedding_base_url or judge.base_url,
             api_key=os.environ.get(judge.api_key_env) or None,
             max_retries=judge.max_retries,
             timeout_s=judge.timeout_s,
         )
-        embedder = own_embedder
-    emb = ragas_embeddings(embedder) if judge.needs_embeddings() and embedder is not None else None
+    return ragas_embeddings(embedder) if judge.needs_embeddings() and embedder is not None else None
 
-    local = None  # the in-process model's loopback endpoint, stopped at the end
-    is_local = is_local_model(judge.model)
-    base_url = judge.base_url
-    if is_local:
-        # A local model judges through an OpenAI-compatible endpoint on loopback (ragas speaks only
-        # that API): llama.cpp's server (the command's, or this process's), else the in-process model's.
-        from ctxwin_dagster.backends.chat.llama_server import local_chat_url
 
-        base_url = local_chat_url(judge.model)
-        if base_url is None:
-            from ctxwin_dagster.backends.chat.local import LocalChatBackend
-            from ctxwin_dagster.backends.chat.local_server import LocalChatServer
+def _judge_endpoint(judge: JudgeConfig) -> tuple[str | None, LocalChatServer | None]:
+    """The judge's base URL, and the loopback server started for it (to be stopped) if any.
 
-            local = LocalChatServer(
-                LocalChatBackend(model=judge.model.strip(), max_new_tokens=judge.max_tokens)
-            ).start()
-            base_url = local.base_url
+    A local model judges through an OpenAI-compatible endpoint on loopback (ragas speaks only
+    that API): llama.cpp's server (the command's, or this process's), else the in-process model's.
+    """
+    if not is_local_model(judge.model):
+        return judge.base_url, None
+    from ctxwin_dagster.backends.chat.llama_server import local_chat_url
+
+    base_url = local_chat_url(judge.model)
+    if base_url is not None:
+        return base_url, None
+    from ctxwin_dagster.backends.chat.local import LocalChatBackend
+    from ctxwin_dagster.backends.chat.local_server import LocalChatServer
+
+    local = LocalChatServer(LocalChatBackend(model=judge.model.strip(), max_new_tokens=judge.max_tokens)).start()
+    return local.base_url, local
+
+
+def _judge_client(judge: JudgeConfig, base_url: str | None, usage: JudgeUsage, *, tighten: bool) -> AsyncOpenAI:
+    """The judge's client: its requests counted in ``usage`` and retried by the project's one
+    policy (backends/calls/retry.py), not the SDK's own; with ``tighten`` (llama.cpp serving a
+    local model) each verdict's schema is tightened as in process (:func:`_tightened`)."""
+    from openai import AsyncOpenAI
+
+    from ctxwin_dagster.backends.calls.secrets import async_http_client
+
     http_client = async_http_client(event_hooks={"response": [usage.hook]})  # error bodies with the key masked
-    # Retries follow the project's one policy (backends/calls/retry.py), not the SDK's own.
     client = AsyncOpenAI(
         base_url=base_url,
         api_key=resolve_api_key(None, base_url, what=f"the judge {judge.model!r}", env=judge.api_key_env),
@@ -246,103 +302,93 @@ async def run_judge(
     create = client.chat.completions.create
 
     async def create_with_retries(*args: Any, **kwargs: Any) -> Any:
-        if is_local and local is None:  # llama.cpp: the verdict's schema tightened as in process
+        if tighten:
             kwargs = _tightened(kwargs, judge.max_tokens)
         return await policy.async_retrying()(create, *args, **kwargs)
 
     client.chat.completions.create = create_with_retries  # type: ignore[method-assign]
-    try:
-        # Extra model args reach instructor's create(): max_retries there is its number of attempts.
-        llm = r.llm_factory(
-            judge.model,
-            client=client,
-            max_tokens=judge.max_tokens,
-            temperature=judge.temperature,
-            max_retries=judge.attempts,
-        )
-        if is_local:
-            # The local judge decodes each verdict under its schema: instructor's JSON_SCHEMA mode
-            # puts the schema in ``response_format`` (``json_object`` with the schema; ragas asks for
-            # JSON mode, which only names it in the prompt), and llama.cpp (or the loopback server)
-            # decodes under it.
-            import instructor
+    return client
 
-            llm.client = instructor.from_openai(client, mode=instructor.Mode.JSON_SCHEMA)
-        objs: dict[str, Any] = {}
-        for m in judge.metrics:
-            if m == "faithfulness":
-                objs[m] = r.Faithfulness(llm=llm)
-            elif m == "answer_relevancy":
-                objs[m] = r.AnswerRelevancy(llm=llm, embeddings=emb, strictness=judge.answer_relevancy_strictness)
-            elif m == "context_recall":
-                objs[m] = r.ContextRecall(llm=llm)
-            elif m == "context_precision":
-                objs[m] = r.ContextPrecision(llm=llm)
-            elif m == "answer_correctness":
-                objs[m] = r.AnswerCorrectness(llm=llm, embeddings=emb, weights=list(judge.answer_correctness_weights))
-        sem = asyncio.Semaphore(1 if is_local else judge.max_concurrency)  # a local model generates one reply at a time
 
-        def inputs(metric: str, rec: Mapping[str, Any], row: Mapping[str, Any]) -> dict[str, Any]:
-            question = str(rec.get("question") or "")
-            answer = str(rec.get("answer") or "")
-            reference = next((x for x in reference_answers(rec.get("reference_answer")) if x.strip()), "")
-            contexts = [str(c) for c in (rec.get("contexts") or []) if _has_text(c)]
-            if not row["answerable"] and not include_unanswerable:
-                raise _Skip("unanswerable question")
-            if not _has_text(question):
-                raise _Skip("empty question")
-            needs = {
-                "faithfulness": ("answer", "contexts"),
-                "answer_relevancy": ("answer",),
-                "context_recall": ("contexts", "reference"),
-                "context_precision": ("contexts", "reference"),
-                "answer_correctness": ("answer", "reference"),
-            }[metric]
-            if "answer" in needs and not _has_text(answer):
-                raise _Skip("empty answer")
-            if "contexts" in needs and not contexts:
-                raise _Skip("no contexts given to the model")
-            if "reference" in needs and not _has_text(reference):
-                raise _Skip("no reference answer")
-            args: dict[str, Any] = {"user_input": question}
-            if "answer" in needs:
-                args["response"] = answer
-            if "contexts" in needs:
-                args["retrieved_contexts"] = contexts
-            if "reference" in needs:
-                args["reference"] = reference
-            return args
+def _judge_llm(r: Any, judge: JudgeConfig, client: AsyncOpenAI, is_local: bool) -> Any:
+    """ragas's LLM of the judge on ``client``."""
+    # Extra model args reach instructor's create(): max_retries there is its number of attempts.
+    llm = r.llm_factory(
+        judge.model,
+        client=client,
+        max_tokens=judge.max_tokens,
+        temperature=judge.temperature,
+        max_retries=judge.attempts,
+    )
+    if is_local:
+        # The local judge decodes each verdict under its schema: instructor's JSON_SCHEMA mode
+        # puts the schema in ``response_format`` (``json_object`` with the schema; ragas asks for
+        # JSON mode, which only names it in the prompt), and llama.cpp (or the loopback server)
+        # decodes under it.
+        import instructor
 
-        async def one(i: int, metric: str) -> None:
-            rec, row = records[i], base_rows[i]
-            try:
-                args = inputs(metric, rec, row)
-            except _Skip as skip:
-                put(i, metric, "skipped", None, str(skip))
-                return
-            async with sem:
-                try:
-                    result = await objs[metric].ascore(**args)
-                    v = float(result.value)
-                    if not math.isnan(v) and not 0.0 <= v <= 1.0:
-                        # e.g. a verdict of 143320 where the schema's int meant 0 or 1: never a score
-                        raise ValueError(f"the judge's verdicts give {metric} = {v:g}, outside [0, 1]")
-                except Exception as exc:  # noqa: BLE001 - counted and reported
-                    message = f"{type(exc).__name__}: {exc}"
-                    put(i, metric, "failed", math.nan, message)
-                    failures.append(
-                        {
-                            "question_id": row["question_id"],
-                            "variant": row["variant"],
-                            "metric": metric,
-                            "error": message[:500],
-                        }
-                    )
-                    return
-            put(i, metric, "nan" if math.isnan(v) else "ok", v)
+        llm.client = instructor.from_openai(client, mode=instructor.Mode.JSON_SCHEMA)
+    return llm
 
-        await asyncio.gather(*(one(i, m) for i in range(len(records)) for m in judge.metrics))
-    finally:
-        await client.close()
-        if local is not None:
-            local.stop()
+
+def _metric_objects(r: Any, judge: JudgeConfig, llm: Any, emb: Any) -> dict[str, Any]:
+    """ragas's metric of each of the judge's metrics."""
+    make: dict[str, Callable[[], Any]] = {
+        "faithfulness": lambda: r.Faithfulness(llm=llm),
+        "answer_relevancy": lambda: r.AnswerRelevancy(
+            llm=llm, embeddings=emb, strictness=judge.answer_relevancy_strictness
+        ),
+        "context_recall": lambda: r.ContextRecall(llm=llm),
+        "context_precision": lambda: r.ContextPrecision(llm=llm),
+        "answer_correctness": lambda: r.AnswerCorrectness(
+            llm=llm, embeddings=emb, weights=list(judge.answer_correctness_weights)
+        ),
+    }
+    return {m: make[m]() for m in judge.metrics}
+
+
+def _metric_inputs(
+    metric: str, rec: Mapping[str, Any], row: Mapping[str, Any], include_unanswerable: bool
+) -> dict[str, Any]:
+    """The arguments of ``metric``'s ``ascore`` for a record (``row``: its scored row).
+
+    Raises:
+        _Skip: the metric does not apply to the record, or an input it needs is empty.
+    """
+    question = str(rec.get("question") or "")
+    answer = str(rec.get("answer") or "")
+    reference = next((x for x in reference_answers(rec.get("reference_answer")) if x.strip()), "")
+    contexts = [str(c) for c in (rec.get("contexts") or []) if _has_text(c)]
+    if not row["answerable"] and not include_unanswerable:
+        raise _Skip("unanswerable question")
+    if not _has_text(question):
+        raise _Skip("empty question")
+    needs = _NEEDS[metric]
+    if "answer" in needs and not _has_text(answer):
+        raise _Skip("empty answer")
+    if "contexts" in needs and not contexts:
+        raise _Skip("no contexts given to the model")
+    if "reference" in needs and not _has_text(reference):
+        raise _Skip("no reference answer")
+    args: dict[str, Any] = {"user_input": question}
+    if "answer" in needs:
+        args["response"] = answer
+    if "contexts" in needs:
+        args["retrieved_contexts"] = contexts
+    if "reference" in needs:
+        args["reference"] = reference
+    return args
+
+
+async def _verdict(scorer: Any, metric: str, args: Mapping[str, Any]) -> float:
+    """``metric``'s score of one record by its ragas ``scorer`` (NaN when ragas gives NaN).
+
+    Raises:
+        ValueError: the judge's verdicts give a value outside [0, 1].
+    """
+    result = await scorer.ascore(**args)
+    value = float(result.value)
+    if not math.isnan(value) and not 0.0 <= value <= 1.0:
+        # e.g. a verdict of 143320 where the schema's int meant 0 or 1: never a score
+        raise ValueError(f"the judge's verdicts give {metric} = {value:g}, outside [0, 1]")
+    return value
