@@ -85,6 +85,12 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--early-stop", type=float, help="stop sliding after a window answers with at least this confidence (0-1)"
     )
+    _add_output_and_experiment(parser)
+
+
+def _add_output_and_experiment(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ctxwin ask`` that say how to print, which experiment to ask and where
+    its index, caches, model and ask server are."""
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument(
         "--experiment",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from ctxwin_dagster.cli.options import Subcommands
 from ctxwin_dagster.core.experiment import (
@@ -170,8 +171,38 @@ def _folder(docs: Path):
     return scan_documents(docs, known=load_id_registry(ids) if ids is not None else None)
 
 
-def cmd_qa_generate(args: argparse.Namespace) -> int:
+def _chosen_documents(refs: list[str] | None, folder: Any, docs: Path) -> list[str]:
+    """The doc_ids of ``refs`` (file names, stems or doc_ids) in ``folder``; every document without refs."""
+    if not refs:
+        return list(folder.ids())
+    chosen = []
+    for ref in refs:
+        doc_id = folder.resolve(ref)
+        if doc_id is None:
+            raise SystemExit(
+                f"ctxwin qa generate: no document {ref!r} in {docs}; give a file name, its stem or its doc_id"
+            )
+        chosen.append(doc_id)
+    return chosen
+
+
+def _write_generation_report(path: Path, run: dict[str, Any], per_doc: dict[str, object]) -> Path:
+    """Write the generation report: this ``run``'s settings and totals, and every document's
+    entry (the documents of earlier runs keep theirs)."""
     import json
+
+    earlier: dict[str, object] = {}
+    if path.is_file():
+        try:
+            earlier = dict(json.loads(path.read_text(encoding="utf-8")).get("documents") or {})
+        except ValueError:
+            earlier = {}
+    report = {**run, "documents": {**earlier, **per_doc}}
+    path.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+def cmd_qa_generate(args: argparse.Namespace) -> int:
     import shlex
     import time
 
@@ -192,17 +223,7 @@ def cmd_qa_generate(args: argparse.Namespace) -> int:
         raise SystemExit(f"ctxwin qa generate: the documents folder {docs} does not exist; pass --documents")
     folder = _folder(docs)
     folder.require_documents()
-    if args.doc:
-        chosen = []
-        for ref in args.doc:
-            doc_id = folder.resolve(ref)
-            if doc_id is None:
-                raise SystemExit(
-                    f"ctxwin qa generate: no document {ref!r} in {docs}; give a file name, its stem or its doc_id"
-                )
-            chosen.append(doc_id)
-    else:
-        chosen = folder.ids()
+    chosen = _chosen_documents(args.doc, folder, docs)
     out = Path(args.out) if args.out else Path(DEFAULT_GENERATED_QA_DIR) / experiment_name_for(docs)
     out.mkdir(parents=True, exist_ok=True)
     todo = [d for d in chosen if args.overwrite or not (out / f"{d}.jsonl").exists()]
@@ -250,25 +271,19 @@ def cmd_qa_generate(args: argparse.Namespace) -> int:
         close = getattr(chat, "close", None)
         if close is not None:
             close()
-    calls = chat.ledger.summarize(chat.ledger.records)
-    report_path = out / "generation_report.json"
-    earlier: dict[str, object] = {}
-    if report_path.is_file():  # the documents of earlier runs keep their entries
-        try:
-            earlier = dict(json.loads(report_path.read_text(encoding="utf-8")).get("documents") or {})
-        except ValueError:
-            earlier = {}
-    report = {
-        "model": args.model,
-        "count": args.count,
-        "kinds": kinds,
-        "closed_book_filter": not args.no_closed_book,
-        "seconds": round(time.perf_counter() - started, 1),
-        "calls": calls,
-        "total": total.to_dict(),  # this run's documents
-        "documents": {**earlier, **per_doc},
-    }
-    report_path.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    report_path = _write_generation_report(
+        out / "generation_report.json",
+        {
+            "model": args.model,
+            "count": args.count,
+            "kinds": kinds,
+            "closed_book_filter": not args.no_closed_book,
+            "seconds": round(time.perf_counter() - started, 1),
+            "calls": chat.ledger.summarize(chat.ledger.records),
+            "total": total.to_dict(),  # this run's documents
+        },
+        per_doc,
+    )
     for line in total.lines():
         print(line)
     print(f"wrote {written} question(s) for {len(per_doc)} document(s) to {out} (report: {report_path})")
