@@ -147,10 +147,10 @@ def techniques(
     def raw(k: int) -> Run:
         return lambda scope, q, v: [(c.doc_id, c.start, c.end) for c, _ in hits(scope, q, v, k)]
 
-    def mode(k: int, **opts) -> Run:
+    def enhanced(k: int, mode: str, **opts: int) -> Run:
         def run(scope: str, q: QAItem, v: np.ndarray) -> Spans:
             found = hits(scope, q, v, k)
-            ctx = enhance(found, chunks_of(found), doc_texts=texts, **opts)
+            ctx = enhance(found, chunks_of(found), RetrievalSettings(enhance_mode=mode, **opts), doc_texts=texts)
             return [(w.doc_id, w.start, w.end) for w in ctx.windows]
 
         return run
@@ -179,7 +179,7 @@ def techniques(
     ask = RetrievalSettings.named("ask")
     return [
         ("top-4 chunks as retrieved (T-RAG) *(unmerged)*", False, raw(4)),
-        ("top-4, ±1 neighbour (`neighbors`, 1)", True, mode(4, mode="neighbors", num_neighbors=1)),
+        ("top-4, ±1 neighbour (`neighbors`, 1)", True, enhanced(4, "neighbors", num_neighbors=1)),
         ("top-8 chunks as retrieved *(unmerged)*", False, raw(8)),
         ("`focus-dense`: vectors only, top-16, ≤ 4,000", True, focus(RetrievalSettings.named("focus-dense"))),
         (

@@ -82,7 +82,7 @@ from ctxwin_dagster.core.retrieval.focus import (  # noqa: E402
     query_weights,
 )
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings  # noqa: E402
-from ctxwin_dagster.core.text.documents import safe_doc_id  # noqa: E402
+from ctxwin_dagster.core.text.file_names import safe_doc_id  # noqa: E402
 from ctxwin_dagster.core.text.sentences import split_sentences  # noqa: E402
 from ctxwin_dagster.core.text.splitting import Chunk, RecursiveSplitter  # noqa: E402
 
@@ -271,8 +271,10 @@ def techniques(scorer: SentenceScorer, parts: dict[str, np.ndarray], lexical: Le
     def raw(k: int) -> Callable[[Doc, QAItem, np.ndarray], Spans]:
         return lambda d, q, v: [(c.start, c.end) for c, _ in top_hits(d, v, k)]
 
-    def mode(k: int, **opts) -> Callable[[Doc, QAItem, np.ndarray], Spans]:
-        return lambda d, q, v: _spans(enhance(top_hits(d, v, k), d.chunks, doc_texts=texts(d), **opts))
+    def enhanced(k: int, mode: str, **opts: int) -> Callable[[Doc, QAItem, np.ndarray], Spans]:
+        return lambda d, q, v: _spans(
+            enhance(top_hits(d, v, k), d.chunks, RetrievalSettings(enhance_mode=mode, **opts), doc_texts=texts(d))
+        )
 
     def focus(settings: RetrievalSettings) -> Callable[[Doc, QAItem, np.ndarray], Spans]:
         depth = 4 * settings.effective_k if settings.hybrid else settings.effective_k
@@ -320,16 +322,16 @@ def techniques(scorer: SentenceScorer, parts: dict[str, np.ndarray], lexical: Le
         Technique(
             "top-4, ±1 neighbour (`neighbors`, 1)",
             "enhance",
-            mode(4, mode="neighbors", num_neighbors=1),
+            enhanced(4, "neighbors", num_neighbors=1),
             note="peer row 2",
             peer=True,
         ),
-        Technique("top-4, ±2 neighbours (`neighbors`, 2)", "enhance", mode(4, mode="neighbors", num_neighbors=2)),
+        Technique("top-4, ±2 neighbours (`neighbors`, 2)", "enhance", enhanced(4, "neighbors", num_neighbors=2)),
         Technique(
-            "top-4, `context_window_size` 2,000 (`budget`)", "enhance", mode(4, mode="budget", context_window_size=2000)
+            "top-4, `context_window_size` 2,000 (`budget`)", "enhance", enhanced(4, "budget", context_window_size=2000)
         ),
         Technique("top-8 chunks as retrieved", "baseline", raw(8), merged=False, note="peer row 4", peer=True),
-        Technique("top-8, merged (`none`)", "enhance", mode(8, mode="none")),
+        Technique("top-8, merged (`none`)", "enhance", enhanced(8, "none")),
         Technique("`focus-dense`: vectors only, top-16, 4,000 (the earlier default)", "focus", focus(dense)),
         Technique(
             "vectors only, top-16, 6,000", "focus", focus(RetrievalSettings.named("focus-dense", focus_chars=6000))

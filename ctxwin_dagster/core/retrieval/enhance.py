@@ -2,23 +2,24 @@
 
 Retrieval finds small chunks; a model answers better from the text around them
 ("small-to-big", "sentence window"). :func:`enhance` turns ranked hits into the blocks a model
-is given:
+is given, as a :class:`~ctxwin_dagster.core.retrieval.settings.RetrievalSettings`' enhancement
+mode says:
 
-``mode="none"``
+``"none"``
     each hit's own chunk;
-``mode="neighbors"``
+``"neighbors"``
     each hit plus ``num_neighbors`` chunks on each side, bounded by its document's ends
     (:func:`~ctxwin_dagster.core.retrieval.around_hits.neighbor_windows`);
-``mode="budget"``
+``"budget"``
     each hit grown by adjacent chunks while its span stays within ``context_window_size``
     characters (:func:`~ctxwin_dagster.core.retrieval.around_hits.stitch_windows`);
-``mode="focus"``
+``"focus"``
     sentence focus (:func:`focus_windows`): the sentences of the retrieved chunks are ranked
-    by their similarity to the question (plus ``chunk_weight`` × their chunk's score), and the
-    best ones grow into sentence-aligned windows of at most ``window_chars`` characters until
-    the context holds ``budget_chars`` characters. It needs a sentence scorer (the embedding
-    model) and splits sentences with :func:`~ctxwin_dagster.core.text.sentences.split_sentences`
-    unless given another splitter, and gives the best hit rate per character measured
+    by their similarity to the question (plus a weight × their chunk's score), and the best
+    ones grow into sentence-aligned windows of at most 700 characters until the context holds
+    ``focus_chars`` characters. It needs a sentence scorer (the embedding model) and splits
+    sentences with :func:`~ctxwin_dagster.core.text.sentences.split_sentences` unless given
+    another splitter, and gives the best hit rate per character measured
     (evaluations/reports/retrieval_quality.md).
 
 Then, per document, windows that overlap or touch are merged (no character twice), a merged
@@ -43,7 +44,8 @@ Example::
     >>> text = "aa bb cc dd ee ff"
     >>> chunks = RecursiveSplitter(chunk_size=3, chunk_overlap=0).split(text, doc_id="d", doc_sha256="0")
     >>> hits = [(chunks[1], 0.9), (chunks[2], 0.8), (chunks[5], 0.4)]
-    >>> ctx = enhance(hits, chunks, mode="neighbors", num_neighbors=1, doc_texts={"d": text})
+    >>> neighbors = RetrievalSettings(enhance_mode="neighbors", num_neighbors=1)
+    >>> ctx = enhance(hits, chunks, neighbors, doc_texts={"d": text})
     >>> [(w.text, w.start, w.end, w.score) for w in ctx.windows]
     [('aa bb cc dd', 0, 11, 0.9), ('ee ff', 12, 17, 0.4)]
     >>> ctx.n_chars, ctx.text
@@ -54,56 +56,32 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from ctxwin_dagster.core.json_types import JSONObject, JSONValue
 from ctxwin_dagster.core.retrieval.around_hits import neighbor_windows, stitch_windows
 from ctxwin_dagster.core.retrieval.sentence_focus import SentenceScorer, SentenceSplitter, focus_windows
+from ctxwin_dagster.core.retrieval.settings import (
+    DEFAULT_CONTEXT_WINDOW_SIZE,
+    DEFAULT_FOCUS_BUDGET_CHARS,
+    DEFAULT_FOCUS_CHUNK_WEIGHT,
+    DEFAULT_FOCUS_LEXICAL_WEIGHT,
+    DEFAULT_FOCUS_WINDOW_CHARS,
+    DEFAULT_NUM_NEIGHBORS,
+    RetrievalSettings,
+)
 from ctxwin_dagster.core.retrieval.window import Window, join_windows, merge_windows
 from ctxwin_dagster.core.text.sentences import split_sentences as _split_sentences
 from ctxwin_dagster.core.text.splitting import Chunk
 
 __all__ = [
-    "DEFAULT_CONTEXT_WINDOW_SIZE",
-    "DEFAULT_FOCUS_BUDGET_CHARS",
-    "DEFAULT_FOCUS_CANDIDATES",
-    "DEFAULT_FOCUS_CHUNK_WEIGHT",
-    "DEFAULT_FOCUS_LEXICAL_WEIGHT",
-    "DEFAULT_FOCUS_STRUCTURE",
-    "DEFAULT_FOCUS_WINDOW_CHARS",
-    "DEFAULT_NUM_NEIGHBORS",
-    "MODES",
     "EnhancedContext",
-    "EnhanceMode",
     "chunk_from_row",
     "chunks_from_rows",
     "enhance",
     "focus_windows",
     "hits_from_rows",
 ]
-
-EnhanceMode = Literal["none", "neighbors", "budget", "focus"]
-
-#: The enhancement modes.
-MODES: tuple[str, ...] = ("none", "neighbors", "budget", "focus")
-
-#: Chunks added on each side of a hit in ``"neighbors"`` mode when none is given.
-DEFAULT_NUM_NEIGHBORS = 1
-
-#: Character budget of one window in ``"budget"`` mode when none is given (a 1,000-character
-#: chunk plus about one neighbour on each side, overlaps counted once).
-DEFAULT_CONTEXT_WINDOW_SIZE = 3000
-
-#: ``"focus"`` mode defaults, chosen on the SQuAD/CUAD dev sets (retrieval_quality.md): the
-#: largest window around one sentence, the characters of the whole context, the weight of the
-#: chunk's retrieval score in a sentence's score, and how many chunks to retrieve as candidates.
-DEFAULT_FOCUS_WINDOW_CHARS = 700
-DEFAULT_FOCUS_BUDGET_CHARS = 4000
-DEFAULT_FOCUS_CHUNK_WEIGHT = 0.5
-DEFAULT_FOCUS_CANDIDATES = 16
-#: The weight of a sentence's full-text (BM25) score, scaled to [0, 1], when full-text scores
-#: are given, and whether windows follow the document's structure (paragraphs, clauses).
-DEFAULT_FOCUS_LEXICAL_WEIGHT = 0.2
-DEFAULT_FOCUS_STRUCTURE = False
 
 Hit = tuple[Chunk, float]
 
@@ -132,7 +110,7 @@ class EnhancedContext:
     context_window_size: int | None = None
     hits: list[tuple[str, float]] = field(default_factory=list)
     exact: bool = True
-    focus: dict[str, Any] | None = None
+    focus: JSONObject | None = None
     routed_to: list[str] | None = None
 
     @property
@@ -150,9 +128,9 @@ class EnhancedContext:
         """``(doc_id, start, end)`` of each window, in order."""
         return [(w.doc_id, w.start, w.end) for w in self.windows]
 
-    def to_dict(self, *, include_text: bool = True) -> dict[str, Any]:
+    def to_dict(self, *, include_text: bool = True) -> JSONObject:
         """A JSON-ready dict (window texts left out with ``include_text=False``)."""
-        windows = []
+        windows: list[JSONValue] = []
         for w in self.windows:
             d = w.to_dict()
             if not include_text:
@@ -248,14 +226,6 @@ def hits_from_rows(rows: Iterable[Mapping[str, Any]], *, score_key: str = "score
 # --------------------------------------------------------------------------------------
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int; got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}; got {value}")
-    return value
-
-
 def _check_texts(hits: Sequence[Hit], doc_texts: Mapping[str, str] | None) -> bool:
     """Whether every hit's document text is given; raise when a given text does not match."""
     if doc_texts is None:
@@ -280,85 +250,68 @@ def _check_texts(hits: Sequence[Hit], doc_texts: Mapping[str, str] | None) -> bo
 def enhance(
     hits: Iterable[Hit],
     chunks: Iterable[Chunk],
+    settings: RetrievalSettings,
     *,
-    mode: EnhanceMode = "neighbors",
-    num_neighbors: int | None = None,
-    context_window_size: int | None = None,
     doc_texts: Mapping[str, str] | None = None,
     split_sentences: SentenceSplitter | None = None,
     score_sentences: SentenceScorer | None = None,
-    window_chars: int | None = None,
-    budget_chars: int | None = None,
-    chunk_weight: float | None = None,
     lexical_scores: SentenceScorer | None = None,
-    lexical_weight: float | None = None,
-    structure: bool | None = None,
-    score_drop: float | None = None,
+    window_chars: int | None = None,
+    chunk_weight: float | None = None,
 ) -> EnhancedContext:
-    """The merged context windows of ranked ``hits`` (see the module docstring).
+    """The merged context windows of ranked ``hits`` (see the module docstring), enhanced as
+    ``settings`` say: its mode and that mode's options (``num_neighbors``,
+    ``context_window_size``; ``focus_chars``, ``lexical_weight``, ``structure``, ``score_drop``).
+    ``settings.k`` and the search options are the search's business, not read here.
 
     Args:
         hits: ``(chunk, score)`` pairs, best first (any number of documents).
         chunks: the ordered chunks of the hits' documents (all of them: neighbours come from here).
-        mode: ``"none"``, ``"neighbors"``, ``"budget"`` or ``"focus"``.
-        num_neighbors: chunks on each side in ``"neighbors"`` mode (default
-            :data:`DEFAULT_NUM_NEIGHBORS`); only valid in that mode.
-        context_window_size: characters per window in ``"budget"`` mode (default
-            :data:`DEFAULT_CONTEXT_WINDOW_SIZE`); only valid in that mode.
+        settings: the retrieval settings (:class:`~ctxwin_dagster.core.retrieval.settings.RetrievalSettings`).
         doc_texts: ``doc_id -> text`` for exact window text; a given text must match the chunks.
         split_sentences, score_sentences: the sentence splitter (default
             :func:`~ctxwin_dagster.core.text.sentences.split_sentences`) and the question's sentence
-            scorer (required) of ``"focus"`` mode (see :func:`focus_windows`).
-        window_chars, budget_chars, chunk_weight: ``"focus"`` settings (defaults
-            :data:`DEFAULT_FOCUS_WINDOW_CHARS`, :data:`DEFAULT_FOCUS_BUDGET_CHARS`,
-            :data:`DEFAULT_FOCUS_CHUNK_WEIGHT`); only valid in that mode.
-        lexical_scores, lexical_weight, structure, score_drop: the optional ``"focus"`` signals
-            (full-text scores and their weight, structure-following windows, the adaptive
-            budget's score drop; see :func:`~ctxwin_dagster.core.retrieval.sentence_focus.focus_windows`).
+            scorer (required) of the focus mode (see :func:`focus_windows`).
+        lexical_scores: the sentences' full-text scores in focus mode, weighed by
+            ``settings.lexical_weight`` (:data:`DEFAULT_FOCUS_LEXICAL_WEIGHT` when it is None).
+        window_chars, chunk_weight: the focus mode's largest window and the weight of a chunk's
+            score in its sentences' (defaults :data:`DEFAULT_FOCUS_WINDOW_CHARS`,
+            :data:`DEFAULT_FOCUS_CHUNK_WEIGHT`), for evaluations that vary them.
 
     Raises:
-        ValueError: an unknown mode, an option of another mode, a missing focus function, a
-            hit not among ``chunks``, or a document text that no longer matches its chunks.
+        ValueError: focus options outside the focus mode, a missing sentence scorer, a hit not
+            among ``chunks``, or a document text that no longer matches its chunks.
 
     Example::
 
         >>> from ctxwin_dagster.core.text.splitting import RecursiveSplitter
         >>> text = "aa bb cc dd ee"
         >>> chunks = RecursiveSplitter(chunk_size=3, chunk_overlap=0).split(text, doc_id="d", doc_sha256="0")
-        >>> enhance([(chunks[2], 1.0)], chunks, mode="budget", context_window_size=8,
-        ...         doc_texts={"d": text}).windows[0].text
+        >>> budget = RetrievalSettings(enhance_mode="budget", context_window_size=8)
+        >>> enhance([(chunks[2], 1.0)], chunks, budget, doc_texts={"d": text}).windows[0].text
         'bb cc dd'
-        >>> enhance([(chunks[2], 1.0)], chunks, mode="none", num_neighbors=1)
+        >>> enhance([(chunks[2], 1.0)], chunks, RetrievalSettings(enhance_mode="none"), window_chars=100)
         Traceback (most recent call last):
         ...
-        ValueError: num_neighbors applies to mode='neighbors' only (mode is 'none'); drop it or pass mode='neighbors'
+        ValueError: window_chars apply to the focus mode only (the mode is 'none'); drop them or use enhance_mode='focus'
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
-    if num_neighbors is not None and mode != "neighbors":
-        raise ValueError(
-            f"num_neighbors applies to mode='neighbors' only (mode is {mode!r}); drop it or pass mode='neighbors'"
-        )
-    if context_window_size is not None and mode != "budget":
-        raise ValueError(
-            f"context_window_size applies to mode='budget' only (mode is {mode!r}); drop it or pass mode='budget'"
-        )
-    focus_opts = {
-        "split_sentences": split_sentences,
-        "score_sentences": score_sentences,
-        "window_chars": window_chars,
-        "budget_chars": budget_chars,
-        "chunk_weight": chunk_weight,
-        "lexical_scores": lexical_scores,
-        "lexical_weight": lexical_weight,
-        "structure": structure,
-        "score_drop": score_drop,
-    }
+    mode = settings.enhance_mode
     if mode != "focus":
-        given = [k for k, v in focus_opts.items() if v is not None]
+        given = [
+            k
+            for k, v in (
+                ("split_sentences", split_sentences),
+                ("score_sentences", score_sentences),
+                ("lexical_scores", lexical_scores),
+                ("window_chars", window_chars),
+                ("chunk_weight", chunk_weight),
+            )
+            if v is not None
+        ]
         if given:
             raise ValueError(
-                f"{', '.join(given)} apply to mode='focus' only (mode is {mode!r}); drop them or pass mode='focus'"
+                f"{', '.join(given)} apply to the focus mode only (the mode is {mode!r}); drop them or use "
+                "enhance_mode='focus'"
             )
     hits = [(c, float(s)) for c, s in hits]
     chunks = list(chunks)
@@ -366,28 +319,19 @@ def enhance(
     if mode == "focus":
         if score_sentences is None:
             raise ValueError(
-                "mode='focus' ranks sentences: pass score_sentences= (texts -> similarities to the question, e.g. "
+                "the focus mode ranks sentences: pass score_sentences= (texts -> similarities to the question, e.g. "
                 "lambda ts: embedder.embed(ts) @ question_vector); pass split_sentences= (text -> [(start, end)]) "
                 "only to replace the default splitter, ctxwin_dagster.core.text.sentences.split_sentences"
             )
-        known = {c.chunk_id for c in chunks}
-        for c, _ in hits:
-            if c.chunk_id not in known:
-                raise ValueError(
-                    f"hit chunk {c.chunk_id!r} (document {c.doc_id!r}) is not in chunks; pass the full chunk list of every hit's document"
-                )
-        settings: dict[str, Any] = {
-            "focus": {
-                "window_chars": DEFAULT_FOCUS_WINDOW_CHARS if window_chars is None else window_chars,
-                "budget_chars": DEFAULT_FOCUS_BUDGET_CHARS if budget_chars is None else budget_chars,
-                "chunk_weight": DEFAULT_FOCUS_CHUNK_WEIGHT if chunk_weight is None else chunk_weight,
-                "lexical_weight": (0.0 if lexical_scores is None else DEFAULT_FOCUS_LEXICAL_WEIGHT)
-                if lexical_weight is None
-                else lexical_weight,
-                "structure": DEFAULT_FOCUS_STRUCTURE if structure is None else bool(structure),
-                "score_drop": score_drop,
-            }
-        }
+        _check_hits_among(hits, chunks)
+        width = DEFAULT_FOCUS_WINDOW_CHARS if window_chars is None else window_chars
+        budget = settings.focus_chars or DEFAULT_FOCUS_BUDGET_CHARS
+        weight = DEFAULT_FOCUS_CHUNK_WEIGHT if chunk_weight is None else chunk_weight
+        lexical_weight = 0.0
+        if lexical_scores is not None:
+            lexical_weight = (
+                DEFAULT_FOCUS_LEXICAL_WEIGHT if settings.lexical_weight is None else settings.lexical_weight
+            )
         windows = focus_windows(
             hits,
             chunks,
@@ -395,29 +339,59 @@ def enhance(
             score_sentences=score_sentences,
             doc_texts=doc_texts,
             lexical_scores=lexical_scores,
-            **settings["focus"],
+            window_chars=width,
+            budget_chars=budget,
+            chunk_weight=weight,
+            lexical_weight=lexical_weight,
+            structure=settings.structure,
+            score_drop=settings.score_drop,
         )
-    elif mode == "budget":
-        size = _check_int(
-            "context_window_size",
-            DEFAULT_CONTEXT_WINDOW_SIZE if context_window_size is None else context_window_size,
-            1,
-        )
+        focus: JSONObject = {
+            "window_chars": width,
+            "budget_chars": budget,
+            "chunk_weight": weight,
+            "lexical_weight": lexical_weight,
+            "structure": settings.structure,
+            "score_drop": settings.score_drop,
+        }
+        return _merged(windows, mode, hits, exact, doc_texts, focus=focus)
+    if mode == "budget":
+        size = DEFAULT_CONTEXT_WINDOW_SIZE if settings.context_window_size is None else settings.context_window_size
         windows = stitch_windows(hits, chunks, context_window_size=size, doc_texts=doc_texts)
-        settings = {"context_window_size": size}
-    else:
-        n = (
-            0
-            if mode == "none"
-            else _check_int("num_neighbors", DEFAULT_NUM_NEIGHBORS if num_neighbors is None else num_neighbors, 0)
-        )
-        windows = neighbor_windows(hits, chunks, num_neighbors=n, doc_texts=doc_texts)
-        settings = {"num_neighbors": n} if mode == "neighbors" else {}
-    merged = merge_windows(windows, doc_texts=doc_texts)
+        return _merged(windows, mode, hits, exact, doc_texts, context_window_size=size)
+    n = 0 if mode == "none" else (DEFAULT_NUM_NEIGHBORS if settings.num_neighbors is None else settings.num_neighbors)
+    windows = neighbor_windows(hits, chunks, num_neighbors=n, doc_texts=doc_texts)
+    return _merged(windows, mode, hits, exact, doc_texts, num_neighbors=n if mode == "neighbors" else None)
+
+
+def _check_hits_among(hits: Sequence[Hit], chunks: Sequence[Chunk]) -> None:
+    known = {c.chunk_id for c in chunks}
+    for c, _ in hits:
+        if c.chunk_id not in known:
+            raise ValueError(
+                f"hit chunk {c.chunk_id!r} (document {c.doc_id!r}) is not in chunks; pass the full chunk list of every "
+                "hit's document"
+            )
+
+
+def _merged(
+    windows: list[Window],
+    mode: str,
+    hits: Sequence[Hit],
+    exact: bool,
+    doc_texts: Mapping[str, str] | None,
+    *,
+    num_neighbors: int | None = None,
+    context_window_size: int | None = None,
+    focus: JSONObject | None = None,
+) -> EnhancedContext:
+    """The context of ``windows`` merged per document (no character twice), best first."""
     return EnhancedContext(
-        windows=merged,
+        windows=merge_windows(windows, doc_texts=doc_texts),
         mode=mode,
+        num_neighbors=num_neighbors,
+        context_window_size=context_window_size,
         hits=[(c.chunk_id, s) for c, s in hits],
         exact=exact,
-        **settings,
+        focus=focus,
     )

@@ -34,7 +34,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ctxwin_dagster.core.retrieval.enhance import DEFAULT_FOCUS_BUDGET_CHARS, EnhancedContext, enhance
+from ctxwin_dagster.core.retrieval.enhance import EnhancedContext, enhance
 from ctxwin_dagster.core.retrieval.lexical import TextBM25, hybrid_hits, question_parts
 from ctxwin_dagster.core.retrieval.opening import opening_end
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
@@ -117,7 +117,7 @@ def dense_scorer(
     w = w / w.sum()
 
     def score(texts: Sequence[str]) -> np.ndarray:
-        return np.asarray(sentence_vectors(texts) @ q.T) @ w
+        return np.asarray(np.asarray(sentence_vectors(texts) @ q.T) @ w)
 
     return score
 
@@ -250,20 +250,16 @@ def focus_context(
         ]
 
         def lex_scores(texts: Sequence[str]) -> np.ndarray:
-            return np.max(np.stack([np.asarray(s(texts)) for s in scorers]), axis=0)
+            return np.asarray(np.max(np.stack([np.asarray(s(texts)) for s in scorers]), axis=0))
 
     ctx = enhance(
         hits,
         chunks,
-        mode="focus",
+        settings,
         doc_texts=doc_texts,
         split_sentences=split_sentences,
         score_sentences=score_sentences,
-        budget_chars=settings.focus_chars or DEFAULT_FOCUS_BUDGET_CHARS,
         lexical_scores=lex_scores,
-        lexical_weight=lexical_weight if lex_scores is not None else None,
-        structure=settings.structure,
-        score_drop=settings.score_drop,
     )
     return _with_openings(ctx, settings.opening_chars or 0, by_doc, doc_texts)
 

@@ -42,17 +42,49 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
-from ctxwin_dagster.core.retrieval.enhance import (
-    DEFAULT_CONTEXT_WINDOW_SIZE,
-    DEFAULT_FOCUS_BUDGET_CHARS,
-    DEFAULT_FOCUS_CANDIDATES,
-    DEFAULT_NUM_NEIGHBORS,
-    MODES,
-)
+__all__ = [
+    "DEFAULT_CONTEXT_WINDOW_SIZE",
+    "DEFAULT_FOCUS_BUDGET_CHARS",
+    "DEFAULT_FOCUS_CANDIDATES",
+    "DEFAULT_FOCUS_CHUNK_WEIGHT",
+    "DEFAULT_FOCUS_LEXICAL_WEIGHT",
+    "DEFAULT_FOCUS_STRUCTURE",
+    "DEFAULT_FOCUS_WINDOW_CHARS",
+    "DEFAULT_K",
+    "DEFAULT_NUM_NEIGHBORS",
+    "MODES",
+    "MODE_OPTIONS",
+    "RETRIEVAL_PRESETS",
+    "EnhanceMode",
+    "RetrievalSettings",
+]
 
-__all__ = ["DEFAULT_K", "MODE_OPTIONS", "RETRIEVAL_PRESETS", "RetrievalSettings"]
+EnhanceMode = Literal["none", "neighbors", "budget", "focus"]
+
+#: The enhancement modes.
+MODES: tuple[str, ...] = ("none", "neighbors", "budget", "focus")
+
+#: Chunks added on each side of a hit in ``"neighbors"`` mode when none is given.
+DEFAULT_NUM_NEIGHBORS = 1
+
+#: Character budget of one window in ``"budget"`` mode when none is given (a 1,000-character
+#: chunk plus about one neighbour on each side, overlaps counted once).
+DEFAULT_CONTEXT_WINDOW_SIZE = 3000
+
+#: ``"focus"`` mode defaults, chosen on the SQuAD/CUAD dev sets (retrieval_quality.md): the
+#: largest window around one sentence, the characters of the whole context, the weight of the
+#: chunk's retrieval score in a sentence's score, and how many chunks to retrieve as candidates.
+DEFAULT_FOCUS_WINDOW_CHARS = 700
+DEFAULT_FOCUS_BUDGET_CHARS = 4000
+DEFAULT_FOCUS_CHUNK_WEIGHT = 0.5
+DEFAULT_FOCUS_CANDIDATES = 16
+#: The weight of a sentence's full-text (BM25) score, scaled to [0, 1], when full-text scores
+#: are given, and whether windows follow the document's structure (paragraphs, clauses).
+DEFAULT_FOCUS_LEXICAL_WEIGHT = 0.2
+DEFAULT_FOCUS_STRUCTURE = False
+
 
 #: Chunks retrieved when ``k`` is not given and the mode is not focus: the design's top-4.
 DEFAULT_K = 4

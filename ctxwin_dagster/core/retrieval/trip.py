@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import numpy as np
 
-from ctxwin_dagster.core.retrieval.enhance import EnhancedContext, EnhanceMode, enhance, hits_from_rows
+from ctxwin_dagster.core.retrieval.enhance import EnhancedContext, enhance, hits_from_rows
 from ctxwin_dagster.core.retrieval.focus import (
     LexicalIndexes,
     dense_scorer,
@@ -69,21 +69,14 @@ def retrieve(question: str, settings: RetrievalSettings, source: Source, *, lexi
     vector = np.asarray(source.embed([question])[0], dtype=np.float32)
     if settings.enhance_mode == "focus":
         return _focus(question, vector, settings, source, lexical)
-    mode, hybrid = cast(EnhanceMode, settings.enhance_mode), settings.hybrid
+    hybrid = settings.hybrid
     rows, routed = source.search(question, vector, k=settings.effective_k, hybrid=hybrid, route_to=settings.route_to)
     if not rows:
-        return EnhancedContext([], mode)
+        return EnhancedContext([], settings.enhance_mode)
     score_key = "rrf_score" if hybrid and all("rrf_score" in r for r in rows) else "score"
     hits = hits_from_rows(rows, score_key=score_key)
     chunks, texts = source.chunks(list(dict.fromkeys(c.doc_id for c, _ in hits)))
-    ctx = enhance(
-        hits,
-        chunks,
-        mode=mode,
-        doc_texts=texts,
-        num_neighbors=settings.num_neighbors if mode == "neighbors" else None,
-        context_window_size=settings.context_window_size if mode == "budget" else None,
-    )
+    ctx = enhance(hits, chunks, settings, doc_texts=texts)
     return replace(ctx, routed_to=routed) if routed else ctx
 
 

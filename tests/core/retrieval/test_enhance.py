@@ -11,15 +11,18 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from ctxwin_dagster.core.retrieval.enhance import (
-    DEFAULT_CONTEXT_WINDOW_SIZE,
-    DEFAULT_FOCUS_BUDGET_CHARS,
-    MODES,
     EnhancedContext,
     chunk_from_row,
     chunks_from_rows,
     enhance,
     focus_windows,
     hits_from_rows,
+)
+from ctxwin_dagster.core.retrieval.settings import (
+    DEFAULT_CONTEXT_WINDOW_SIZE,
+    DEFAULT_FOCUS_BUDGET_CHARS,
+    MODES,
+    RetrievalSettings,
 )
 from ctxwin_dagster.core.text.splitting import RecursiveSplitter
 
@@ -59,10 +62,10 @@ def test_modes_on_a_real_article(normans):
     text, chunks = normans
     hits = [(chunks[1], 0.9), (chunks[2], 0.7), (chunks[10], 0.8), (chunks[0], 0.5)]
     texts = {"squad_Normans": text}
-    none = enhance(hits, chunks, mode="none", doc_texts=texts)
-    nb1 = enhance(hits, chunks, mode="neighbors", num_neighbors=1, doc_texts=texts)
-    nb2 = enhance(hits, chunks, mode="neighbors", num_neighbors=2, doc_texts=texts)
-    budget = enhance(hits, chunks, mode="budget", context_window_size=2500, doc_texts=texts)
+    none = enhance(hits, chunks, RetrievalSettings(enhance_mode="none"), doc_texts=texts)
+    nb1 = enhance(hits, chunks, RetrievalSettings(enhance_mode="neighbors", num_neighbors=1), doc_texts=texts)
+    nb2 = enhance(hits, chunks, RetrievalSettings(enhance_mode="neighbors", num_neighbors=2), doc_texts=texts)
+    budget = enhance(hits, chunks, RetrievalSettings(enhance_mode="budget", context_window_size=2500), doc_texts=texts)
     for ctx in (none, nb1, nb2, budget):
         _check_windows(ctx, texts, hits)
         assert ctx.exact and ctx.hits == [(c.chunk_id, s) for c, s in hits]
@@ -83,13 +86,16 @@ def test_modes_on_a_real_article(normans):
     assert nb1.text == "\n\n".join(w.text for w in nb1.windows)
     assert nb1.to_dict(include_text=False)["windows"][0].keys() == {"doc_id", "start", "end", "score", "chunk_ids"}
     assert budget.context_window_size == 2500 and budget.num_neighbors is None
-    assert enhance(hits, chunks, mode="budget").context_window_size == DEFAULT_CONTEXT_WINDOW_SIZE
+    assert (
+        enhance(hits, chunks, RetrievalSettings(enhance_mode="budget")).context_window_size
+        == DEFAULT_CONTEXT_WINDOW_SIZE
+    )
 
 
 def test_without_document_text_windows_are_rebuilt_from_chunks(normans):
     text, chunks = normans
     hits = [(chunks[5], 0.6), (chunks[7], 0.4)]
-    ctx = enhance(hits, chunks, mode="neighbors", num_neighbors=1)
+    ctx = enhance(hits, chunks, RetrievalSettings(enhance_mode="neighbors", num_neighbors=1))
     assert not ctx.exact
     for w in ctx.windows:
         assert len(w.text) == w.end - w.start
@@ -99,18 +105,18 @@ def test_without_document_text_windows_are_rebuilt_from_chunks(normans):
 def test_options_are_checked(normans):
     text, chunks = normans
     hits = [(chunks[1], 0.5)]
-    with pytest.raises(ValueError, match="mode must be one of"):
-        enhance(hits, chunks, mode="window")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="num_neighbors applies to mode='neighbors'"):
-        enhance(hits, chunks, mode="budget", num_neighbors=1)
-    with pytest.raises(ValueError, match="context_window_size applies to mode='budget'"):
-        enhance(hits, chunks, mode="neighbors", context_window_size=100)
+    with pytest.raises(ValueError, match="enhance_mode must be one of"):
+        enhance(hits, chunks, RetrievalSettings(enhance_mode="window"))
+    with pytest.raises(ValueError, match="num_neighbors is an option of enhance_mode='neighbors', not 'budget'"):
+        enhance(hits, chunks, RetrievalSettings(enhance_mode="budget", num_neighbors=1))
+    with pytest.raises(ValueError, match="context_window_size is an option of enhance_mode='budget'"):
+        enhance(hits, chunks, RetrievalSettings(enhance_mode="neighbors", context_window_size=100))
     with pytest.raises(ValueError, match=">= 0"):
-        enhance(hits, chunks, mode="neighbors", num_neighbors=-1)
+        enhance(hits, chunks, RetrievalSettings(enhance_mode="neighbors", num_neighbors=-1))
     with pytest.raises(ValueError, match="document changed since it was indexed"):
-        enhance(hits, chunks, doc_texts={"squad_Normans": "x" + text})
+        enhance(hits, chunks, RetrievalSettings(enhance_mode="neighbors"), doc_texts={"squad_Normans": "x" + text})
     with pytest.raises(ValueError, match="not in chunks"):
-        enhance(hits, chunks[2:], mode="none")
+        enhance(hits, chunks[2:], RetrievalSettings(enhance_mode="none"))
 
 
 def test_rows_round_trip(normans):
@@ -167,7 +173,7 @@ def cases(draw):
 @given(cases())
 def test_property_merged_windows_are_exact_disjoint_and_cover_every_hit(case):
     texts, chunks, hits, mode, opts = case
-    ctx = enhance(hits, chunks, mode=mode, doc_texts=texts, **opts)
+    ctx = enhance(hits, chunks, RetrievalSettings(enhance_mode=mode, **opts), doc_texts=texts)
     _check_windows(ctx, texts, hits)
     # no text twice: the characters given equal the union of the windows' spans
     assert ctx.n_chars == sum(w.end - w.start for w in ctx.windows)
@@ -178,7 +184,7 @@ def test_property_merged_windows_are_exact_disjoint_and_cover_every_hit(case):
                 if c.doc_id == chunk.doc_id and abs(c.chunk_index - chunk.chunk_index) <= n:
                     assert any(w.doc_id == c.doc_id and w.start <= c.start and c.end <= w.end for w in ctx.windows)
     # without document texts the same spans come out, with the same non-white-space text
-    rebuilt = enhance(hits, chunks, mode=mode, **opts)
+    rebuilt = enhance(hits, chunks, RetrievalSettings(enhance_mode=mode, **opts))
     assert [(w.doc_id, w.start, w.end, w.score) for w in rebuilt.windows] == [
         (w.doc_id, w.start, w.end, w.score) for w in ctx.windows
     ]
@@ -190,8 +196,8 @@ def test_property_merged_windows_are_exact_disjoint_and_cover_every_hit(case):
 @given(cases(), st.integers(0, 4))
 def test_property_more_neighbours_never_give_less_text(case, n):
     texts, chunks, hits, _, _ = case
-    small = enhance(hits, chunks, mode="neighbors", num_neighbors=n, doc_texts=texts)
-    big = enhance(hits, chunks, mode="neighbors", num_neighbors=n + 1, doc_texts=texts)
+    small = enhance(hits, chunks, RetrievalSettings(enhance_mode="neighbors", num_neighbors=n), doc_texts=texts)
+    big = enhance(hits, chunks, RetrievalSettings(enhance_mode="neighbors", num_neighbors=n + 1), doc_texts=texts)
     assert big.n_chars >= small.n_chars
     for w in small.windows:  # every small window lies inside a big one
         assert any(b.doc_id == w.doc_id and b.start <= w.start and w.end <= b.end for b in big.windows)
@@ -227,12 +233,11 @@ def test_focus_on_a_real_article(normans):
     ctx = enhance(
         hits,
         chunks,
-        mode="focus",
+        RetrievalSettings(enhance_mode="focus", focus_chars=1200),
         split_sentences=_split,
         score_sentences=score,
         doc_texts={"squad_Normans": text},
         window_chars=400,
-        budget_chars=1200,
     )
     assert ctx.focus == {
         "window_chars": 400,
@@ -247,15 +252,28 @@ def test_focus_on_a_real_article(normans):
     for w in ctx.windows:
         assert w.text == text[w.start : w.end] and w.chunk_ids
     default = enhance(
-        hits, chunks, mode="focus", split_sentences=_split, score_sentences=score, doc_texts={"squad_Normans": text}
+        hits,
+        chunks,
+        RetrievalSettings(enhance_mode="focus"),
+        split_sentences=_split,
+        score_sentences=score,
+        doc_texts={"squad_Normans": text},
     )
     assert default.n_chars <= DEFAULT_FOCUS_BUDGET_CHARS < sum(len(c.text) for c in chunks)
     with pytest.raises(ValueError, match="pass split_sentences="):
-        enhance(hits, chunks, mode="focus")
-    with pytest.raises(ValueError, match="apply to mode='focus' only"):
-        enhance(hits, chunks, mode="neighbors", budget_chars=100)
+        enhance(hits, chunks, RetrievalSettings(enhance_mode="focus"))
+    with pytest.raises(ValueError, match="focus_chars is an option of enhance_mode='focus'"):
+        enhance(hits, chunks, RetrievalSettings(enhance_mode="neighbors", focus_chars=100))
+    with pytest.raises(ValueError, match="window_chars apply to the focus mode only"):
+        enhance(hits, chunks, RetrievalSettings(enhance_mode="neighbors"), window_chars=100)
     with pytest.raises(ValueError, match="one per text"):
-        enhance(hits, chunks, mode="focus", split_sentences=_split, score_sentences=lambda ts: [0.0])
+        enhance(
+            hits,
+            chunks,
+            RetrievalSettings(enhance_mode="focus"),
+            split_sentences=_split,
+            score_sentences=lambda ts: [0.0],
+        )
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -287,12 +305,11 @@ def test_property_focus_windows_stay_in_budget_and_around_the_hits(case, window_
     ctx = enhance(
         hits,
         chunks,
-        mode="focus",
+        RetrievalSettings(enhance_mode="focus", focus_chars=budget_chars),
         split_sentences=_split,
         score_sentences=_score,
         doc_texts=texts,
         window_chars=window_chars,
-        budget_chars=budget_chars,
         chunk_weight=weight,
     )
     _check_merged(ctx, texts)

@@ -190,8 +190,8 @@ def test_score_drop_stops_early_and_lexical_scores_rerank():
         focus_windows([(chunks[0], 0.0)], chunks, lexical_weight=0.5, **kw)
     with pytest.raises(ValueError, match="score_drop"):
         focus_windows([(chunks[0], 0.0)], chunks, score_drop=-1.0, **kw)
-    with pytest.raises(ValueError, match="apply to mode='focus' only"):
-        enhance([(chunks[0], 0.0)], chunks, mode="none", structure=True)
+    with pytest.raises(ValueError, match="structure is an option of enhance_mode='focus'"):
+        enhance([(chunks[0], 0.0)], chunks, RetrievalSettings(enhance_mode="none", structure=True))
 
 
 # ---------------------------------------------------------------- the ask setting, end to end
