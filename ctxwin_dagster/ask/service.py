@@ -20,6 +20,7 @@ from ctxwin_dagster.ask.results import (
     sliding_result,
 )
 from ctxwin_dagster.ask.retriever import Retriever
+from ctxwin_dagster.ask.session import ASK_MODES
 from ctxwin_dagster.core.budget.fit import FitReport, check_fit
 from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.budget.tokens import TokenCounter, get_token_counter
@@ -46,10 +47,9 @@ if TYPE_CHECKING:
     from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
     from ctxwin_dagster.backends.tasks.results import TaskEngine
 
-__all__ = ["ASK_MODES", "Asker"]
+__all__ = ["Asker"]
 
 AskMode = Literal["retrieve", "sliding", "auto"]
-ASK_MODES: tuple[str, ...] = ("retrieve", "sliding", "auto")
 
 #: The model whose limits the auto mode checks against when the answer engine is the
 #: extractive one (which has no context limit of its own): the paper's answer model.

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxwin_dagster.backends.assembly import CHAT_SPEC_FIELDS
+from ctxwin_dagster.core.retrieval.options import NO_ENHANCE, RETRIEVAL_OPTIONS, settings_from
 
 if TYPE_CHECKING:
     from ctxwin_dagster.ask.results import AskResult
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from ctxwin_dagster.core.experiment import Experiment
 
 __all__ = [
+    "ASK_MODES",
     "AskerSpec",
     "ask_kwargs",
     "experiment_home",
@@ -35,6 +37,10 @@ __all__ = [
     "format_result",
     "question_options",
 ]
+
+#: How :meth:`Asker.ask <ctxwin_dagster.ask.service.Asker.ask>` reads: retrieve passages, slide over the
+#: whole document, or choose (``auto``).
+ASK_MODES: tuple[str, ...] = ("retrieve", "sliding", "auto")
 
 #: The answerer's settings ``ctxwin ask`` takes from the experiment's answerer section whatever
 #: model answers: the waits on its server, retries, concurrency, a local model's reply cap.
@@ -176,14 +182,8 @@ def question_options(args: argparse.Namespace) -> dict[str, Any]:
         "doc",
         "mode",
         "retrieval",
-        "no_enhance",
-        "neighbors",
-        "window_chars",
-        "focus_chars",
-        "opening_chars",
-        "k",
-        "hybrid",
-        "route_to",
+        NO_ENHANCE,
+        *(o.name for o in RETRIEVAL_OPTIONS),
         "window_tokens",
         "overlap_tokens",
         "early_stop",
@@ -201,19 +201,8 @@ def ask_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     """
     from ctxwin_dagster.ask.results import normalize_variant
     from ctxwin_dagster.core.methods.sliding_qa import DEFAULT_OVERLAP_TOKENS
-    from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 
-    retrieval = RetrievalSettings.named(
-        options.get("retrieval") or "ask",
-        enhance_mode="none" if options.get("no_enhance") else None,
-        num_neighbors=options.get("neighbors"),
-        context_window_size=options.get("window_chars"),
-        focus_chars=options.get("focus_chars"),
-        opening_chars=options.get("opening_chars"),
-        k=options.get("k"),
-        hybrid=options.get("hybrid"),
-        route_to=options.get("route_to"),
-    )
+    retrieval = settings_from(options, retrieval=options.get("retrieval"))
     variant = options.get("variant") or "swb"
     normalize_variant(variant)
     overlap = options.get("overlap_tokens")

@@ -8,15 +8,11 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TextIO
 
-from ctxwin_dagster.ask.session import AskerSpec, ask_kwargs, format_result, question_options
+from ctxwin_dagster.ask.session import ASK_MODES, AskerSpec, ask_kwargs, format_result, question_options
 from ctxwin_dagster.cli.options import Subcommands
 from ctxwin_dagster.cli.options import variant as variant_name
-
-#: The choices of --mode and --retrieval (kept here so the command starts without the asking stack;
-#: a test holds them to ``ASK_MODES`` and ``RETRIEVAL_PRESETS``).
-MODES = ("retrieve", "sliding", "auto")
-RETRIEVALS = ("ask", "focus-dense", "paper")
-DEFAULT_OVERLAP = 200
+from ctxwin_dagster.core.methods.sliding_qa import DEFAULT_OVERLAP_TOKENS
+from ctxwin_dagster.core.retrieval.options import RETRIEVAL_NAMES, RETRIEVAL_OPTIONS, RetrievalOption
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,59 +29,45 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mode",
         default="retrieve",
-        choices=MODES,
+        choices=ASK_MODES,
         help="retrieve (default), sliding (read the whole document) or auto",
     )
     group = parser.add_mutually_exclusive_group()
-    group.add_argument(
-        "--focus-chars",
-        type=int,
-        help="sentence focus (the default): windows around the best sentences of the hits, at most N characters in all (default 8000)",
-    )
-    group.add_argument("--neighbors", type=int, help="add N chunks on each side of every hit")
-    group.add_argument("--window-chars", type=int, help="grow every hit with adjacent chunks up to N characters")
+    for option in RETRIEVAL_OPTIONS:
+        if option.exclusive:
+            _add_retrieval_option(group.add_argument, option)
     group.add_argument("--no-enhance", action="store_true", help="give the retrieved chunks only")
     parser.add_argument(
         "--retrieval",
-        choices=RETRIEVALS,
+        choices=RETRIEVAL_NAMES,
         help="named retrieval setting (default ask: hybrid sentence focus; "
         "focus-dense: the earlier vectors-only focus; paper: top-4 chunks as they are), changed by the options given",
     )
-    parser.add_argument("--k", type=int, help="chunks to retrieve (default 24 for sentence focus, else 4)")
-    parser.add_argument(
-        "--opening-chars",
-        type=int,
-        help="sentence focus: also give each document's first N characters, where it names itself, its parties "
-        "and its date (default 500; 0: none)",
-    )
-    parser.add_argument(
-        "--hybrid",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="fuse vector search with full-text search (default: on for sentence focus, off otherwise)",
-    )
-    parser.add_argument(
-        "--route-to",
-        type=int,
-        metavar="N",
-        help="without --doc, a question naming a year or quarter is searched in the N documents it most likely asks "
-        "about, when that period dates some documents and not others, and one pointing at 'this agreement' (or "
-        "contract, lease, license, regulation, directive) in the documents of that kind (default 1; 0 searches "
-        "every document)",
-    )
+    for option in RETRIEVAL_OPTIONS:
+        if not option.exclusive:
+            _add_retrieval_option(parser.add_argument, option)
     parser.add_argument(
         "--window-tokens", type=int, help="sliding-window size in tokens (default 4000, capped by the model)"
     )
     parser.add_argument(
         "--overlap-tokens",
         type=int,
-        default=DEFAULT_OVERLAP,
+        default=DEFAULT_OVERLAP_TOKENS,
         help="sliding-window overlap in tokens (default 200)",
     )
     parser.add_argument(
         "--early-stop", type=float, help="stop sliding after a window answers with at least this confidence (0-1)"
     )
     _add_output_and_experiment(parser)
+
+
+def _add_retrieval_option(add_argument: Callable[..., argparse.Action], option: RetrievalOption) -> None:
+    """One retrieval option as a flag, by a parser's or a group's ``add_argument`` (a bool with its
+    ``--no-`` form; unset: the named setting's)."""
+    if option.kind is bool:
+        add_argument(option.flag, action=argparse.BooleanOptionalAction, default=None, help=option.help)
+    else:
+        add_argument(option.flag, type=option.kind, metavar="N" if option.kind is int else "X", help=option.help)
 
 
 def _add_output_and_experiment(parser: argparse.ArgumentParser) -> None:
