@@ -54,7 +54,7 @@ from retrieval_quality import CORPUS, load  # noqa: E402
 from ctxwin_dagster.backends.calls.cache import ResponseCache  # noqa: E402
 from ctxwin_dagster.backends.embeddings.local import LocalEmbedder  # noqa: E402
 from ctxwin_dagster.backends.tasks.extractive import ExtractiveTasks  # noqa: E402
-from ctxwin_dagster.core.budget.embedding_window import (  # noqa: E402
+from ctxwin_dagster.core.budget.embedding_rows import (  # noqa: E402
     DEFAULT_ROW_STRATEGY,
     ROW_STRATEGIES,
     plan_rows,

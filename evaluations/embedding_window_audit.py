@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ctxwin_dagster.backends.embeddings.local import LocalEmbedder  # noqa: E402
-from ctxwin_dagster.core.budget.embedding_window import plan_row  # noqa: E402
+from ctxwin_dagster.core.budget.embedding_rows import plan_row  # noqa: E402
 
 
 def audit(uri: str) -> list[dict]:

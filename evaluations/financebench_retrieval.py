@@ -57,13 +57,8 @@ from ctxwin_dagster.backends.embeddings.local import LocalEmbedder  # noqa: E402
 from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
 from ctxwin_dagster.core.evaluation.qa.items import QAItem  # noqa: E402
 from ctxwin_dagster.core.retrieval.enhance import enhance  # noqa: E402
-from ctxwin_dagster.core.retrieval.focus import (  # noqa: E402
-    LexicalIndexes,
-    dense_scorer,
-    focus_context,
-    query_texts,
-    query_weights,
-)
+from ctxwin_dagster.core.retrieval.focus import dense_scorer, focus_context  # noqa: E402
+from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes, query_texts, query_weights  # noqa: E402
 from ctxwin_dagster.core.retrieval.routing import ROUTE_DEPTH, DocumentCard, DocumentRouter  # noqa: E402
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings  # noqa: E402
 from ctxwin_dagster.core.text.splitting import Chunk, RecursiveSplitter  # noqa: E402

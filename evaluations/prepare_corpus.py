@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ctxwin_dagster.core.evaluation.qa.corpora import cuad_to_qa, squad_to_qa
 from ctxwin_dagster.core.evaluation.qa.items import QAItem, validate_spans, write_qa_jsonl
-from ctxwin_dagster.core.text.documents import safe_doc_id
+from ctxwin_dagster.core.text.file_names import safe_doc_id
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -57,15 +57,14 @@ from ctxwin_dagster.backends.calls.cache import ResponseCache  # noqa: E402
 from ctxwin_dagster.backends.embeddings.local import LocalEmbedder  # noqa: E402
 from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
 from ctxwin_dagster.core.evaluation.qa.items import QAItem  # noqa: E402
-from ctxwin_dagster.core.retrieval.focus import (  # noqa: E402
+from ctxwin_dagster.core.retrieval.focus import dense_scorer, focus_context  # noqa: E402
+from ctxwin_dagster.core.retrieval.lexical import (  # noqa: E402
     QUESTION_SHARE,
     LexicalIndexes,
-    dense_scorer,
-    focus_context,
     query_texts,
     query_weights,
+    question_parts,
 )
-from ctxwin_dagster.core.retrieval.lexical import question_parts  # noqa: E402
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings  # noqa: E402
 from ctxwin_dagster.core.text.splitting import RecursiveSplitter  # noqa: E402
 

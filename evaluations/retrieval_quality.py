@@ -74,13 +74,8 @@ from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci
 from ctxwin_dagster.core.evaluation.qa.corpora import cuad_to_qa, squad_to_qa  # noqa: E402
 from ctxwin_dagster.core.evaluation.qa.items import QAItem  # noqa: E402
 from ctxwin_dagster.core.retrieval.enhance import enhance  # noqa: E402
-from ctxwin_dagster.core.retrieval.focus import (  # noqa: E402
-    LexicalIndexes,
-    dense_scorer,
-    focus_context,
-    query_texts,
-    query_weights,
-)
+from ctxwin_dagster.core.retrieval.focus import dense_scorer, focus_context  # noqa: E402
+from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes, query_texts, query_weights  # noqa: E402
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings  # noqa: E402
 from ctxwin_dagster.core.text.file_names import safe_doc_id  # noqa: E402
 from ctxwin_dagster.core.text.sentences import split_sentences  # noqa: E402

@@ -29,7 +29,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
+
+from ctxwin_dagster.core.json_types import JSONObject
 
 __all__ = [
     "DEFAULT_CACHE_DIR",
@@ -45,6 +47,7 @@ __all__ = [
     "EXPERIMENT_FILE",
     "RESOURCE_SECTIONS",
     "SAMPLE",
+    "SettingValue",
     "Experiment",
     "ExperimentConflict",
     "experiment_name_for",
@@ -93,6 +96,11 @@ MOVED_KEYS = {
 }
 _TOP_KEYS = ("name", "description", "documents_dir", "qa_dir", "lancedb_uri", "cache_dir", "prepare")
 
+#: The value of one setting of a resource: JSON in the experiment file, given to the Dagster
+#: resource's field of that name as a keyword argument (the resource checks it against the
+#: field's type, which is also its static type there).
+SettingValue: TypeAlias = Any
+
 _GENERIC_FOLDERS = {"documents", "docs", "data", "files", "texts", "corpus", "input"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$")
 
@@ -130,7 +138,7 @@ class Experiment:
     qa_dir: str = DEFAULT_QA_DIR
     lancedb_uri: str = DEFAULT_LANCEDB_URI
     cache_dir: str = DEFAULT_CACHE_DIR
-    sections: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    sections: Mapping[str, Mapping[str, SettingValue]] = field(default_factory=dict)
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -145,10 +153,10 @@ class Experiment:
             )
 
     # ------------------------------------------------------------------ resources
-    def resource_config(self) -> dict[str, dict[str, Any]]:
+    def resource_config(self) -> dict[str, dict[str, SettingValue]]:
         """Per resource key, the settings that differ from the resource's own defaults: the
         folders of this experiment and its ``sections``."""
-        out: dict[str, dict[str, Any]] = {key: dict(self.sections.get(key) or {}) for key in RESOURCE_SECTIONS}
+        out = {key: dict(self.sections.get(key) or {}) for key in RESOURCE_SECTIONS}
         out["settings"].update(documents_dir=self.documents_dir, qa_dir=self.qa_dir, cache_dir=self.cache_dir)
         out["lancedb"]["uri"] = self.lancedb_uri
         out["evaluation"]["experiment"] = self.name
@@ -157,7 +165,7 @@ class Experiment:
         out["question_writer"].setdefault("out_dir", f"{DEFAULT_GENERATED_QA_DIR}/{self.name}")
         return out
 
-    def with_changes(self, section: str, **values: Any) -> Experiment:
+    def with_changes(self, section: str, **values: SettingValue) -> Experiment:
         """A copy with ``values`` set in ``section`` (None values are left out)."""
         sections = {k: dict(v) for k, v in self.sections.items()}
         sections.setdefault(section, {}).update({k: v for k, v in values.items() if v is not None})
@@ -183,8 +191,8 @@ class Experiment:
             cache_dir=_absolute(self.cache_dir, root),
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_dict(self) -> JSONObject:
+        data: JSONObject = {
             "name": self.name,
             "description": self.description,
             "documents_dir": self.documents_dir,
@@ -196,7 +204,7 @@ class Experiment:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, source: str = "experiment") -> Experiment:
+    def from_dict(cls, data: Mapping[str, object], *, source: str = "experiment") -> Experiment:
         """An experiment from the JSON form (``evaluations/experiments/*.json`` or a home's file);
         a clear error naming ``source`` for unknown keys. ``lancedb.uri`` is the same as ``lancedb_uri``."""
         unknown = set(data) - set(_TOP_KEYS) - set(RESOURCE_SECTIONS)
@@ -204,7 +212,9 @@ class Experiment:
             raise ValueError(
                 f"{source} has unknown keys {sorted(unknown)}; allowed: {', '.join((*_TOP_KEYS, *RESOURCE_SECTIONS))}"
             )
-        sections = {k: dict(data[k]) for k in RESOURCE_SECTIONS if isinstance(data.get(k), Mapping) and data[k]}
+        sections: dict[str, dict[str, SettingValue]] = {
+            k: dict(v) for k in RESOURCE_SECTIONS if isinstance(v := data.get(k), Mapping) and v
+        }
         for (old, key), (new, new_key) in MOVED_KEYS.items():
             if key in sections.get(old, {}):
                 value = sections[old].pop(key)
@@ -286,7 +296,7 @@ def experiment_name_for(documents_dir: str | Path) -> str:
     path = Path(documents_dir).expanduser().resolve()
     if path == Path(DEFAULT_DOCUMENTS_DIR).resolve():
         return SAMPLE
-    from ctxwin_dagster.core.text.documents import derive_doc_id
+    from ctxwin_dagster.core.text.file_names import derive_doc_id
 
     parts = [path.name or "documents"]
     if parts[0].lower() in _GENERIC_FOLDERS and path.parent.name:

@@ -36,13 +36,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Generic, Literal, TypeVar, cast
 
 from ctxwin_dagster.core.budget.limits import ModelLimits, ModelRegistry, get_model_limits
+from ctxwin_dagster.core.budget.strategies import (
+    Message,
+    StrategyFn,
+    kept_by_strategy,
+    strategy_name,
+    subsequence_positions,
+)
 from ctxwin_dagster.core.budget.tokens import TokenCounter, get_token_counter
+from ctxwin_dagster.core.json_types import JSONObject
 
 __all__ = [
-    "STRATEGIES",
     "ContextOverflowError",
     "FitReport",
     "TextTruncation",
@@ -52,11 +59,9 @@ __all__ = [
     "truncate_text",
 ]
 
-Message = Mapping[str, Any]
-StrategyFn = Callable[[list[Message], int, Callable[[Sequence[Message]], int]], Sequence[Message]]
+#: The type of the values of the messages given to :func:`ensure_fit` (``str`` for plain chats).
+V = TypeVar("V")
 Side = Literal["head", "tail", "middle"]
-
-STRATEGIES = ("keep_recent", "keep_bookends", "sliding_window", "smart_truncate")
 
 
 class ContextOverflowError(ValueError):
@@ -87,7 +92,7 @@ class FitReport:
     def headroom(self) -> int:
         return max(0, self.limit - self.prompt_tokens)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "fits": self.fits,
             "prompt_tokens": self.prompt_tokens,
@@ -124,16 +129,16 @@ class TextTruncation:
 
 
 @dataclass(frozen=True, slots=True)
-class TruncationReport:
+class TruncationReport(Generic[V]):
     """Result of :func:`ensure_fit`: the messages to send and an account of every cut."""
 
-    messages: list[dict[str, Any]]
+    messages: list[dict[str, V]]
     strategy: str
     tokens_before: int
     tokens_after: int
     limit: int
     dropped_indices: tuple[int, ...]
-    dropped_messages: tuple[dict[str, Any], ...]
+    dropped_messages: tuple[dict[str, V], ...]
     truncated: dict[int, TextTruncation] = field(default_factory=dict)
 
     @property
@@ -278,59 +283,19 @@ def truncate_text(
     return TextTruncation(kept, side, before, after, max(0, len(text) - len(kept) + len(marker)), marker)
 
 
-def _kept_by_strategy(
-    messages: Sequence[Message], strategy: str, budget: int, cost: Callable[[Sequence[Message]], int]
-) -> list[int]:
-    """Indices kept by a named strategy (before any text truncation)."""
-    n = len(messages)
-    system = [i for i, m in enumerate(messages) if m.get("role") == "system"]
-    if strategy == "keep_recent":
-        pinned: list[int] = []
-    elif strategy in ("keep_bookends", "sliding_window"):
-        pinned = system
-    elif strategy == "smart_truncate":
-        first_user = next((i for i, m in enumerate(messages) if m.get("role") == "user"), None)
-        pinned = system + ([first_user] if first_user is not None else [])
-    else:  # pragma: no cover - validated by the caller
-        raise ValueError(strategy)
-    pinned_set = set(pinned)
-    rest = [i for i in range(n) if i not in pinned_set]
-
-    if strategy == "sliding_window":
-        # Units are whole turns: a user message and the non-user messages after it.
-        units: list[list[int]] = []
-        for i in rest:
-            if messages[i].get("role") == "user" or not units:
-                units.append([i])
-            else:
-                units[-1].append(i)
-    else:
-        units = [[i] for i in rest]
-
-    kept = sorted(pinned_set)
-    # Always keep the newest unit (the question being asked), even if it must be cut later.
-    for k, unit in enumerate(reversed(units)):
-        trial = sorted(kept + unit)
-        if k == 0 or cost([messages[i] for i in trial]) <= budget:
-            kept = trial
-        else:
-            break
-    return kept
-
-
 def ensure_fit(
-    messages: Sequence[Message],
+    messages: Sequence[Mapping[str, V]],
     *,
     model: str | None = None,
     limits: ModelLimits | None = None,
     max_prompt_tokens: int | None = None,
     reserved_completion: int | None = None,
-    strategy: str | StrategyFn = "smart_truncate",
+    strategy: str | StrategyFn[V] = "smart_truncate",
     counter: TokenCounter | None = None,
     registry: ModelRegistry | None = None,
     truncate_side: Side = "middle",
     truncate_oversized: bool = True,
-) -> TruncationReport:
+) -> TruncationReport[V]:
     """Make chat ``messages`` fit the model; report what was cut.
 
     Messages that fit are returned unchanged (as new dicts). Otherwise the ``strategy`` picks
@@ -339,62 +304,18 @@ def ensure_fit(
     :func:`truncate_text` from ``truncate_side``. Raises :class:`ContextOverflowError` when it
     cannot fit (e.g. the chat overhead alone exceeds the limit, or truncation is off).
     """
-    if isinstance(messages, str | bytes):
-        raise TypeError("ensure_fit takes a list of {'role', 'content'} messages; for one text use truncate_text()")
-    if not messages:
-        raise ValueError("messages is empty; pass at least one {'role', 'content'} message")
-    for i, m in enumerate(messages):
-        if not isinstance(m, Mapping) or "role" not in m:
-            raise ValueError(f"message {i} must be a mapping with a 'role' (and 'content'); got {m!r}")
-    if callable(strategy):
-        strategy_name = getattr(strategy, "__name__", "custom")
-    elif strategy in STRATEGIES:
-        strategy_name = strategy
-    else:
-        raise ValueError(f"unknown strategy {strategy!r}; use one of {STRATEGIES} or a callable")
-
+    name = strategy_name(messages, strategy)
     tc = _counter_for(model, counter)
-    limit, _reserved, _context, _known, _name = _resolve_limit(
-        model, limits, max_prompt_tokens, reserved_completion, registry
-    )
+    limit = _resolve_limit(model, limits, max_prompt_tokens, reserved_completion, registry)[0]
     original = [dict(m) for m in messages]
     cost = tc.count_messages
     before = cost(original)
     if before <= limit:
-        return TruncationReport(original, strategy_name, before, before, limit, (), ())
-
+        return TruncationReport(original, name, before, before, limit, (), ())
     if callable(strategy):
-        chosen = list(strategy(list(original), limit, cost))
-        kept_idx: list[int] = []
-        pos = 0
-        for m in chosen:  # map the result back to original positions where it is a subsequence
-            while pos < len(original) and original[pos] != dict(m):
-                pos += 1
-            if pos == len(original):
-                kept_idx = []
-                break
-            kept_idx.append(pos)
-            pos += 1
-        if not kept_idx and chosen:
-            # The callable rewrote messages; report everything not kept verbatim as dropped.
-            kept_msgs = [dict(m) for m in chosen]
-            dropped = tuple(i for i, m in enumerate(original) if m not in kept_msgs)
-        else:
-            kept_msgs = [original[i] for i in kept_idx]
-            dropped = tuple(i for i in range(len(original)) if i not in set(kept_idx))
-        after = cost(kept_msgs)
-        if after > before:
-            raise ContextOverflowError(f"strategy {strategy_name!r} grew the prompt from {before} to {after} tokens")
-        if after > limit:
-            raise ContextOverflowError(
-                f"strategy {strategy_name!r} returned {after} tokens, over the limit of {limit} by {after - limit}; "
-                "make the strategy drop or shorten more"
-            )
-        return TruncationReport(
-            kept_msgs, strategy_name, before, after, limit, dropped, tuple(original[i] for i in dropped)
-        )
+        return _custom_fit(strategy, name, original, before, limit, cost)
 
-    kept_idx = _kept_by_strategy(original, strategy_name, limit, cost)
+    kept_idx = kept_by_strategy(original, name, limit, cost)
     kept_msgs = [dict(original[i]) for i in kept_idx]
     dropped = tuple(i for i in range(len(original)) if i not in set(kept_idx))
     truncated: dict[int, TextTruncation] = {}
@@ -402,30 +323,75 @@ def ensure_fit(
     if after > limit:
         if not truncate_oversized:
             raise ContextOverflowError(
-                f"after {strategy_name} the prompt is still {after} tokens, {after - limit} over the limit of {limit}; "
+                f"after {name} the prompt is still {after} tokens, {after - limit} over the limit of {limit}; "
                 "allow truncate_oversized=True, shorten the kept messages, or use a model with a larger context"
             )
-        # Shorten the longest kept string content until it fits.
-        while after > limit:
-            lengths = [
-                (tc.count(m["content"]), pos)
-                for pos, m in enumerate(kept_msgs)
-                if isinstance(m.get("content"), str) and kept_idx[pos] not in truncated
-            ]
-            if not lengths:
-                break
-            n_tokens, pos = max(lengths)
-            target = max(0, n_tokens - (after - limit))
-            cut = truncate_text(kept_msgs[pos]["content"], target, side=truncate_side, counter=tc)
-            kept_msgs[pos]["content"] = cut.text
-            truncated[kept_idx[pos]] = cut
-            after = cost(kept_msgs)
-        if after > limit:
-            raise ContextOverflowError(
-                f"cannot fit: even with every kept message cut, the prompt is {after} tokens, over the limit "
-                f"of {limit}; the per-message overhead of {len(kept_msgs)} messages is too large for the model — "
-                "send fewer messages or raise the limit"
-            )
+        after = _shorten_kept(kept_msgs, kept_idx, truncated, limit, after, tc, truncate_side)
     return TruncationReport(
-        kept_msgs, strategy_name, before, after, limit, dropped, tuple(original[i] for i in dropped), truncated
+        kept_msgs, name, before, after, limit, dropped, tuple(original[i] for i in dropped), truncated
     )
+
+
+def _custom_fit(
+    strategy: StrategyFn[V],
+    name: str,
+    original: list[dict[str, V]],
+    before: int,
+    limit: int,
+    cost: Callable[[Sequence[Message]], int],
+) -> TruncationReport[V]:
+    """The report of a custom strategy, whose result must fit and must not grow the prompt."""
+    chosen = list(strategy(list(original), limit, cost))
+    kept_idx = subsequence_positions(original, chosen)
+    if not kept_idx and chosen:
+        # The callable rewrote messages; report everything not kept verbatim as dropped.
+        kept_msgs = [dict(m) for m in chosen]
+        dropped = tuple(i for i, m in enumerate(original) if m not in kept_msgs)
+    else:
+        kept_msgs = [original[i] for i in kept_idx]
+        dropped = tuple(i for i in range(len(original)) if i not in set(kept_idx))
+    after = cost(kept_msgs)
+    if after > before:
+        raise ContextOverflowError(f"strategy {name!r} grew the prompt from {before} to {after} tokens")
+    if after > limit:
+        raise ContextOverflowError(
+            f"strategy {name!r} returned {after} tokens, over the limit of {limit} by {after - limit}; "
+            "make the strategy drop or shorten more"
+        )
+    return TruncationReport(kept_msgs, name, before, after, limit, dropped, tuple(original[i] for i in dropped))
+
+
+def _shorten_kept(
+    kept_msgs: list[dict[str, V]],
+    kept_idx: list[int],
+    truncated: dict[int, TextTruncation],
+    limit: int,
+    after: int,
+    tc: TokenCounter,
+    side: Side,
+) -> int:
+    """Shorten the longest kept string content, one message at a time, until the messages
+    (``after`` tokens now) fit; record each cut in ``truncated`` (by original position) and
+    return the tokens after."""
+    while after > limit:
+        lengths = [
+            (tc.count(content), pos, content)
+            for pos, m in enumerate(kept_msgs)
+            if isinstance(content := m.get("content"), str) and kept_idx[pos] not in truncated
+        ]
+        if not lengths:
+            break
+        n_tokens, pos, content = max(lengths)  # positions differ, so contents are never compared
+        target = max(0, n_tokens - (after - limit))
+        cut = truncate_text(content, target, side=side, counter=tc)
+        # The content was a str, so a str is one of the messages' values.
+        kept_msgs[pos]["content"] = cast(V, cut.text)
+        truncated[kept_idx[pos]] = cut
+        after = tc.count_messages(kept_msgs)
+    if after > limit:
+        raise ContextOverflowError(
+            f"cannot fit: even with every kept message cut, the prompt is {after} tokens, over the limit "
+            f"of {limit}; the per-message overhead of {len(kept_msgs)} messages is too large for the model — "
+            "send fewer messages or raise the limit"
+        )
+    return after

@@ -22,7 +22,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from threading import Lock
-from typing import Any
+from typing import TypeVar
+
+from ctxwin_dagster.core.json_types import JSONObject
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -86,8 +88,8 @@ class ModelLimits:
             available = min(available, self.max_prompt_tokens)
         return available
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+    def to_dict(self) -> JSONObject:
+        d: JSONObject = asdict(self)
         d["available_prompt_tokens"] = self.available_prompt_tokens()
         return d
 
@@ -151,7 +153,10 @@ def _normalize(model: str) -> str:
     return model.strip().lower()
 
 
-def _longest_prefix(table: Mapping[str, Any], name: str) -> Any | None:
+_T = TypeVar("_T")
+
+
+def _longest_prefix(table: Mapping[str, _T], name: str) -> _T | None:
     best = None
     for key in table:
         if (name == key or name.startswith(key)) and (best is None or len(key) > len(best)):

@@ -32,9 +32,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 import tiktoken
+
+from ctxwin_dagster.core.json_types import JSONObject
 
 __all__ = [
     "DEFAULT_ENCODING",
@@ -79,7 +80,7 @@ class EncodingInfo:
     exact: bool
     reason: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {"encoding": self.name, "model": self.model, "exact": self.exact, "reason": self.reason}
 
 
@@ -96,9 +97,13 @@ class MessageOverhead:
     reply_priming: int = 3
 
     def __post_init__(self) -> None:
-        for field in ("per_message", "per_name", "reply_priming"):
-            if getattr(self, field) < 0:
-                raise ValueError(f"MessageOverhead.{field} must be >= 0; got {getattr(self, field)}")
+        for field, value in (
+            ("per_message", self.per_message),
+            ("per_name", self.per_name),
+            ("reply_priming", self.reply_priming),
+        ):
+            if value < 0:
+                raise ValueError(f"MessageOverhead.{field} must be >= 0; got {value}")
 
 
 def _encoding_on_disk(name: str) -> bool:
@@ -224,17 +229,17 @@ class TokenCounter:
         texts = list(texts)
         return [len(t) for t in self.encoding.encode_ordinary_batch(texts, num_threads=self.threads)]
 
-    def count_message(self, message: Mapping[str, Any]) -> int:
+    def count_message(self, message: Mapping[str, object]) -> int:
         """Tokens of one chat message including its per-message overhead."""
         return _message_tokens(message, self.overhead, self.count)
 
-    def count_messages(self, messages: Sequence[Mapping[str, Any]]) -> int:
+    def count_messages(self, messages: Sequence[Mapping[str, object]]) -> int:
         """Tokens of a chat prompt: each message with its overhead, plus the reply priming."""
         return _messages_tokens(messages, self.overhead, self.count)
 
 
 def _messages_tokens(
-    messages: Sequence[Mapping[str, Any]], overhead: MessageOverhead, count: Callable[[str], int]
+    messages: Sequence[Mapping[str, object]], overhead: MessageOverhead, count: Callable[[str], int]
 ) -> int:
     """Tokens of a chat prompt (OpenAI's accounting), texts counted with ``count``."""
     if isinstance(messages, str | bytes):
@@ -242,7 +247,7 @@ def _messages_tokens(
     return sum(_message_tokens(m, overhead, count) for m in messages) + overhead.reply_priming
 
 
-def _message_tokens(message: Mapping[str, Any], overhead: MessageOverhead, count: Callable[[str], int]) -> int:
+def _message_tokens(message: Mapping[str, object], overhead: MessageOverhead, count: Callable[[str], int]) -> int:
     n = overhead.per_message
     for key, value in message.items():
         if value is None:
@@ -256,16 +261,15 @@ def _message_tokens(message: Mapping[str, Any], overhead: MessageOverhead, count
     return n
 
 
-def _content_tokens(content: Any, count: Callable[[str], int]) -> int:
+def _content_tokens(content: object, count: Callable[[str], int]) -> int:
     if isinstance(content, str):
         return count(content)
     if isinstance(content, list):  # OpenAI content parts
         total = 0
         for part in content:
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                total += count(part["text"])
-            elif isinstance(part, str):
-                total += count(part)
+            text = part.get("text") if isinstance(part, Mapping) else part
+            if isinstance(text, str):
+                total += count(text)
         return total
     return count(str(content))
 
@@ -330,7 +334,7 @@ class PromptMeter:
             total += cached
         return total
 
-    def count_messages(self, messages: Sequence[Mapping[str, Any]]) -> int:
+    def count_messages(self, messages: Sequence[Mapping[str, object]]) -> int:
         """Tokens of a chat prompt, exactly as :meth:`TokenCounter.count_messages` counts them.
 
         A counter with its own message accounting (a model's chat template) counts the prompt

@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import pandas as pd
 
@@ -21,7 +21,7 @@ from ctxwin_dagster.core.evaluation.report import FrameLike, render_report
 from ctxwin_dagster.core.evaluation.stats import compare_variants
 from ctxwin_dagster.core.evaluation.verdict import ExperimentSetup, verdict_markdown
 
-__all__ = ["DEFAULT_METRICS", "compare_experiment", "INDEXING_FIELDS"]
+__all__ = ["DEFAULT_METRICS", "ExperimentComparison", "compare_experiment", "INDEXING_FIELDS"]
 
 #: Metrics compared by default (those present in the rows are used).
 DEFAULT_METRICS = (
@@ -73,15 +73,28 @@ INDEXING_FIELDS = (
 )
 
 
-def _clean(v: Any) -> Any:
+class ExperimentComparison(TypedDict):
+    """What :func:`compare_experiment` returns: the report's paths and Markdown (see
+    :func:`~ctxwin_dagster.core.evaluation.report.render_report`), the verdict and the tables."""
+
+    paths: dict[str, Path | None]
+    markdown: str
+    markdown_inline: str
+    verdict: str
+    quality: list[dict[str, object]]
+    comparison: pd.DataFrame
+    efficiency: pd.DataFrame
+
+
+def _clean(v: object) -> object:
     if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
         return None
     return v
 
 
 def compare_experiment(
-    score_rows: Sequence[Mapping[str, Any]],
-    answer_rows: Sequence[Mapping[str, Any]],
+    score_rows: Sequence[Mapping[str, object]],
+    answer_rows: Sequence[Mapping[str, object]],
     indexing: Mapping[str, Mapping[str, float]],
     out_dir: str | Path,
     *,
@@ -93,7 +106,7 @@ def compare_experiment(
     setup: ExperimentSetup | None = None,
     n_boot: int = 10_000,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> ExperimentComparison:
     """Means per variant, paired tests for every pair of variants, and the efficiency table.
 
     ``indexing`` maps a variant to its contextualization totals (``INDEXING_FIELDS``); the
@@ -124,7 +137,7 @@ def compare_experiment(
     answering = {row["variant"]: row for row in aggregate_efficiency(answer_rows)}
     eff_rows = []
     for v in order:
-        row: dict[str, Any] = {"variant": v}
+        row: dict[str, object] = {"variant": v}
         for f in INDEXING_FIELDS:
             row[f"index_{f}"] = float(indexing.get(v, {}).get(f, 0.0))
         a = answering.get(v, {})

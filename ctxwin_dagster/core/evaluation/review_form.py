@@ -8,7 +8,8 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Mapping
-from typing import Any
+
+from ctxwin_dagster.core.evaluation.review_passages import CitedPassage, PairPassages, ReferencePassage
 
 __all__ = ["COMPLEXITIES", "CSV_COLUMNS", "LABELS", "html_form"]
 
@@ -84,7 +85,7 @@ def _highlighted(text: str, marks: list[tuple[int, int]]) -> str:
     return "".join(out) + html.escape(text[at:])
 
 
-def _answer_block(side: str, answer: str, passages: list[dict[str, Any]]) -> str:
+def _answer_block(side: str, answer: str, passages: list[CitedPassage]) -> str:
     esc = html.escape
     parts = [f"<div><b>{side}</b><p class=answer>{esc(answer)}</p>"]
     for p in passages:
@@ -100,7 +101,7 @@ def _answer_block(side: str, answer: str, passages: list[dict[str, Any]]) -> str
     return "".join(parts) + "</div>"
 
 
-def _reference_block(passage: Mapping[str, Any] | None) -> str:
+def _reference_block(passage: ReferencePassage | None) -> str:
     if passage is None:
         return ""
     esc = html.escape
@@ -113,7 +114,7 @@ def _reference_block(passage: Mapping[str, Any] | None) -> str:
 
 def html_form(
     rows: list[dict[str, str]],
-    passages: Mapping[str, tuple[list[dict[str, Any]], list[dict[str, Any]], Mapping[str, Any] | None]],
+    passages: Mapping[str, PairPassages],
     title: str,
     n_identical: int,
 ) -> str:

@@ -11,6 +11,7 @@ pairs with a NaN are dropped and counted, and on the differences ``d = b - a``:
    (over all rows, or per metric with ``correction="metric"``);
 3. a seeded percentile bootstrap 95 % CI of the mean difference (10,000 resamples).
 
+The test of one pair is :func:`~ctxwin_dagster.core.evaluation.paired.paired_test`.
 Degenerate cases get ``test="none"`` and a ``reason``: no complete pair, fewer than 3 pairs,
 all differences zero. Constant non-zero differences skip Shapiro–Wilk (undefined) and use
 Wilcoxon, saying so in ``reason``.
@@ -31,20 +32,31 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TypeAlias
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
-from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci, scores_by_variant
+from ctxwin_dagster.core.evaluation.metrics.aggregation import scores_by_variant
+from ctxwin_dagster.core.evaluation.paired import PairedTest, bonferroni, paired_test
+from ctxwin_dagster.core.evaluation.record_values import as_float
 
-__all__ = ["COLUMNS", "bonferroni", "compare_variants", "format_p", "paired_test", "rank_biserial"]
+__all__ = [
+    "COLUMNS",
+    "ComparisonRow",
+    "Scores",
+    "compare_variants",
+    "format_p",
+]
+
+#: Scores as :func:`compare_variants` takes them (see there).
+Scores: TypeAlias = "Mapping[str, Mapping[str, object]] | Iterable[Mapping[str, object]] | pd.DataFrame"
+#: ``{variant: {question_id: {metric: value}}}``.
+_Nested: TypeAlias = dict[str, dict[str, Mapping[str, object]]]
 
 
-def format_p(p: Any, alpha: float = 0.05, m: int = 1) -> str:
+def format_p(p: object, alpha: float = 0.05, m: int = 1) -> str:
     """A p-value as reports print it: three decimals, ``<0.001`` below that, and more digits
     where three would put it on the other side of ``alpha`` or of the Bonferroni threshold
     ``alpha / m`` (0.0497 is not printed as 0.050, and with m = 27 tests 0.00157 is printed
@@ -57,7 +69,7 @@ def format_p(p: Any, alpha: float = 0.05, m: int = 1) -> str:
     ('0.0016', '0.002', '0.001')
     """
     try:
-        value = float(p)
+        value = as_float(p)
     except (TypeError, ValueError):
         return "—"
     if math.isnan(value):
@@ -109,149 +121,27 @@ COLUMNS: tuple[str, ...] = (
 )
 
 
-def rank_biserial(d: Sequence[float] | np.ndarray) -> float:
-    """Matched-pairs rank-biserial correlation of differences (zeros dropped, ties averaged).
+class ComparisonRow(PairedTest):
+    """A row of :func:`compare_variants`: the paired test of one metric and pair of variants."""
 
-    ``(R+ - R-) / (R+ + R-)``: +1 when every difference is positive, -1 when all negative.
-
-    Example::
-
-        >>> rank_biserial([1.0, 2.0, -0.5, 0.0])
-        0.6666666666666666
-    """
-    x = np.asarray(d, dtype=float)
-    x = x[x != 0]
-    if x.size == 0:
-        return math.nan
-    ranks = sps.rankdata(np.abs(x))
-    r_plus = float(ranks[x > 0].sum())
-    r_minus = float(ranks[x < 0].sum())
-    return (r_plus - r_minus) / (r_plus + r_minus)
+    metric: str
+    variant_a: str
+    variant_b: str
+    n_questions: int
+    n_unpaired: int
+    n_comparisons: int
+    p_bonferroni: float
+    significant: bool
 
 
-def bonferroni(p: float, m: int) -> float:
-    """``min(1, p * m)``; NaN stays NaN.
-
-    Example::
-
-        >>> bonferroni(0.02, 3), bonferroni(0.5, 3)
-        (0.06, 1.0)
-    """
-    if m < 1:
-        raise ValueError(f"the number of comparisons must be >= 1; got {m}")
-    if p is None or math.isnan(p):
-        return math.nan
-    return min(1.0, float(p) * m)
-
-
-def paired_test(
-    a: Sequence[float] | np.ndarray,
-    b: Sequence[float] | np.ndarray,
-    *,
-    normality_alpha: float = 0.05,
-    n_boot: int = 10_000,
-    seed: int = 0,
-    ci_level: float = 0.95,
-) -> dict[str, Any]:
-    """Test paired samples ``a`` and ``b`` (aligned; NaN pairs dropped and counted).
-
-    Returns a dict with the columns of :data:`COLUMNS` that do not depend on the other
-    comparisons (``n_pairs``, ``n_dropped_nan``, means, ``test``, ``p_value``, effect size,
-    bootstrap CI of ``mean(b - a)``, ``reason``).
-
-    Example::
-
-        >>> r = paired_test([1, 2, 3], [1, 2, 3])
-        >>> r["test"], r["reason"]
-        ('none', 'all differences are zero')
-    """
-    xa = np.asarray(a, dtype=float)
-    xb = np.asarray(b, dtype=float)
-    if xa.shape != xb.shape or xa.ndim != 1:
-        raise ValueError(f"a and b must be one-dimensional and of the same length; got {xa.shape} and {xb.shape}")
-    keep = ~(np.isnan(xa) | np.isnan(xb))
-    xa, xb = xa[keep], xb[keep]
-    n = int(xa.size)
-    out: dict[str, Any] = {
-        "n_pairs": n,
-        "n_dropped_nan": int((~keep).sum()),
-        "mean_a": float(xa.mean()) if n else math.nan,
-        "mean_b": float(xb.mean()) if n else math.nan,
-        "mean_diff": math.nan,
-        "sd_diff": math.nan,
-        "shapiro_w": math.nan,
-        "shapiro_p": math.nan,
-        "normal": None,
-        "test": "none",
-        "statistic": math.nan,
-        "p_value": math.nan,
-        "effect_size": math.nan,
-        "effect_size_name": None,
-        "ci_low": math.nan,
-        "ci_high": math.nan,
-        "ci_level": ci_level,
-        "n_boot": n_boot,
-        "seed": seed,
-        "reason": "",
-    }
-    if n == 0:
-        out["reason"] = "no question has a score in both variants"
-        return out
-    d = xb - xa
-    out["mean_diff"] = float(d.mean())
-    out["sd_diff"] = float(d.std(ddof=1)) if n > 1 else math.nan
-    out["ci_low"], out["ci_high"] = bootstrap_mean_ci(d, n_boot=n_boot, seed=seed, level=ci_level)
-    if n < 3:
-        out["reason"] = f"only {n} pair(s): Shapiro–Wilk and the paired tests need at least 3"
-        return out
-    if np.all(d == 0):
-        out["reason"] = "all differences are zero"
-        return out
-    use_t = False
-    if np.ptp(d) == 0:
-        out["reason"] = "differences are constant: Shapiro–Wilk is undefined, Wilcoxon used"
-    else:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # large-n accuracy warning; the p-value is still reported
-            sw = sps.shapiro(d)
-        out["shapiro_w"], out["shapiro_p"] = float(sw.statistic), float(sw.pvalue)
-        use_t = bool(sw.pvalue > normality_alpha)
-        out["normal"] = use_t
-    if use_t:
-        res = sps.ttest_rel(xb, xa)
-        out.update(
-            test="paired_t",
-            statistic=float(res.statistic),
-            p_value=float(res.pvalue),
-            effect_size=float(d.mean() / d.std(ddof=1)),
-            effect_size_name="cohen_dz",
-        )
-    else:
-        n_nonzero = int(np.count_nonzero(d))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # small-n / zeros warnings from scipy
-            res = sps.wilcoxon(xb, xa, zero_method="wilcox")
-        out.update(
-            test="wilcoxon",
-            statistic=float(res.statistic),
-            p_value=float(res.pvalue),
-            effect_size=rank_biserial(d),
-            effect_size_name="rank_biserial",
-        )
-        out["n_nonzero"] = n_nonzero
-        if n_nonzero < n:
-            extra = f"{n - n_nonzero} zero difference(s) dropped by Wilcoxon"
-            out["reason"] = f"{out['reason']}; {extra}" if out["reason"] else extra
-    return out
-
-
-def _as_nested(scores: Any, metrics: Sequence[str] | None) -> tuple[dict[str, dict[str, dict[str, float]]], list[str]]:
+def _as_nested(scores: Scores, metrics: Sequence[str] | None) -> tuple[_Nested, list[str]]:
     """``{variant: {qid: {metric: value}}}`` and the metric list, from the accepted shapes."""
     if isinstance(scores, pd.DataFrame):
         scores = scores.to_dict("records")
+    nested: _Nested
     if not isinstance(scores, Mapping):  # score rows
         rows = list(scores)
-        nested = scores_by_variant(rows, metrics)
+        nested = {v: dict(per_q) for v, per_q in scores_by_variant(rows, metrics).items()}
     else:
         nested = {}
         for variant, per_q in scores.items():
@@ -275,17 +165,17 @@ def _as_nested(scores: Any, metrics: Sequence[str] | None) -> tuple[dict[str, di
     return nested, list(metrics)
 
 
-def _value(values: Mapping[str, Any] | None, metric: str) -> float:
+def _value(values: Mapping[str, object] | None, metric: str) -> float:
     if values is None:
         return math.nan
     v = values.get(metric)
     if v is None:
         return math.nan
-    return float(v)
+    return as_float(v)
 
 
 def compare_variants(
-    scores: Mapping[str, Mapping[str, Any]] | Iterable[Mapping[str, Any]] | pd.DataFrame,
+    scores: Scores,
     metrics: Sequence[str] | None = None,
     *,
     pairs: Sequence[tuple[str, str]] | None = None,
@@ -330,7 +220,7 @@ def compare_variants(
                 raise ValueError(f"variant {v!r} has no scores; known variants: {variants}")
         if a == b:
             raise ValueError(f"a pair compares two different variants; got ({a!r}, {b!r})")
-    rows: list[dict[str, Any]] = []
+    rows: list[ComparisonRow] = []
     for metric in names:
         for a, b in pairs:
             sa, sb = nested[a], nested[b]
@@ -343,8 +233,20 @@ def compare_variants(
             xa = np.array([_value(sa.get(q), metric) for q in both], dtype=float)
             xb = np.array([_value(sb.get(q), metric) for q in both], dtype=float)
             res = paired_test(xa, xb, normality_alpha=normality_alpha, n_boot=n_boot, seed=seed, ci_level=ci_level)
-            res.update(metric=metric, variant_a=a, variant_b=b, n_questions=len(union), n_unpaired=unpaired)
-            rows.append(res)
+            rows.append(
+                {
+                    **res,
+                    "metric": metric,
+                    "variant_a": a,
+                    "variant_b": b,
+                    "n_questions": len(union),
+                    "n_unpaired": unpaired,
+                    # set below, once every test is known
+                    "n_comparisons": 1,
+                    "p_bonferroni": math.nan,
+                    "significant": False,
+                }
+            )
     tested = [r for r in rows if r["test"] != "none"]
     for r in rows:
         if n_comparisons is not None:

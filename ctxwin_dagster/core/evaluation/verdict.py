@@ -27,11 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
 
 from ctxwin_dagster.core.defaults import VARIANT_LABELS
+from ctxwin_dagster.core.evaluation.record_values import as_float
 from ctxwin_dagster.core.evaluation.stats import format_p
 
 __all__ = ["ExperimentSetup", "verdict_headline", "verdict_markdown"]
@@ -73,7 +73,7 @@ class ExperimentSetup:
     swb_replies: Mapping[str, float] = field(default_factory=dict)
 
 
-def _p(p: Any) -> str:
+def _p(p: object) -> str:
     text = format_p(p)
     return "p=—" if text == "—" else ("p" + text if text.startswith("<") else "p=" + text)
 
@@ -104,9 +104,9 @@ def _pair_sentence(rows: pd.DataFrame, a: str, b: str) -> str:
     return f"- **{_label(b)} vs {_label(a)}**: " + "; ".join(parts) + tail + "."
 
 
-def _num(row: Mapping[str, Any], key: str) -> float:
+def _num(row: Mapping[str, object], key: str) -> float:
     try:
-        v = float(row.get(key) or 0.0)
+        v = as_float(row.get(key) or 0.0)
     except (TypeError, ValueError):
         return 0.0
     return 0.0 if v != v else v
@@ -143,7 +143,7 @@ def _cost_lines(efficiency: pd.DataFrame | None) -> list[str]:
     return ["**Cost to build.** " + "; ".join(lines) + "." + ratio]
 
 
-def _cost_share(cc: Mapping[str, Any], swb: Mapping[str, Any]) -> str:
+def _cost_share(cc: Mapping[str, object], swb: Mapping[str, object]) -> str:
     """SWB-RAG's cost to build as a share of CC-RAG's, without and with prompt caching: a server
     that caches prompt prefixes serves CC-RAG's document, repeated in every chunk's call."""
     cc_work, swb_work = _num(cc, "index_cost_usd"), _num(swb, "index_cost_usd")

@@ -42,13 +42,21 @@ Example (a toy reader that "finds" the answer in windows containing a word)::
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
-from ctxwin_dagster.core.methods.prompts import NO_ANSWER, NOT_IN_DOCUMENTS
+from ctxwin_dagster.core.methods.prompts import NOT_IN_DOCUMENTS
+from ctxwin_dagster.core.methods.sliding_findings import (
+    CallRecord,
+    SlidingAnswer,
+    Synthesis,
+    WindowFinding,
+    WindowReader,
+    no_answer_finding,
+)
+from ctxwin_dagster.core.methods.sliding_merge import best_supported, format_findings, locate_evidence, parse_synthesis
 from ctxwin_dagster.core.methods.sliding_windows import sliding_windows
 from ctxwin_dagster.core.retrieval.window import Window
 
@@ -56,6 +64,7 @@ __all__ = [
     "DEFAULT_OVERLAP_TOKENS",
     "DEFAULT_WAVE_SIZE",
     "DEFAULT_WINDOW_TOKENS",
+    "LimitedReader",
     "SlidingAnswer",
     "Synthesis",
     "WindowFinding",
@@ -77,160 +86,6 @@ DEFAULT_OVERLAP_TOKENS = 200
 
 #: Windows handed to the reader at once (its calls run in parallel within a wave).
 DEFAULT_WAVE_SIZE = 8
-
-
-@dataclass(frozen=True, slots=True)
-class WindowFinding:
-    """What one window said about the question.
-
-    Attributes:
-        window: the window's number (1-based, in reading order).
-        doc_id, start, end: the window's span in its document.
-        found: False when the window does not hold the answer (``answer`` is ``NO_ANSWER``).
-        answer: the window's answer.
-        confidence: 0..1, the reader's confidence that the window holds the answer (an LLM's
-            own estimate, or the extractive engine's question–sentence cosine similarity).
-        evidence: a quote from the window supporting the answer ("" when none).
-        evidence_span: document offsets of ``evidence`` when it was found in the window.
-        error: why the window has no usable reply (an unparsable reply), else None.
-        records: the call records behind it (opaque to this module).
-    """
-
-    window: int
-    doc_id: str
-    start: int
-    end: int
-    found: bool
-    answer: str
-    confidence: float
-    evidence: str = ""
-    evidence_span: tuple[int, int] | None = None
-    error: str | None = None
-    records: tuple[Any, ...] = ()
-
-    @property
-    def span(self) -> tuple[str, int, int]:
-        """The cited span: the evidence when located, else the whole window."""
-        if self.evidence_span is not None:
-            return (self.doc_id, *self.evidence_span)
-        return (self.doc_id, self.start, self.end)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "window": self.window,
-            "doc_id": self.doc_id,
-            "start": self.start,
-            "end": self.end,
-            "found": self.found,
-            "answer": self.answer,
-            "confidence": self.confidence,
-            "evidence": self.evidence,
-            "evidence_span": list(self.evidence_span) if self.evidence_span else None,
-            "error": self.error,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Synthesis:
-    """A merged answer and the window numbers it comes from."""
-
-    text: str
-    windows: tuple[int, ...]
-    records: tuple[Any, ...] = ()
-    not_found: bool = False
-
-
-@runtime_checkable
-class WindowReader(Protocol):
-    """Reads windows and merges their answers (an LLM, or the extractive engine).
-
-    ``read`` gets one wave of windows and must return one :class:`WindowFinding` per window,
-    in order (numbered by ``numbers``; ``total`` is the number of windows of the run).
-    ``synthesize`` gets the findings that found an answer (at least two), best first.
-    """
-
-    engine: str
-    model: str
-
-    def read(
-        self,
-        question: str,
-        windows: Sequence[Window],
-        *,
-        numbers: Sequence[int],
-        total: int,
-        summary: str | None = None,
-    ) -> list[WindowFinding]: ...
-
-    def synthesize(
-        self, question: str, findings: Sequence[WindowFinding], *, summary: str | None = None
-    ) -> Synthesis: ...
-
-
-@dataclass(slots=True)
-class SlidingAnswer:
-    """The result of :func:`sliding_window_qa`.
-
-    Attributes:
-        question: the question.
-        text: the merged answer, or ``NOT_IN_DOCUMENTS``.
-        not_found: True when no window held the answer.
-        sources: the findings the answer comes from (document spans), best first.
-        findings: every window read, in reading order.
-        windows: every window planned (also those not read after an early stop).
-        stopped_early: True when windows were left unread because of ``early_stop``.
-        engine, model: the reader's.
-        records: every call record (windows and the merge), in order.
-        latency_s: wall time of the run.
-    """
-
-    question: str
-    text: str
-    not_found: bool
-    sources: list[WindowFinding]
-    findings: list[WindowFinding]
-    windows: list[Window]
-    stopped_early: bool
-    engine: str
-    model: str
-    records: list[Any] = field(default_factory=list)
-    latency_s: float = 0.0
-    synthesized: bool = False
-
-    @property
-    def n_windows(self) -> int:
-        return len(self.windows)
-
-    @property
-    def n_read(self) -> int:
-        return len(self.findings)
-
-    @property
-    def n_found(self) -> int:
-        return sum(1 for f in self.findings if f.found)
-
-    @property
-    def errors(self) -> list[str]:
-        """The reasons of windows without a usable reply."""
-        return [f"window {f.window}: {f.error}" for f in self.findings if f.error]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "question": self.question,
-            "answer": self.text,
-            "not_found": self.not_found,
-            "engine": self.engine,
-            "model": self.model,
-            "n_windows": self.n_windows,
-            "n_read": self.n_read,
-            "n_found": self.n_found,
-            "stopped_early": self.stopped_early,
-            "synthesized": self.synthesized,
-            "latency_s": round(self.latency_s, 3),
-            "sources": [f.to_dict() for f in self.sources],
-            "findings": [f.to_dict() for f in self.findings],
-            "errors": self.errors,
-        }
 
 
 # --------------------------------------------------------------------------------------
@@ -289,123 +144,105 @@ def plan_windows(
 
 
 # --------------------------------------------------------------------------------------
-# Merging
-# --------------------------------------------------------------------------------------
-
-_WS = re.compile(r"\s+")
-
-
-def locate_evidence(evidence: str, window: Window) -> tuple[int, int] | None:
-    """Document offsets of a quote in ``window``: exact match first, then ignoring white space
-    and case; None when the quote is not in the window (a paraphrase).
-
-    Example::
-
-        >>> locate_evidence("brown  fox", Window("d", 100, 119, "The quick brown fox"))
-        (110, 119)
-    """
-    quote = evidence.strip().strip("\"'“”„‘’").strip()
-    if len(quote) < 3:
-        return None
-    i = window.text.find(quote)
-    if i >= 0:
-        return (window.start + i, window.start + i + len(quote))
-    words = [re.escape(w) for w in quote.split()]
-    if not words:
-        return None
-    m = re.search(r"\s+".join(words), window.text, flags=re.IGNORECASE)
-    if m is None:
-        return None
-    return (window.start + m.start(), window.start + m.end())
-
-
-def _overlap(a: tuple[int, int] | None, b: tuple[int, int] | None) -> bool:
-    return a is not None and b is not None and a[0] < b[1] and b[0] < a[1]
-
-
-def best_supported(findings: Sequence[WindowFinding]) -> tuple[WindowFinding, list[WindowFinding]]:
-    """The best-supported answer among ``findings`` (those with ``found``) and its support.
-
-    The answer with the highest confidence wins; ties go to the answer more windows agree on
-    (same normalized answer text, or overlapping evidence spans), then to the earlier window.
-    Returns the winner and every finding that agrees with it (the winner first).
-
-    Example::
-
-        >>> fs = [WindowFinding(1, "d", 0, 10, True, "A", 0.6, evidence_span=(5, 9)),
-        ...       WindowFinding(2, "d", 8, 20, True, "A", 0.6, evidence_span=(5, 9)),
-        ...       WindowFinding(3, "d", 18, 30, True, "B", 0.6)]
-        >>> win, support = best_supported(fs)
-        >>> win.window, [f.window for f in support]
-        (1, [1, 2])
-    """
-    found = [f for f in findings if f.found]
-    if not found:
-        raise ValueError("best_supported needs at least one finding with found=True")
-
-    def agrees(a: WindowFinding, b: WindowFinding) -> bool:
-        return _norm(a.answer) == _norm(b.answer) or _overlap(a.evidence_span, b.evidence_span)
-
-    support = {f.window: [g for g in found if agrees(f, g)] for f in found}
-    best = min(found, key=lambda f: (-round(f.confidence, 6), -len(support[f.window]), f.window))
-    agreeing = [best] + [g for g in support[best.window] if g is not best]
-    return best, agreeing
-
-
-def _norm(text: str) -> str:
-    return _WS.sub(" ", text.strip().lower())
-
-
-def format_findings(findings: Sequence[WindowFinding]) -> str:
-    """The ``{answers}`` of :data:`~ctxwin_dagster.core.methods.prompts.SYNTHESIZE_TEMPLATES`: one block per window.
-
-    Example::
-
-        >>> print(format_findings([WindowFinding(3, "d", 0, 9, True, "Yes.", 0.9, "it is so")]))
-        [W3] (confidence 0.90)
-        Answer: Yes.
-        Quote: "it is so"
-    """
-    blocks = []
-    for f in findings:
-        lines = [f"[W{f.window}] (confidence {f.confidence:.2f})", f"Answer: {f.answer}"]
-        if f.evidence:
-            lines.append(f'Quote: "{f.evidence}"')
-        blocks.append("\n".join(lines))
-    return "\n\n".join(blocks)
-
-
-_W_CITATION = re.compile(r"\[\s*(W\s*\d+(?:\s*[,;]\s*W?\s*\d+)*)\s*\]", re.IGNORECASE)
-
-
-def parse_synthesis(text: str, windows: Sequence[int]) -> Synthesis:
-    """The window numbers a merged answer cites (``[W3]``, ``[W3, W7]``), and the not-found sentinel.
-
-    Numbers that name no given window are ignored.
-
-    Example::
-
-        >>> parse_synthesis("Paris [W2], not Lyon [W5, W9].", [2, 5]).windows
-        (2, 5)
-        >>> parse_synthesis("NOT_IN_DOCUMENTS", [1]).not_found
-        True
-    """
-    clean = text.strip()
-    bare = clean.strip(" \t\n.\"'`*")
-    if bare.upper().replace(" ", "_") == NOT_IN_DOCUMENTS:
-        return Synthesis(NOT_IN_DOCUMENTS, (), (), True)
-    allowed = set(windows)
-    cited: dict[int, None] = {}
-    for m in _W_CITATION.finditer(clean):
-        for num in re.findall(r"\d+", m.group(1)):
-            if int(num) in allowed:
-                cited.setdefault(int(num), None)
-    return Synthesis(clean, tuple(cited))
-
-
-# --------------------------------------------------------------------------------------
 # The run
 # --------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class LimitedReader(Protocol):
+    """A reader whose window prompt leaves room for at most so many tokens of window text."""
+
+    def window_token_limit(self, *, summary: str | None = None, question: str = "") -> int | None: ...
+
+
+def _check_settings(
+    question: str,
+    reader: WindowReader,
+    *,
+    window_tokens: int,
+    summary: str | None,
+    early_stop: float | None,
+    wave_size: int,
+    max_synthesis: int,
+) -> None:
+    """Raise ValueError, naming the fix, for settings a run cannot use."""
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("question is empty; pass the question to answer")
+    if isinstance(wave_size, bool) or not isinstance(wave_size, int) or wave_size < 1:
+        raise ValueError(f"wave_size must be an int >= 1; got {wave_size!r}")
+    if early_stop is not None and not 0 <= early_stop <= 1:
+        raise ValueError(f"early_stop is a confidence in [0, 1] (or None to read every window); got {early_stop!r}")
+    if max_synthesis < 2:
+        raise ValueError(f"max_synthesis must be >= 2; got {max_synthesis}")
+    if isinstance(reader, LimitedReader):
+        most = reader.window_token_limit(summary=summary, question=question)
+        if most is not None and window_tokens > most:
+            raise ValueError(
+                f"window_tokens={window_tokens} does not fit {reader.model}: with the prompt around it a window "
+                f"may hold at most {most} tokens; pass window_tokens <= {most}"
+                + (" or a shorter summary" if summary else "")
+            )
+
+
+def _read_waves(
+    question: str,
+    windows: Sequence[Window],
+    reader: WindowReader,
+    *,
+    summary: str | None,
+    early_stop: float | None,
+    wave_size: int,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[list[WindowFinding], bool]:
+    """(the findings of the windows read, in order; whether windows were left unread because a
+    wave answered with at least ``early_stop`` confidence)."""
+    total = len(windows)
+    findings: list[WindowFinding] = []
+    for w0 in range(0, total, wave_size):
+        wave = windows[w0 : w0 + wave_size]
+        numbers = list(range(w0 + 1, w0 + len(wave) + 1))
+        got = list(reader.read(question, wave, numbers=numbers, total=total, summary=summary))
+        if len(got) != len(wave):
+            raise ValueError(
+                f"{type(reader).__name__}.read returned {len(got)} findings for {len(wave)} windows; it must return one per window"
+            )
+        findings.extend(got)
+        if progress is not None:
+            progress(len(findings), total)
+        if early_stop is not None and any(f.found and f.confidence >= early_stop for f in got):
+            return findings, len(findings) < total
+    return findings, False
+
+
+@dataclass(slots=True)
+class _Merged:
+    """The answer of the windows that found one: its text and sources, and the merge's call records."""
+
+    text: str
+    sources: list[WindowFinding]
+    not_found: bool
+    records: tuple[CallRecord, ...] = ()
+    synthesized: bool = False
+
+
+def _merge(
+    question: str, findings: Sequence[WindowFinding], reader: WindowReader, *, summary: str | None, max_synthesis: int
+) -> _Merged:
+    """No window found an answer: not found; one: its answer; several: the reader's merge of the
+    ``max_synthesis`` most confident."""
+    found = sorted((f for f in findings if f.found), key=lambda f: (-f.confidence, f.window))
+    if not found:
+        return _Merged(NOT_IN_DOCUMENTS, [], True)
+    if len(found) == 1:
+        return _Merged(found[0].answer, [found[0]], False)
+    given = found[:max_synthesis]
+    synth = reader.synthesize(question, given, summary=summary)
+    if synth.not_found:
+        return _Merged(NOT_IN_DOCUMENTS, [], True, synth.records, True)
+    by_number = {f.window: f for f in given}
+    sources = [by_number[n] for n in synth.windows if n in by_number] or list(given)
+    sources.sort(key=lambda f: (-f.confidence, f.window))
+    return _Merged(synth.text, sources, False, synth.records, True)
 
 
 def sliding_window_qa(
@@ -445,83 +282,34 @@ def sliding_window_qa(
         ValueError: invalid settings (the message names the fix), or a reader that returned
             the wrong number of findings.
     """
-    if not isinstance(question, str) or not question.strip():
-        raise ValueError("question is empty; pass the question to answer")
-    if isinstance(wave_size, bool) or not isinstance(wave_size, int) or wave_size < 1:
-        raise ValueError(f"wave_size must be an int >= 1; got {wave_size!r}")
-    if early_stop is not None and not 0 <= early_stop <= 1:
-        raise ValueError(f"early_stop is a confidence in [0, 1] (or None to read every window); got {early_stop!r}")
-    if max_synthesis < 2:
-        raise ValueError(f"max_synthesis must be >= 2; got {max_synthesis}")
-    limit = getattr(reader, "window_token_limit", None)
-    if callable(limit):
-        most = limit(summary=summary, question=question)
-        if most is not None and window_tokens > most:
-            raise ValueError(
-                f"window_tokens={window_tokens} does not fit {reader.model}: with the prompt around it a window "
-                f"may hold at most {most} tokens; pass window_tokens <= {most}"
-                + (" or a shorter summary" if summary else "")
-            )
+    _check_settings(
+        question,
+        reader,
+        window_tokens=window_tokens,
+        summary=summary,
+        early_stop=early_stop,
+        wave_size=wave_size,
+        max_synthesis=max_synthesis,
+    )
     started = time.perf_counter()
     windows = plan_windows(
         source, window_tokens=window_tokens, overlap_tokens=overlap_tokens, encode=encode, decode=decode, doc_id=doc_id
     )
-    total = len(windows)
-    findings: list[WindowFinding] = []
-    stopped_early = False
-    for w0 in range(0, total, wave_size):
-        wave = windows[w0 : w0 + wave_size]
-        numbers = list(range(w0 + 1, w0 + len(wave) + 1))
-        got = list(reader.read(question, wave, numbers=numbers, total=total, summary=summary))
-        if len(got) != len(wave):
-            raise ValueError(
-                f"{type(reader).__name__}.read returned {len(got)} findings for {len(wave)} windows; it must return one per window"
-            )
-        findings.extend(got)
-        if progress is not None:
-            progress(len(findings), total)
-        if early_stop is not None and any(f.found and f.confidence >= early_stop for f in got):
-            stopped_early = len(findings) < total
-            break
-    records: list[Any] = [r for f in findings for r in f.records]
-    found = sorted((f for f in findings if f.found), key=lambda f: (-f.confidence, f.window))
-    synthesized = False
-    if not found:
-        text, sources, not_found = NOT_IN_DOCUMENTS, [], True
-    elif len(found) == 1:
-        text, sources, not_found = found[0].answer, [found[0]], False
-    else:
-        given = found[:max_synthesis]
-        synth = reader.synthesize(question, given, summary=summary)
-        records.extend(synth.records)
-        synthesized = True
-        if synth.not_found:
-            text, sources, not_found = NOT_IN_DOCUMENTS, [], True
-        else:
-            by_number = {f.window: f for f in given}
-            sources = [by_number[n] for n in synth.windows if n in by_number] or list(given)
-            sources.sort(key=lambda f: (-f.confidence, f.window))
-            text, not_found = synth.text, False
+    findings, stopped_early = _read_waves(
+        question, windows, reader, summary=summary, early_stop=early_stop, wave_size=wave_size, progress=progress
+    )
+    merged = _merge(question, findings, reader, summary=summary, max_synthesis=max_synthesis)
     return SlidingAnswer(
         question=question,
-        text=text,
-        not_found=not_found,
-        sources=sources,
+        text=merged.text,
+        not_found=merged.not_found,
+        sources=merged.sources,
         findings=findings,
         windows=windows,
         stopped_early=stopped_early,
-        engine=getattr(reader, "engine", ""),
-        model=getattr(reader, "model", ""),
-        records=records,
+        engine=reader.engine,
+        model=reader.model,
+        records=[r for f in findings for r in f.records] + list(merged.records),
         latency_s=time.perf_counter() - started,
-        synthesized=synthesized,
-    )
-
-
-def no_answer_finding(
-    window: Window, number: int, *, error: str | None = None, records: tuple[Any, ...] = ()
-) -> WindowFinding:
-    """A finding saying ``window`` does not hold the answer (``NO_ANSWER``, confidence 0)."""
-    return WindowFinding(
-        number, window.doc_id, window.start, window.end, False, NO_ANSWER, 0.0, "", None, error, records
+        synthesized=merged.synthesized,
     )

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Literal
+from types import BuiltinMethodType, MethodType
+from typing import Literal, Protocol, runtime_checkable
 
 from ctxwin_dagster.core.retrieval.window import Window
 
@@ -123,6 +124,19 @@ def _check_size_overlap(size: int, overlap: int) -> None:
 _MAX_PARTIAL = 4
 
 
+@runtime_checkable
+class _OffsetDecoder(Protocol):
+    """A tokenizer that decodes tokens with the character offset of each (tiktoken's ``Encoding``)."""
+
+    def decode_with_offsets(self, tokens: list[int]) -> tuple[str, list[int]]: ...
+
+
+def _offset_decoder(fn: Callable[..., object] | None) -> _OffsetDecoder | None:
+    """The tokenizer ``fn`` is a bound method of, when it decodes with offsets."""
+    owner = fn.__self__ if isinstance(fn, (MethodType, BuiltinMethodType)) else None
+    return owner if isinstance(owner, _OffsetDecoder) else None
+
+
 def _token_char_offsets(
     text: str,
     tokens: list[int],
@@ -132,14 +146,13 @@ def _token_char_offsets(
 ) -> dict[int, int]:
     """Character offset of each token index in ``boundaries`` (sorted, with 0 and len(tokens))."""
     n_tok = len(tokens)
-    owner = getattr(decode, "__self__", None) if decode is not None else getattr(encode, "__self__", None)
-    with_offsets = getattr(owner, "decode_with_offsets", None)
-    if with_offsets is not None:
+    owner = _offset_decoder(decode if decode is not None else encode)
+    if owner is not None:
         try:
-            decoded, offsets = with_offsets(tokens)
+            decoded, offsets = owner.decode_with_offsets(tokens)
         except ValueError:  # e.g. tokens that are not valid UTF-8: use the generic path below
-            decoded, offsets = None, None
-        if decoded is not None:
+            pass
+        else:
             if decoded != text:
                 raise _lossy_error(_first_difference(decoded, text))
             return {k: (offsets[k] if k < n_tok else len(text)) for k in boundaries}

@@ -3,8 +3,24 @@
 Each hit (a retrieved chunk and its score) grows into one window of its document:
 :func:`neighbor_windows` adds ``num_neighbors`` chunks on each side, :func:`stitch_windows`
 adds adjacent chunks while the window's character span stays within ``context_window_size``.
-A window's text comes from the document when given, else is rebuilt from the chunks
-(:func:`span_text`).
+Both take ``hits`` (``(chunk, score)`` pairs), ``chunks`` (all chunks of the hits' documents, in
+any order; several documents allowed) and optionally ``doc_texts`` (``doc_id -> text``). A
+window's text comes from the document when given, else is rebuilt from the chunks
+(:func:`span_text`). Both give one window per hit, in the hits' order, carrying the hit's score.
+
+Example::
+
+    >>> from ctxwin_dagster.core.text.splitting import RecursiveSplitter
+    >>> text = "aa bb cc dd ee"
+    >>> chunks = RecursiveSplitter(chunk_size=3, chunk_overlap=0).split(text, doc_id="d", doc_sha256="00")
+    >>> [c.text for c in chunks]
+    ['aa', 'bb', 'cc', 'dd', 'ee']
+    >>> [w.text for w in neighbor_windows([(chunks[0], 0.9), (chunks[2], 0.5)], chunks,
+    ...                                   num_neighbors=1, doc_texts={"d": text})]
+    ['aa bb', 'bb cc dd']
+    >>> w = stitch_windows([(chunks[2], 1.0)], chunks, context_window_size=9, doc_texts={"d": text})[0]
+    >>> w.text, len(w)
+    ('bb cc dd', 8)
 """
 
 from __future__ import annotations
@@ -12,6 +28,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 
+from ctxwin_dagster.core.arguments import check_count
 from ctxwin_dagster.core.retrieval.window import Window
 from ctxwin_dagster.core.text.splitting import Chunk
 
@@ -139,36 +156,14 @@ def neighbor_windows(
     num_neighbors: int,
     doc_texts: Mapping[str, str] | None = None,
 ) -> list[Window]:
-    """Expand each hit to its chunk plus ``num_neighbors`` chunks on each side.
+    """Expand each hit to its chunk plus ``num_neighbors`` (>= 0) chunks on each side.
 
     Neighbours are chunks of the same ``doc_id`` with ``chunk_index`` in
     ``[i - num_neighbors, i + num_neighbors]``, bounded by the document's ends. The window
-    spans the first chunk's start to the last chunk's end; its text comes from ``doc_texts``
-    when given, else is rebuilt from the chunks (:func:`span_text`). One window per hit, in
-    the hits' order, carrying the hit's score.
-
-    Args:
-        hits: ``(chunk, score)`` pairs.
-        chunks: all chunks of the hits' documents (any order; several documents allowed).
-        num_neighbors: chunks to add on each side (>= 0).
-        doc_texts: optional ``doc_id -> text`` for exact window texts.
-
-    Example::
-
-        >>> from ctxwin_dagster.core.text.splitting import RecursiveSplitter
-        >>> text = "aa bb cc dd ee"
-        >>> chunks = RecursiveSplitter(chunk_size=3, chunk_overlap=0).split(
-        ...     text, doc_id="d", doc_sha256="00")
-        >>> [c.text for c in chunks]
-        ['aa', 'bb', 'cc', 'dd', 'ee']
-        >>> [w.text for w in neighbor_windows([(chunks[0], 0.9), (chunks[2], 0.5)], chunks,
-        ...                                   num_neighbors=1, doc_texts={"d": text})]
-        ['aa bb', 'bb cc dd']
+    spans the first chunk's start to the last chunk's end. Arguments and example: see the
+    module docstring.
     """
-    if isinstance(num_neighbors, bool) or not isinstance(num_neighbors, int):
-        raise TypeError(f"num_neighbors must be an int; got {num_neighbors!r}")
-    if num_neighbors < 0:
-        raise ValueError(f"num_neighbors must not be negative (got {num_neighbors}); pass 0 for the hit alone")
+    check_count("num_neighbors", num_neighbors, minimum=0, fix="pass 0 for the hit alone")
     index = _ChunkIndex(chunks)
     windows: list[Window] = []
     for hit, score in hits:
@@ -193,31 +188,10 @@ def stitch_windows(
     turn; a side stops at the first chunk that would make the window's character span
     (``end - start``, so overlapping text counts once) exceed ``context_window_size``, or at
     the document's end, while the other side goes on. A hit whose own chunk is longer than
-    the budget is kept as it is. One window per hit, in the hits' order.
-
-    Args:
-        hits: ``(chunk, score)`` pairs.
-        chunks: all chunks of the hits' documents (any order; several documents allowed).
-        context_window_size: largest span in characters (>= 1).
-        doc_texts: optional ``doc_id -> text`` for exact window texts.
-
-    Example::
-
-        >>> from ctxwin_dagster.core.text.splitting import RecursiveSplitter
-        >>> text = "aa bb cc dd ee"
-        >>> chunks = RecursiveSplitter(chunk_size=3, chunk_overlap=0).split(
-        ...     text, doc_id="d", doc_sha256="00")
-        >>> w = stitch_windows([(chunks[2], 1.0)], chunks, context_window_size=9,
-        ...                    doc_texts={"d": text})[0]
-        >>> w.text, len(w)
-        ('bb cc dd', 8)
+    the budget is kept as it is. ``context_window_size`` is the largest span in characters
+    (>= 1). Arguments and example: see the module docstring.
     """
-    if isinstance(context_window_size, bool) or not isinstance(context_window_size, int):
-        raise TypeError(f"context_window_size must be an int; got {context_window_size!r}")
-    if context_window_size <= 0:
-        raise ValueError(
-            f"context_window_size must be positive (got {context_window_size}); pass the character budget, e.g. 3000"
-        )
+    check_count("context_window_size", context_window_size, minimum=1, fix="pass the character budget, e.g. 3000")
     index = _ChunkIndex(chunks)
     budget = context_window_size
     windows: list[Window] = []
@@ -242,3 +216,11 @@ def stitch_windows(
                     can_before = False
         windows.append(_window(doc_chunks, lo, hi, score, doc_texts))
     return windows
+
+
+def document_text(doc_id: str, chunks: Sequence[Chunk], doc_texts: Mapping[str, str] | None) -> str:
+    """The text of ``doc_id``: from ``doc_texts`` when it holds it, else rebuilt from its chunks."""
+    if doc_texts is not None and doc_id in doc_texts:
+        return doc_texts[doc_id]
+    ordered = sorted(chunks, key=lambda c: c.chunk_index)
+    return span_text(ordered, 0, max(c.end for c in ordered))

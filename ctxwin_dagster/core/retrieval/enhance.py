@@ -32,9 +32,8 @@ text is rebuilt from the chunks, which is exact except inside the rare whitespac
 splitter dropped between two chunks (see
 :func:`~ctxwin_dagster.core.retrieval.around_hits.span_text`).
 
-Hits usually come from an index as rows (dicts with ``chunk_id``, ``doc_id``,
-``chunk_index``, ``start``, ``end``, ``text``, ``score``): :func:`chunks_from_rows` and
-:func:`hits_from_rows` turn them into :class:`~ctxwin_dagster.core.text.splitting.Chunk` objects.
+Hits usually come from an index as rows: :mod:`~ctxwin_dagster.core.retrieval.rows` turns them
+into :class:`~ctxwin_dagster.core.text.splitting.Chunk` objects.
 
 Plain Python: no Dagster, RAGAS or LanceDB.
 
@@ -56,7 +55,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ctxwin_dagster.core.json_types import JSONObject, JSONValue
 from ctxwin_dagster.core.retrieval.around_hits import neighbor_windows, stitch_windows
@@ -76,11 +74,8 @@ from ctxwin_dagster.core.text.splitting import Chunk
 
 __all__ = [
     "EnhancedContext",
-    "chunk_from_row",
-    "chunks_from_rows",
     "enhance",
     "focus_windows",
-    "hits_from_rows",
 ]
 
 Hit = tuple[Chunk, float]
@@ -146,79 +141,6 @@ class EnhancedContext:
             "n_chars": self.n_chars,
             "windows": windows,
         }
-
-
-# --------------------------------------------------------------------------------------
-# Index rows -> chunks
-# --------------------------------------------------------------------------------------
-
-_ROW_FIELDS = ("chunk_id", "doc_id", "chunk_index", "start", "end", "text")
-
-
-def chunk_from_row(row: Mapping[str, Any]) -> Chunk:
-    """A :class:`Chunk` from an index row (``chunk_id``, ``doc_id``, ``chunk_index``,
-    ``start``, ``end``, ``text``, optional ``section``); other keys are ignored.
-
-    Raises:
-        ValueError: a field is missing, or ``text`` does not have ``end - start`` characters.
-
-    Example::
-
-        >>> chunk_from_row({"chunk_id": "c", "doc_id": "d", "chunk_index": 0, "start": 3,
-        ...                 "end": 8, "text": "hello", "score": 0.5}).end
-        8
-    """
-    missing = [f for f in _ROW_FIELDS if f not in row or row[f] is None]
-    if missing:
-        raise ValueError(
-            f"index row {row.get('chunk_id', '?')!r} lacks {missing}; pass rows with "
-            f"{list(_ROW_FIELDS)} (as ChunkIndex.rows() and .search() return them)"
-        )
-    start, end, text = int(row["start"]), int(row["end"]), str(row["text"])
-    if end - start != len(text):
-        raise ValueError(
-            f"index row {row['chunk_id']!r} spans [{start}, {end}) but holds {len(text)} characters; "
-            "the row's text must be the document span (re-index the document)"
-        )
-    section = row.get("section")
-    return Chunk(
-        chunk_id=str(row["chunk_id"]),
-        doc_id=str(row["doc_id"]),
-        chunk_index=int(row["chunk_index"]),
-        start=start,
-        end=end,
-        text=text,
-        section=None if section is None else str(section),
-        doc_sha256=str(row.get("doc_sha256") or ""),
-    )
-
-
-def chunks_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[Chunk]:
-    """:func:`chunk_from_row` for every row, sorted by document and ``chunk_index``."""
-    chunks = [chunk_from_row(r) for r in rows]
-    chunks.sort(key=lambda c: (c.doc_id, c.chunk_index))
-    return chunks
-
-
-def hits_from_rows(rows: Iterable[Mapping[str, Any]], *, score_key: str = "score") -> list[Hit]:
-    """``(chunk, score)`` pairs from search result rows, in the rows' order.
-
-    Example::
-
-        >>> row = {"chunk_id": "c", "doc_id": "d", "chunk_index": 0, "start": 0, "end": 2,
-        ...        "text": "hi", "score": 0.75}
-        >>> [(c.chunk_id, s) for c, s in hits_from_rows([row])]
-        [('c', 0.75)]
-    """
-    hits: list[Hit] = []
-    for r in rows:
-        if score_key not in r or r[score_key] is None:
-            raise ValueError(
-                f"search row {r.get('chunk_id', '?')!r} has no {score_key!r}; pass the rows a search returned "
-                "(they carry a score), or name the score field with score_key="
-            )
-        hits.append((chunk_from_row(r), float(r[score_key])))
-    return hits
 
 
 # --------------------------------------------------------------------------------------
@@ -296,72 +218,54 @@ def enhance(
         ValueError: window_chars apply to the focus mode only (the mode is 'none'); drop them or use enhance_mode='focus'
     """
     mode = settings.enhance_mode
-    if mode != "focus":
-        given = [
-            k
-            for k, v in (
-                ("split_sentences", split_sentences),
-                ("score_sentences", score_sentences),
-                ("lexical_scores", lexical_scores),
-                ("window_chars", window_chars),
-                ("chunk_weight", chunk_weight),
-            )
-            if v is not None
-        ]
-        if given:
-            raise ValueError(
-                f"{', '.join(given)} apply to the focus mode only (the mode is {mode!r}); drop them or use "
-                "enhance_mode='focus'"
-            )
+    _check_focus_options(
+        mode,
+        split_sentences=split_sentences,
+        score_sentences=score_sentences,
+        lexical_scores=lexical_scores,
+        window_chars=window_chars,
+        chunk_weight=chunk_weight,
+    )
     hits = [(c, float(s)) for c, s in hits]
     chunks = list(chunks)
     exact = _check_texts(hits, doc_texts)
+    num_neighbors: int | None = None
+    context_window_size: int | None = None
+    focus: JSONObject | None = None
     if mode == "focus":
-        if score_sentences is None:
-            raise ValueError(
-                "the focus mode ranks sentences: pass score_sentences= (texts -> similarities to the question, e.g. "
-                "lambda ts: embedder.embed(ts) @ question_vector); pass split_sentences= (text -> [(start, end)]) "
-                "only to replace the default splitter, ctxwin_dagster.core.text.sentences.split_sentences"
-            )
-        _check_hits_among(hits, chunks)
-        width = DEFAULT_FOCUS_WINDOW_CHARS if window_chars is None else window_chars
-        budget = settings.focus_chars or DEFAULT_FOCUS_BUDGET_CHARS
-        weight = DEFAULT_FOCUS_CHUNK_WEIGHT if chunk_weight is None else chunk_weight
-        lexical_weight = 0.0
-        if lexical_scores is not None:
-            lexical_weight = (
-                DEFAULT_FOCUS_LEXICAL_WEIGHT if settings.lexical_weight is None else settings.lexical_weight
-            )
-        windows = focus_windows(
+        windows, focus = _focus(
             hits,
             chunks,
-            split_sentences=split_sentences or _split_sentences,
-            score_sentences=score_sentences,
+            settings,
             doc_texts=doc_texts,
+            split_sentences=split_sentences,
+            score_sentences=score_sentences,
             lexical_scores=lexical_scores,
-            window_chars=width,
-            budget_chars=budget,
-            chunk_weight=weight,
-            lexical_weight=lexical_weight,
-            structure=settings.structure,
-            score_drop=settings.score_drop,
+            window_chars=window_chars,
+            chunk_weight=chunk_weight,
         )
-        focus: JSONObject = {
-            "window_chars": width,
-            "budget_chars": budget,
-            "chunk_weight": weight,
-            "lexical_weight": lexical_weight,
-            "structure": settings.structure,
-            "score_drop": settings.score_drop,
-        }
-        return _merged(windows, mode, hits, exact, doc_texts, focus=focus)
-    if mode == "budget":
-        size = DEFAULT_CONTEXT_WINDOW_SIZE if settings.context_window_size is None else settings.context_window_size
-        windows = stitch_windows(hits, chunks, context_window_size=size, doc_texts=doc_texts)
-        return _merged(windows, mode, hits, exact, doc_texts, context_window_size=size)
-    n = 0 if mode == "none" else (DEFAULT_NUM_NEIGHBORS if settings.num_neighbors is None else settings.num_neighbors)
-    windows = neighbor_windows(hits, chunks, num_neighbors=n, doc_texts=doc_texts)
-    return _merged(windows, mode, hits, exact, doc_texts, num_neighbors=n if mode == "neighbors" else None)
+    elif mode == "budget":
+        context_window_size = (
+            DEFAULT_CONTEXT_WINDOW_SIZE if settings.context_window_size is None else settings.context_window_size
+        )
+        windows = stitch_windows(hits, chunks, context_window_size=context_window_size, doc_texts=doc_texts)
+    else:
+        n = (
+            0
+            if mode == "none"
+            else (DEFAULT_NUM_NEIGHBORS if settings.num_neighbors is None else settings.num_neighbors)
+        )
+        windows = neighbor_windows(hits, chunks, num_neighbors=n, doc_texts=doc_texts)
+        num_neighbors = n if mode == "neighbors" else None
+    return EnhancedContext(
+        windows=merge_windows(windows, doc_texts=doc_texts),
+        mode=mode,
+        num_neighbors=num_neighbors,
+        context_window_size=context_window_size,
+        hits=[(c.chunk_id, s) for c, s in hits],
+        exact=exact,
+        focus=focus,
+    )
 
 
 def _check_hits_among(hits: Sequence[Hit], chunks: Sequence[Chunk]) -> None:
@@ -374,24 +278,62 @@ def _check_hits_among(hits: Sequence[Hit], chunks: Sequence[Chunk]) -> None:
             )
 
 
-def _merged(
-    windows: list[Window],
-    mode: str,
-    hits: Sequence[Hit],
-    exact: bool,
-    doc_texts: Mapping[str, str] | None,
+def _check_focus_options(mode: str, **options: object) -> None:
+    """Raise when an option of the focus mode is given in another mode."""
+    given = [name for name, value in options.items() if value is not None]
+    if mode != "focus" and given:
+        raise ValueError(
+            f"{', '.join(given)} apply to the focus mode only (the mode is {mode!r}); drop them or use "
+            "enhance_mode='focus'"
+        )
+
+
+def _focus(
+    hits: list[Hit],
+    chunks: list[Chunk],
+    settings: RetrievalSettings,
     *,
-    num_neighbors: int | None = None,
-    context_window_size: int | None = None,
-    focus: JSONObject | None = None,
-) -> EnhancedContext:
-    """The context of ``windows`` merged per document (no character twice), best first."""
-    return EnhancedContext(
-        windows=merge_windows(windows, doc_texts=doc_texts),
-        mode=mode,
-        num_neighbors=num_neighbors,
-        context_window_size=context_window_size,
-        hits=[(c.chunk_id, s) for c, s in hits],
-        exact=exact,
-        focus=focus,
+    doc_texts: Mapping[str, str] | None,
+    split_sentences: SentenceSplitter | None,
+    score_sentences: SentenceScorer | None,
+    lexical_scores: SentenceScorer | None,
+    window_chars: int | None,
+    chunk_weight: float | None,
+) -> tuple[list[Window], JSONObject]:
+    """The focus mode's windows, and the focus settings they were made with."""
+    if score_sentences is None:
+        raise ValueError(
+            "the focus mode ranks sentences: pass score_sentences= (texts -> similarities to the question, e.g. "
+            "lambda ts: embedder.embed(ts) @ question_vector); pass split_sentences= (text -> [(start, end)]) "
+            "only to replace the default splitter, ctxwin_dagster.core.text.sentences.split_sentences"
+        )
+    _check_hits_among(hits, chunks)
+    width = DEFAULT_FOCUS_WINDOW_CHARS if window_chars is None else window_chars
+    budget = settings.focus_chars or DEFAULT_FOCUS_BUDGET_CHARS
+    weight = DEFAULT_FOCUS_CHUNK_WEIGHT if chunk_weight is None else chunk_weight
+    lexical_weight = 0.0
+    if lexical_scores is not None:
+        lexical_weight = DEFAULT_FOCUS_LEXICAL_WEIGHT if settings.lexical_weight is None else settings.lexical_weight
+    windows = focus_windows(
+        hits,
+        chunks,
+        split_sentences=split_sentences or _split_sentences,
+        score_sentences=score_sentences,
+        doc_texts=doc_texts,
+        lexical_scores=lexical_scores,
+        window_chars=width,
+        budget_chars=budget,
+        chunk_weight=weight,
+        lexical_weight=lexical_weight,
+        structure=settings.structure,
+        score_drop=settings.score_drop,
     )
+    focus: JSONObject = {
+        "window_chars": width,
+        "budget_chars": budget,
+        "chunk_weight": weight,
+        "lexical_weight": lexical_weight,
+        "structure": settings.structure,
+        "score_drop": settings.score_drop,
+    }
+    return windows, focus

@@ -9,7 +9,7 @@ measures what users get:
    rank fusion with BM25 over the hit documents' chunks
    (:func:`~ctxwin_dagster.core.retrieval.lexical.hybrid_hits`).
 2. **Sentence scores** — the caller's dense ``score_sentences`` (with ``question_parts``, the
-   similarity to the question and to its meaningful parts, weighted by :func:`query_weights`, see
+   similarity to the question and to its meaningful parts, weighted by :func:`~ctxwin_dagster.core.retrieval.lexical.query_weights`, see
    :func:`dense_scorer`) plus, with a ``lexical_weight``, BM25 over the document's sentences
    (:class:`~ctxwin_dagster.core.retrieval.lexical.TextBM25`), queried with the question and its
    parts. The parts add weight and never replace the question, so a question whose form looks
@@ -19,7 +19,7 @@ measures what users get:
 4. **Openings** — with ``opening_chars``, each document in the context also gives its opening
    (:mod:`~ctxwin_dagster.core.retrieval.opening`), on top of the budget.
 
-:class:`LexicalIndexes` keeps each document's BM25 indexes (sentences, chunks), built once per
+:class:`~ctxwin_dagster.core.retrieval.lexical.LexicalIndexes` keeps each document's BM25 indexes (sentences, chunks), built once per
 document text; its ``build_seconds`` is the extra index build time.
 
 Plain Python and numpy: no Dagster, RAGAS or LanceDB.
@@ -27,70 +27,22 @@ Plain Python and numpy: no Dagster, RAGAS or LanceDB.
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 
 import numpy as np
 
+from ctxwin_dagster.core.retrieval.around_hits import document_text
 from ctxwin_dagster.core.retrieval.enhance import EnhancedContext, enhance
-from ctxwin_dagster.core.retrieval.lexical import TextBM25, hybrid_hits, question_parts
-from ctxwin_dagster.core.retrieval.opening import opening_end
+from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes, hybrid_hits, query_texts
+from ctxwin_dagster.core.retrieval.opening import with_openings
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 from ctxwin_dagster.core.retrieval.statements import named_statements, statement_chunks
-from ctxwin_dagster.core.retrieval.window import Window, merge_windows
 from ctxwin_dagster.core.text.sentences import split_sentences
 from ctxwin_dagster.core.text.splitting import Chunk
 
-__all__ = ["QUESTION_SHARE", "LexicalIndexes", "dense_scorer", "focus_context", "query_texts", "query_weights"]
+__all__ = ["dense_scorer", "focus_context"]
 
 Hit = tuple[Chunk, float]
-
-#: The question's share of a sentence's dense score when the question has meaningful parts; the
-#: parts share the rest equally. Chosen on the tuning split among 0.25, 0.5 and equal shares
-#: (``evaluations/question_parts.py``: CUAD tune 67.4 % against 66.4 % and 66.9 %; SQuAD and
-#: FinanceBench lose nothing to the whole question).
-QUESTION_SHARE = 0.25
-
-
-def query_texts(question: str, settings: RetrievalSettings) -> list[str]:
-    """The texts whose vectors score sentences: the question itself first, then, with
-    ``settings.question_parts``, its meaningful parts
-    (:func:`~ctxwin_dagster.core.retrieval.lexical.question_parts`). The parts add weight; they
-    never replace the question.
-
-    Example::
-
-        >>> settings = RetrievalSettings.named("ask")
-        >>> query_texts('What does "force majeure" mean here?', settings)
-        ['What does "force majeure" mean here?', 'force majeure']
-        >>> query_texts("Who ruled Normandy?", settings)
-        ['Who ruled Normandy?']
-    """
-    if not settings.question_parts:
-        return [question]
-    parts = [p for p in question_parts(question) if p.strip() != question.strip()]
-    return [question, *parts]
-
-
-def query_weights(n_texts: int, *, question_share: float = QUESTION_SHARE) -> np.ndarray:
-    """The weights of :func:`query_texts`' vectors: the question ``question_share`` and its
-    parts the rest equally; a question without parts weighs 1.
-
-    Example::
-
-        >>> query_weights(3).tolist()
-        [0.25, 0.375, 0.375]
-        >>> query_weights(1).tolist()
-        [1.0]
-    """
-    if n_texts < 1:
-        raise ValueError("a query has at least the question itself")
-    if n_texts == 1:
-        return np.ones(1, dtype=np.float32)
-    rest = (1.0 - question_share) / (n_texts - 1)
-    return np.array([question_share] + [rest] * (n_texts - 1), dtype=np.float32)
 
 
 def dense_scorer(
@@ -122,55 +74,6 @@ def dense_scorer(
     return score
 
 
-class LexicalIndexes:
-    """BM25 indexes of documents' sentences and chunks, built on first use and kept for the
-    ``max_docs`` documents used last (keyed by the document's text, so a changed document
-    gets a new index)."""
-
-    def __init__(self, *, max_docs: int = 64) -> None:
-        self.max_docs = max_docs
-        self._sentences: OrderedDict[tuple[str, int], TextBM25] = OrderedDict()
-        self._chunks: OrderedDict[tuple[str, int], TextBM25] = OrderedDict()
-        self.build_seconds = 0.0
-        self.built = 0
-
-    def _get(
-        self, store: OrderedDict[tuple[str, int], TextBM25], key: tuple[str, int], texts: Callable[[], list[str]]
-    ) -> TextBM25:
-        found = store.get(key)
-        if found is not None:
-            store.move_to_end(key)
-            return found
-        t0 = time.perf_counter()
-        index = TextBM25(texts())
-        self.build_seconds += time.perf_counter() - t0
-        self.built += 1
-        store[key] = index
-        while len(store) > self.max_docs:
-            store.popitem(last=False)
-        return index
-
-    def sentences(self, doc_id: str, text: str) -> TextBM25:
-        """BM25 over the sentences of ``text`` (:func:`~ctxwin_dagster.core.text.sentences.split_sentences`)."""
-        return self._get(
-            self._sentences, (doc_id, hash(text)), lambda: [text[s:e] for s, e in split_sentences(text)] or [text]
-        )
-
-    def chunks(self, doc_id: str, chunks: Sequence[Chunk]) -> TextBM25:
-        """BM25 over the texts of one document's chunks."""
-        key = (doc_id, hash(tuple(c.chunk_id for c in chunks)))
-        return self._get(self._chunks, key, lambda: [c.text for c in chunks])
-
-
-def _doc_text(doc_id: str, chunks: Sequence[Chunk], doc_texts: Mapping[str, str] | None) -> str:
-    if doc_texts is not None and doc_id in doc_texts:
-        return doc_texts[doc_id]
-    from ctxwin_dagster.core.retrieval.around_hits import span_text
-
-    ordered = sorted(chunks, key=lambda c: c.chunk_index)
-    return span_text(ordered, 0, max(c.end for c in ordered))
-
-
 def focus_context(
     question: str,
     vector_hits: Sequence[Hit],
@@ -195,7 +98,7 @@ def focus_context(
         doc_texts: ``doc_id -> text`` for exact windows.
         lexical: the BM25 indexes (made here when None and a lexical signal is on).
         vector_score: the cosine similarity of a chunk only full-text search found.
-        lexical_query: the full-text query (default: :func:`query_texts` joined); the
+        lexical_query: the full-text query (default: :func:`~ctxwin_dagster.core.retrieval.lexical.query_texts` joined); the
             evaluation passes others to compare rules.
     """
     if settings.enhance_mode != "focus":
@@ -214,7 +117,7 @@ def focus_context(
             c
             for d in doc_ids
             if by_doc.get(d)
-            for c in statement_chunks(_doc_text(d, by_doc[d], doc_texts), by_doc[d], asked)
+            for c in statement_chunks(document_text(d, by_doc[d], doc_texts), by_doc[d], asked)
         ]
         if titled:
             ids = {c.chunk_id for c in titled}
@@ -245,7 +148,7 @@ def focus_context(
     lex_scores = None
     if lexical_weight and lexical is not None:
         scorers = [
-            lexical.sentences(d, _doc_text(d, by_doc.get(d, []), doc_texts)).scorer(lex_query)
+            lexical.sentences(d, document_text(d, by_doc.get(d, []), doc_texts)).scorer(lex_query)
             for d in dict.fromkeys(c.doc_id for c, _ in hits)
         ]
 
@@ -261,23 +164,4 @@ def focus_context(
         score_sentences=score_sentences,
         lexical_scores=lex_scores,
     )
-    return _with_openings(ctx, settings.opening_chars or 0, by_doc, doc_texts)
-
-
-def _with_openings(
-    ctx: EnhancedContext, chars: int, by_doc: Mapping[str, Sequence[Chunk]], doc_texts: Mapping[str, str] | None
-) -> EnhancedContext:
-    """``ctx`` with the opening of each of its documents (:func:`~ctxwin_dagster.core.retrieval.
-    opening.opening_end`), merged with the windows it overlaps; an opening scores 0.0, so it
-    comes after the retrieved windows unless it joins one of them."""
-    if chars <= 0 or not ctx.windows:
-        return ctx
-    openings = []
-    texts: dict[str, str] = {}
-    for d in dict.fromkeys(w.doc_id for w in ctx.windows):
-        text = texts[d] = _doc_text(d, by_doc.get(d, []), doc_texts)
-        end = opening_end(text, chars)
-        if end > 0:
-            ids = tuple(c.chunk_id for c in sorted(by_doc.get(d, []), key=lambda c: c.chunk_index) if c.start < end)
-            openings.append(Window(doc_id=d, start=0, end=end, text=text[:end], score=0.0, chunk_ids=ids))
-    return replace(ctx, windows=merge_windows([*ctx.windows, *openings], doc_texts=texts))
+    return with_openings(ctx, settings.opening_chars or 0, by_doc, doc_texts)

@@ -18,9 +18,16 @@ Example::
 
 from __future__ import annotations
 
-from ctxwin_dagster.core.text.sentences import split_sentences
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-__all__ = ["opening_end"]
+from ctxwin_dagster.core.retrieval.around_hits import document_text
+from ctxwin_dagster.core.retrieval.enhance import EnhancedContext
+from ctxwin_dagster.core.retrieval.window import Window, merge_windows
+from ctxwin_dagster.core.text.sentences import split_sentences
+from ctxwin_dagster.core.text.splitting import Chunk
+
+__all__ = ["opening_end", "with_openings"]
 
 
 def opening_end(text: str, chars: int) -> int:
@@ -39,3 +46,22 @@ def opening_end(text: str, chars: int) -> int:
         return ends[-1]
     space = max(text.rfind(" ", 0, chars + 1), text.rfind("\n", 0, chars + 1))
     return space if space >= chars // 2 else chars
+
+
+def with_openings(
+    ctx: EnhancedContext, chars: int, by_doc: Mapping[str, Sequence[Chunk]], doc_texts: Mapping[str, str] | None
+) -> EnhancedContext:
+    """``ctx`` with the opening of each of its documents (:func:`~ctxwin_dagster.core.retrieval.
+    opening.opening_end`), merged with the windows it overlaps; an opening scores 0.0, so it
+    comes after the retrieved windows unless it joins one of them."""
+    if chars <= 0 or not ctx.windows:
+        return ctx
+    openings = []
+    texts: dict[str, str] = {}
+    for d in dict.fromkeys(w.doc_id for w in ctx.windows):
+        text = texts[d] = document_text(d, by_doc.get(d, []), doc_texts)
+        end = opening_end(text, chars)
+        if end > 0:
+            ids = tuple(c.chunk_id for c in sorted(by_doc.get(d, []), key=lambda c: c.chunk_index) if c.start < end)
+            openings.append(Window(doc_id=d, start=0, end=end, text=text[:end], score=0.0, chunk_ids=ids))
+    return replace(ctx, windows=merge_windows([*ctx.windows, *openings], doc_texts=texts))

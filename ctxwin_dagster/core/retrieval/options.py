@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ctxwin_dagster.core.retrieval.settings import RETRIEVAL_PRESETS, RetrievalSettings
 
-__all__ = ["NO_ENHANCE", "RETRIEVAL_NAMES", "RETRIEVAL_OPTIONS", "RetrievalOption", "settings_from"]
+__all__ = ["NO_ENHANCE", "RETRIEVAL_NAMES", "RETRIEVAL_OPTIONS", "RetrievalOption", "option_of", "settings_from"]
 
 #: The named retrieval settings, in order.
 RETRIEVAL_NAMES: tuple[str, ...] = tuple(sorted(RETRIEVAL_PRESETS))
@@ -101,7 +101,7 @@ RETRIEVAL_OPTIONS: tuple[RetrievalOption, ...] = (
         "route_to",
         int,
         0,
-        "without --doc, a question naming a year or quarter is searched in the N documents it most likely asks "
+        "a question asked of every document (no --doc) that names a year or quarter is searched in the N documents it most likely asks "
         "about, when that period dates some documents and not others, and one pointing at 'this agreement' (or "
         "contract, lease, license, regulation, directive) in the documents of that kind (default 1; 0 searches "
         "every document)",
@@ -145,16 +145,32 @@ RETRIEVAL_OPTIONS: tuple[RetrievalOption, ...] = (
 )
 
 
-def settings_from(options: Mapping[str, object], *, retrieval: str | None = None) -> RetrievalSettings:
+def option_of(field: str) -> RetrievalOption:
+    """The option that sets the :class:`RetrievalSettings` field ``field``."""
+    for option in RETRIEVAL_OPTIONS:
+        if option.field == field:
+            return option
+    raise KeyError(f"no retrieval option sets {field!r}; the options set {[o.field for o in RETRIEVAL_OPTIONS]}")
+
+
+def settings_from(
+    options: Mapping[str, object],
+    *,
+    retrieval: str | None = None,
+    by_field: bool = False,
+    enhance_mode: str | None = None,
+) -> RetrievalSettings:
     """The named setting ``retrieval`` (default ``ask``) changed by the options given (by
-    :attr:`RetrievalOption.name`; None or missing: unchanged). ``no_enhance`` turns
-    enhancement off.
+    :attr:`RetrievalOption.name`, or by settings field with ``by_field``; None or missing:
+    unchanged). ``no_enhance`` turns enhancement off; ``enhance_mode`` picks another mode.
 
     Raises:
         ValueError: options that contradict each other or the named setting's mode, or a value
             out of range.
     """
-    changes: dict[str, object] = {o.field: options.get(o.name) for o in RETRIEVAL_OPTIONS}
+    changes: dict[str, object] = {o.field: options.get(o.field if by_field else o.name) for o in RETRIEVAL_OPTIONS}
     if options.get(NO_ENHANCE):
         changes["enhance_mode"] = "none"
+    elif enhance_mode:
+        changes["enhance_mode"] = enhance_mode
     return RetrievalSettings.named(retrieval or "ask", **changes)

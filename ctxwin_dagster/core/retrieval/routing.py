@@ -47,6 +47,9 @@ Example::
     ...     DocumentCard.of("ACME_2018_10K", "ACME Corp. Annual report for the fiscal year ended December 31, 2018"),
     ...     DocumentCard.of("ACME_2022_10K", "ACME Corp. Annual report for the fiscal year ended December 31, 2022"),
     ...     DocumentCard.of("Globex_2022_10K", "Globex Inc. Annual report for the fiscal year ended June 30, 2022"),
+    ...     DocumentCard.of("eu_ai_act", "REGULATION (EU) 2024/1689 OF THE EUROPEAN PARLIAMENT"),
+    ...     DocumentCard.of("reseller", "MARKETING AND RESELLER AGREEMENT (the Agreement) THIS AGREEMENT is made"),
+    ...     DocumentCard.of("Normans", "The Normans were the people who gave their name to Normandy"),
     ... ])
     >>> router.route("What was ACME's FY2022 capital expenditure?", {"ACME_2018_10K": 0.61, "ACME_2022_10K": 0.58}, 1)
     ['ACME_2022_10K']
@@ -56,12 +59,7 @@ Example::
     Periods(years=(2023, 2024), quarters=frozenset({2}))
     >>> question_kind("Which country's law governs this agreement?")
     'contract'
-    >>> folder = DocumentRouter([
-    ...     DocumentCard.of("eu_ai_act", "REGULATION (EU) 2024/1689 OF THE EUROPEAN PARLIAMENT"),
-    ...     DocumentCard.of("reseller", "MARKETING AND RESELLER AGREEMENT (the Agreement) THIS AGREEMENT is made"),
-    ...     DocumentCard.of("Normans", "The Normans were the people who gave their name to Normandy"),
-    ... ])
-    >>> folder.route("Which country's law governs this agreement?", {"eu_ai_act": 0.6, "reseller": 0.5}, 1)
+    >>> router.route("Which country's law governs this agreement?", {"eu_ai_act": 0.6, "reseller": 0.5}, 1)
     ['reseller']
 """
 

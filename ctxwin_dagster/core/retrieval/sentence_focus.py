@@ -213,6 +213,40 @@ def focus_windows(
         >>> [(w.text, w.score) for w in ws]
         [(' Dogs bark loudly. Birds sing.', 1.25)]
     """
+    _check_focus_args(window_chars, budget_chars, chunk_weight, lexical_weight, score_drop, lexical_scores)
+    hits = [(c, float(sc)) for c, sc in hits]
+    if not hits:
+        return []
+    by_doc = _chunks_by_doc(chunks)
+    sentences = {
+        doc_id: _doc_sentences(doc_id, hits, by_doc, doc_texts, 2 * window_chars, split_sentences, structure)
+        for doc_id in dict.fromkeys(c.doc_id for c, _ in hits)
+    }
+    cand = _candidates(hits, sentences)
+    if not cand:  # no sentence found (empty text?): fall back to the hit chunks themselves
+        return neighbor_windows(hits, [c for lst in by_doc.values() for c in lst], num_neighbors=0, doc_texts=doc_texts)
+    keys = list(cand)
+    texts = [sentences[d].text[sentences[d].starts[j] : sentences[d].ends[j]] for d, j in keys]
+    sims = _similarities(texts, score_sentences, lexical_scores, lexical_weight)
+    scored = sorted(
+        ((sim + chunk_weight * cand[key], key) for sim, key in zip(sims, keys)), key=lambda t: (-t[0], t[1])
+    )
+    windows = []
+    for doc_id, s, e, score in _chosen(scored, sentences, window_chars, budget_chars, structure, score_drop):
+        text = sentences[doc_id].text
+        ids = tuple(c.chunk_id for c in by_doc[doc_id] if c.start < e and s < c.end)
+        windows.append(Window(doc_id, s, e, text[s:e], score, ids))
+    return windows
+
+
+def _check_focus_args(
+    window_chars: int,
+    budget_chars: int,
+    chunk_weight: float,
+    lexical_weight: float,
+    score_drop: float | None,
+    lexical_scores: SentenceScorer | None,
+) -> None:
     _check_number("window_chars", window_chars, 1, integer=True)
     _check_number("budget_chars", budget_chars, 1, integer=True)
     _check_number("chunk_weight", chunk_weight, float("-inf"))
@@ -223,31 +257,45 @@ def focus_windows(
         raise ValueError(
             "lexical_weight needs lexical_scores= (texts -> full-text scores, e.g. SentenceBM25.scorer(question))"
         )
-    hits = [(c, float(sc)) for c, sc in hits]
-    if not hits:
-        return []
+
+
+def _chunks_by_doc(chunks: Iterable[Chunk]) -> dict[str, list[Chunk]]:
+    """The chunks of each document, by ``chunk_index``."""
     by_doc: dict[str, list[Chunk]] = {}
     for c in chunks:
         by_doc.setdefault(c.doc_id, []).append(c)
     for lst in by_doc.values():
         lst.sort(key=lambda c: c.chunk_index)
-    pad = 2 * window_chars
-    sentences: dict[str, _DocSentences] = {}
-    for doc_id in dict.fromkeys(c.doc_id for c, _ in hits):
-        doc_chunks = by_doc.get(doc_id)
-        if not doc_chunks:
-            raise ValueError(f"no chunks of document {doc_id!r}; pass the full chunk list of every hit's document")
-        text = doc_texts.get(doc_id) if doc_texts is not None else None
-        if text is None:
-            text = span_text(doc_chunks, 0, max(c.end for c in doc_chunks))
-        regions: list[list[int]] = []
-        for a, b in sorted(_line_region(text, c.start - pad, c.end + pad) for c, _ in hits if c.doc_id == doc_id):
-            if regions and a <= regions[-1][1]:
-                regions[-1][1] = max(regions[-1][1], b)
-            else:
-                regions.append([a, b])
-        sentences[doc_id] = _DocSentences(text, regions, split_sentences, structure)
-    # Candidate sentences: those overlapping a hit chunk, with their best hit score.
+    return by_doc
+
+
+def _doc_sentences(
+    doc_id: str,
+    hits: Sequence[Hit],
+    by_doc: Mapping[str, Sequence[Chunk]],
+    doc_texts: Mapping[str, str] | None,
+    pad: int,
+    split: SentenceSplitter,
+    structure: bool,
+) -> _DocSentences:
+    """The sentences of ``doc_id`` in the whole lines around its hits (``pad`` characters each side)."""
+    doc_chunks = by_doc.get(doc_id)
+    if not doc_chunks:
+        raise ValueError(f"no chunks of document {doc_id!r}; pass the full chunk list of every hit's document")
+    text = doc_texts.get(doc_id) if doc_texts is not None else None
+    if text is None:
+        text = span_text(doc_chunks, 0, max(c.end for c in doc_chunks))
+    regions: list[list[int]] = []
+    for a, b in sorted(_line_region(text, c.start - pad, c.end + pad) for c, _ in hits if c.doc_id == doc_id):
+        if regions and a <= regions[-1][1]:
+            regions[-1][1] = max(regions[-1][1], b)
+        else:
+            regions.append([a, b])
+    return _DocSentences(text, regions, split, structure)
+
+
+def _candidates(hits: Sequence[Hit], sentences: Mapping[str, _DocSentences]) -> dict[tuple[str, int], float]:
+    """Candidate sentences ``(doc_id, index)``: those overlapping a hit chunk, with their best hit score."""
     cand: dict[tuple[str, int], float] = {}
     for c, hit_score in hits:
         ds = sentences[c.doc_id]
@@ -255,26 +303,42 @@ def focus_windows(
             if ds.ends[j] > c.start and ds.starts[j] < c.end:
                 key = (c.doc_id, j)
                 cand[key] = max(cand.get(key, float("-inf")), hit_score)
-    if not cand:  # no sentence found (empty text?): fall back to the hit chunks themselves
-        return neighbor_windows(hits, [c for lst in by_doc.values() for c in lst], num_neighbors=0, doc_texts=doc_texts)
-    keys = list(cand)
-    texts = [sentences[d].text[sentences[d].starts[j] : sentences[d].ends[j]] for d, j in keys]
+    return cand
+
+
+def _similarities(
+    texts: Sequence[str],
+    score_sentences: SentenceScorer,
+    lexical_scores: SentenceScorer | None,
+    lexical_weight: float,
+) -> list[float]:
+    """Each sentence's similarity to the question, plus its weighted, scaled lexical score."""
     sims = [float(x) for x in score_sentences(texts)]
-    if len(sims) != len(keys):
+    if len(sims) != len(texts):
         raise ValueError(
-            f"score_sentences returned {len(sims)} scores for {len(keys)} sentences; it must return one per text"
+            f"score_sentences returned {len(sims)} scores for {len(texts)} sentences; it must return one per text"
         )
     if lexical_scores is not None and lexical_weight:
         lex = [float(x) for x in lexical_scores(texts)]
-        if len(lex) != len(keys):
+        if len(lex) != len(texts):
             raise ValueError(
-                f"lexical_scores returned {len(lex)} scores for {len(keys)} sentences; it must return one per text"
+                f"lexical_scores returned {len(lex)} scores for {len(texts)} sentences; it must return one per text"
             )
         top = max(lex)
         sims = [s + (lexical_weight * x / top if top > 0 else 0.0) for s, x in zip(sims, lex)]
-    scored = sorted(
-        ((sim + chunk_weight * cand[key], key) for sim, key in zip(sims, keys)), key=lambda t: (-t[0], t[1])
-    )
+    return sims
+
+
+def _chosen(
+    scored: Sequence[tuple[float, tuple[str, int]]],
+    sentences: Mapping[str, _DocSentences],
+    window_chars: int,
+    budget_chars: int,
+    structure: bool,
+    score_drop: float | None,
+) -> list[tuple[str, int, int, float]]:
+    """``(doc_id, start, end, score)`` of the windows of the best sentences, best first, while the
+    merged context stays within ``budget_chars`` and the score within ``score_drop`` of the best."""
     floor = scored[0][0] - score_drop if score_drop is not None else float("-inf")
     chosen: list[tuple[str, int, int, float]] = []
     spans: list[tuple[str, int, int]] = []
@@ -286,9 +350,4 @@ def focus_windows(
             break
         chosen.append((doc_id, s, e, score))
         spans.append((doc_id, s, e))
-    windows = []
-    for doc_id, s, e, score in chosen:
-        text = sentences[doc_id].text
-        ids = tuple(c.chunk_id for c in by_doc[doc_id] if c.start < e and s < c.end)
-        windows.append(Window(doc_id, s, e, text[s:e], score, ids))
-    return windows
+    return chosen

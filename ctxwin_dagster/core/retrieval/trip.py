@@ -24,14 +24,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ctxwin_dagster.core.retrieval.enhance import EnhancedContext, enhance, hits_from_rows
-from ctxwin_dagster.core.retrieval.focus import (
-    LexicalIndexes,
-    dense_scorer,
-    focus_context,
-    query_texts,
-    query_weights,
-)
+from ctxwin_dagster.core.retrieval.enhance import EnhancedContext, enhance
+from ctxwin_dagster.core.retrieval.focus import dense_scorer, focus_context
+from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes, query_texts, query_weights
+from ctxwin_dagster.core.retrieval.rows import hits_from_rows
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 from ctxwin_dagster.core.text.splitting import Chunk
 
@@ -67,50 +63,48 @@ def retrieve(question: str, settings: RetrievalSettings, source: Source, *, lexi
     """The merged context windows of ``question`` from ``source``, best first, as ``settings``
     say. ``lexical`` keeps the documents' BM25 indexes between questions."""
     vector = np.asarray(source.embed([question])[0], dtype=np.float32)
-    if settings.enhance_mode == "focus":
-        return _focus(question, vector, settings, source, lexical)
-    hybrid = settings.hybrid
-    rows, routed = source.search(question, vector, k=settings.effective_k, hybrid=hybrid, route_to=settings.route_to)
+    focus, hybrid, k = settings.enhance_mode == "focus", settings.hybrid, settings.effective_k
+    # focus mode fuses with BM25 over the hit documents itself, from a ranking 4 * k deep
+    rows, routed = source.search(
+        question,
+        vector,
+        k=4 * k if focus and hybrid else k,
+        hybrid=hybrid and not focus,
+        route_to=settings.route_to,
+    )
     if not rows:
         return EnhancedContext([], settings.enhance_mode)
-    score_key = "rrf_score" if hybrid and all("rrf_score" in r for r in rows) else "score"
+    score_key = "rrf_score" if hybrid and not focus and all("rrf_score" in r for r in rows) else "score"
     hits = hits_from_rows(rows, score_key=score_key)
     chunks, texts = source.chunks(list(dict.fromkeys(c.doc_id for c, _ in hits)))
-    ctx = enhance(hits, chunks, settings, doc_texts=texts)
+    if focus:
+        score = _sentence_scorer(question, vector, settings, source)
+        ctx = focus_context(
+            question,
+            hits,
+            chunks,
+            settings=settings,
+            score_sentences=score,
+            doc_texts=texts,
+            lexical=lexical,
+            vector_score=_stored_vector_score(source, vector),
+        )
+    else:
+        ctx = enhance(hits, chunks, settings, doc_texts=texts)
     return replace(ctx, routed_to=routed) if routed else ctx
 
 
-def _focus(
-    question: str, vector: np.ndarray, settings: RetrievalSettings, source: Source, lexical: LexicalIndexes
-) -> EnhancedContext:
-    """The sentence-focus context: the vector ranking's documents read whole, their sentences
-    scored against the question (and its parts) and the lexical index."""
-    k = settings.effective_k
-    rows, routed = source.search(
-        question, vector, k=4 * k if settings.hybrid else k, hybrid=False, route_to=settings.route_to
-    )
-    if not rows:
-        return EnhancedContext([], "focus")
-    hits = hits_from_rows(rows)
-    chunks, texts = source.chunks(list(dict.fromkeys(c.doc_id for c, _ in hits)))
+def _sentence_scorer(
+    question: str, vector: np.ndarray, settings: RetrievalSettings, source: Source
+) -> Callable[[Sequence[str]], np.ndarray]:
+    """Sentences scored by their similarity to the question and, with ``question_parts``, to its parts."""
     parts = query_texts(question, settings)
     qvecs = vector[None, :]
     if len(parts) > 1:  # the question's vector first, then its parts'
         qvecs = np.vstack([qvecs, np.asarray(source.embed(parts[1:]), dtype=np.float32)])
-    score = dense_scorer(
+    return dense_scorer(
         lambda ts: np.asarray(source.embed(list(ts)), dtype=np.float32), qvecs, query_weights(len(parts))
     )
-    ctx = focus_context(
-        question,
-        hits,
-        chunks,
-        settings=settings,
-        score_sentences=score,
-        doc_texts=texts,
-        lexical=lexical,
-        vector_score=_stored_vector_score(source, vector),
-    )
-    return replace(ctx, routed_to=routed) if routed else ctx
 
 
 def _stored_vector_score(source: Source, vector: np.ndarray) -> Callable[[Chunk], float]:

@@ -14,8 +14,9 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass
+
+from ctxwin_dagster.core.json_types import JSONObject
 
 __all__ = ["Window", "join_windows", "merge_windows"]
 
@@ -44,16 +45,11 @@ class Window:
     def __len__(self) -> int:
         return self.end - self.start
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The window as a plain dict (``chunk_ids`` as a list)."""
-        return {
-            "doc_id": self.doc_id,
-            "start": self.start,
-            "end": self.end,
-            "text": self.text,
-            "score": self.score,
-            "chunk_ids": list(self.chunk_ids),
-        }
+        data: JSONObject = asdict(self)
+        data["chunk_ids"] = list(self.chunk_ids)
+        return data
 
 
 def merge_windows(

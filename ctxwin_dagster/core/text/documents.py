@@ -18,57 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import re
-import unicodedata
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
-__all__ = [
-    "SUPPORTED_SUFFIXES",
-    "DOC_ID_PATTERN",
-    "Document",
-    "DocumentError",
-    "doc_id_from_path",
-    "derive_doc_id",
-    "MAX_DOC_ID_CHARS",
-    "safe_doc_id",
-    "read_text_document",
-    "read_document",
-    "TEXT_SUFFIXES",
-]
+from ctxwin_dagster.core.json_types import JSONObject
+from ctxwin_dagster.core.text.file_names import SUPPORTED_SUFFIXES, TEXT_SUFFIXES, doc_id_from_path
 
-#: File suffixes :func:`read_text_document` accepts (compared case-insensitively).
-TEXT_SUFFIXES: tuple[str, ...] = (".md", ".txt")
-#: File suffixes :func:`read_document` accepts: text, Word (python-docx), HTML (BeautifulSoup), PDF (pypdf).
-SUPPORTED_SUFFIXES: tuple[str, ...] = TEXT_SUFFIXES + (".docx", ".html", ".htm", ".pdf")
-
-#: What a ``doc_id`` may contain (a file stem with other characters gets a derived id).
-DOC_ID_PATTERN = re.compile(r"[A-Za-z0-9_.\-]+")
-#: Longest ``doc_id`` derived from a file name (longer names are cut and end in a hash).
-MAX_DOC_ID_CHARS = 120
-# Letters NFKD does not decompose into ASCII, written the way a reader would.
-_SPECIAL_LETTERS = str.maketrans(
-    {
-        "ß": "ss",
-        "æ": "ae",
-        "Æ": "AE",
-        "œ": "oe",
-        "Œ": "OE",
-        "ø": "o",
-        "Ø": "O",
-        "ł": "l",
-        "Ł": "L",
-        "đ": "d",
-        "Đ": "D",
-        "þ": "th",
-        "Þ": "Th",
-        "ð": "d",
-        "Ð": "D",
-        "ı": "i",
-    }
-)
+__all__ = ["Document", "DocumentError", "read_document", "read_text_document"]
 
 _TITLE_MAX_CHARS = 200
 _UTF8_BOM = b"\xef\xbb\xbf"
@@ -147,7 +104,7 @@ class Document:
             page = number
         return page
 
-    def to_dict(self, *, include_text: bool = True) -> dict[str, Any]:
+    def to_dict(self, *, include_text: bool = True) -> JSONObject:
         """Return the fields as a plain dict (JSON-serializable).
 
         >>> Document("a", "00", "hi", "hi", "a.txt", 2).to_dict(include_text=False)["n_chars"]
@@ -157,66 +114,6 @@ class Document:
         if not include_text:
             del data["text"]
         return data
-
-
-def doc_id_from_path(path: str | Path) -> str:
-    """Return the ``doc_id`` a document file gets on its own: its stem when that is a valid id,
-    otherwise the readable id derived from it (:func:`derive_doc_id`). In a folder, two files
-    that would share an id are told apart by
-    :func:`ctxwin_dagster.core.text.folder.scan_documents`.
-
-    >>> doc_id_from_path("data/documents/eu_ai_act_2024_1689_EN.txt")
-    'eu_ai_act_2024_1689_EN'
-    >>> doc_id_from_path("contracts/Acme, Inc. [2019] - Supply Agreement.txt")
-    'Acme_Inc._2019_-_Supply_Agreement'
-    """
-    return derive_doc_id(Path(path).stem)
-
-
-def derive_doc_id(stem: str) -> str:
-    """The ``doc_id`` of a file stem: the stem itself when it is a valid id (letters, digits,
-    ``_ . -``, at most :data:`MAX_DOC_ID_CHARS` characters), otherwise a readable ASCII id.
-
-    Accents are dropped (``é`` -> ``e``, ``ß`` -> ``ss``), every run of other characters becomes
-    one ``_`` and ``_ . -`` are trimmed from the ends; a name with nothing left (all CJK, say)
-    becomes ``doc_`` + 8 hex digits of the name's SHA-1; an id over the limit is cut and ends in
-    6 hex digits of the name's SHA-1, so long names stay distinct.
-
-    >>> derive_doc_id("eu_ai_act_2024_1689_EN")
-    'eu_ai_act_2024_1689_EN'
-    >>> derive_doc_id("GWG HOLDINGS, INC. - ORDERLY MARKETING AGREEMENT")
-    'GWG_HOLDINGS_INC._-_ORDERLY_MARKETING_AGREEMENT'
-    >>> derive_doc_id("Müller & Söhne [Entwurf] – Vertrag")
-    'Muller_Sohne_Entwurf_Vertrag'
-    >>> derive_doc_id("合同")
-    'doc_59404d40'
-    """
-    if stem and len(stem) <= MAX_DOC_ID_CHARS and DOC_ID_PATTERN.fullmatch(stem) and not stem.startswith("."):
-        return stem
-    ascii_text = "".join(
-        ch for ch in unicodedata.normalize("NFKD", stem.translate(_SPECIAL_LETTERS)) if not unicodedata.combining(ch)
-    )
-    cleaned = re.sub(r"_{2,}", "_", re.sub(r"[^A-Za-z0-9_.\-]+", "_", ascii_text)).strip("_.-")
-    digest = hashlib.sha1(stem.encode("utf-8")).hexdigest()
-    if not cleaned:
-        return f"doc_{digest[:8]}"
-    if len(cleaned) > MAX_DOC_ID_CHARS:
-        cleaned = cleaned[: MAX_DOC_ID_CHARS - 7].rstrip("_.-") + "_" + digest[:6]
-    return cleaned
-
-
-def safe_doc_id(name: str) -> str:
-    """Turn an arbitrary name into a valid ``doc_id`` the way the corpus importers always have:
-    runs of characters outside ``[A-Za-z0-9_.-]`` become one ``_``, leading/trailing ``_`` are
-    dropped, no length limit (the ids of existing experiments stay as they are).
-
-    >>> safe_doc_id("GWG HOLDINGS, INC. - ORDERLY MARKETING AGREEMENT")
-    'GWG_HOLDINGS_INC._-_ORDERLY_MARKETING_AGREEMENT'
-    """
-    cleaned = re.sub(r"[^A-Za-z0-9_.\-]+", "_", name).strip("_")
-    if not cleaned:
-        raise ValueError(f"cannot make a doc_id from {name!r}: no letters or digits in it")
-    return cleaned
 
 
 def _check_suffix(p: Path, allowed: tuple[str, ...] = TEXT_SUFFIXES) -> None:
@@ -447,6 +344,24 @@ def _pdf_text(p: Path) -> tuple[str, tuple[tuple[int, int], ...]]:
     return "\n\n".join(parts) + "\n", tuple(starts)
 
 
+# How the bytes of a file of a suffix start, and what to say when they do not.
+_SIGNATURES = {
+    ".pdf": (b"%PDF", "does not start like a PDF file; check the file or its suffix."),
+    ".docx": (
+        b"PK",
+        "is not a .docx file (a .docx is a zip archive; an old binary .doc renamed?); save it from Word or "
+        "LibreOffice as .docx or .txt.",
+    ),
+}
+# What to say when the text extracted from a file of a suffix is empty.
+_NO_TEXT = {
+    ".pdf": "has no extractable text (image-only or scanned PDF); run OCR on it (e.g. ocrmypdf) and use the "
+    "result, or provide a .txt version.",
+    ".docx": "has no text in its paragraphs or tables; check the file, or provide a .txt version.",
+    ".html": "has no visible text; check the file, or provide a .txt version.",
+}
+
+
 def read_document(
     path: str | Path, *, count_tokens: Callable[[str], int] | None = None, doc_id: str | None = None
 ) -> Document:
@@ -468,29 +383,16 @@ def read_document(
     data = _read_bytes(p)
     if not data:
         raise DocumentError(f"{p.name!r} ({p}) is empty (0 bytes); put the document in it or remove it.")
+    signature = _SIGNATURES.get(suffix)
+    if signature is not None and not data.startswith(signature[0]):
+        raise DocumentError(f"{p.name!r} ({p}) {signature[1]}")
     pages: tuple[tuple[int, int], ...] = ()
     if suffix == ".pdf":
-        if not data.startswith(b"%PDF"):
-            raise DocumentError(f"{p.name!r} ({p}) does not start like a PDF file; check the file or its suffix.")
         text, pages = _pdf_text(p)
-        if not text.strip():
-            raise DocumentError(
-                f"{p.name!r} ({p}) has no extractable text (image-only or scanned PDF); run OCR on it "
-                "(e.g. ocrmypdf) and use the result, or provide a .txt version."
-            )
     elif suffix == ".docx":
-        if not data.startswith(b"PK"):
-            raise DocumentError(
-                f"{p.name!r} ({p}) is not a .docx file (a .docx is a zip archive; an old binary .doc "
-                "renamed?); save it from Word or LibreOffice as .docx or .txt."
-            )
         text = _docx_text(p)
-        if not text.strip():
-            raise DocumentError(
-                f"{p.name!r} ({p}) has no text in its paragraphs or tables; check the file, or provide a .txt version."
-            )
     else:
         text = _html_text(p, data)
-        if not text.strip():
-            raise DocumentError(f"{p.name!r} ({p}) has no visible text; check the file, or provide a .txt version.")
+    if not text.strip():
+        raise DocumentError(f"{p.name!r} ({p}) {_NO_TEXT.get(suffix, _NO_TEXT['.html'])}")
     return _document(p, doc_id, data, text, count_tokens, encoding=suffix.lstrip("."), pages=pages)

@@ -46,12 +46,12 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from ctxwin_dagster.core.text.documents import (
+from ctxwin_dagster.core.text.documents import DocumentError
+from ctxwin_dagster.core.text.file_names import (
     DOC_ID_PATTERN,
     MAX_DOC_ID_CHARS,
     SUPPORTED_SUFFIXES,
     TEXT_SUFFIXES,
-    DocumentError,
     derive_doc_id,
 )
 

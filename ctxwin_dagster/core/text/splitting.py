@@ -40,30 +40,22 @@ Example::
 from __future__ import annotations
 
 import hashlib
-import re
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING
+
+from ctxwin_dagster.core.arguments import callable_name, check_count, require_int
+from ctxwin_dagster.core.json_types import JSONObject
+from ctxwin_dagster.core.text.pieces import append_stripped, cut_pieces, drop_contained, merge_pieces
+from ctxwin_dagster.core.text.sections import detect_sections, section_at
 
 if TYPE_CHECKING:
     from ctxwin_dagster.core.text.documents import Document
 
-__all__ = [
-    "DEFAULT_SEPARATORS",
-    "Chunk",
-    "RecursiveSplitter",
-    "detect_sections",
-    "make_chunk_id",
-    "section_at",
-    "with_pages",
-]
+__all__ = ["DEFAULT_SEPARATORS", "Chunk", "RecursiveSplitter", "make_chunk_id", "with_pages"]
 
 #: LangChain's default separators: paragraphs, lines, words, characters.
 DEFAULT_SEPARATORS: tuple[str, ...] = ("\n\n", "\n", " ", "")
-
-#: Joins the levels of a section path.
-SECTION_JOIN = " > "
 
 
 def make_chunk_id(doc_id: str, doc_sha256: str, start: int, end: int) -> str:
@@ -113,107 +105,9 @@ class Chunk:
     section: str | None = None
     doc_sha256: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The chunk as a plain dict (e.g. for a DataFrame or a LanceDB row)."""
         return asdict(self)
-
-
-# --------------------------------------------------------------------------------------
-# Section detection
-# --------------------------------------------------------------------------------------
-
-# Legal headings on a line of their own. Level: chapter/annex 1, section 2, article 3.
-_LEGAL_KEYWORDS: dict[str, int] = {
-    "chapter": 1,
-    "kapitel": 1,
-    "annex": 1,
-    "anhang": 1,
-    "section": 2,
-    "abschnitt": 2,
-    "article": 3,
-    "artikel": 3,
-}
-_LEGAL_KW_ALT = "|".join(alt for kw in _LEGAL_KEYWORDS for alt in (kw.upper(), kw.capitalize()))
-# One regex finds every candidate line: fences (to skip code), Markdown headings and legal
-# headings. Matching only candidates keeps detection fast on long texts.
-_HEADING_RE = re.compile(
-    r"^(?:"
-    r"(?P<fence>[ ]{0,3}(?:```|~~~))[^\n]*"
-    r"|[ ]{0,3}(?P<hashes>\#{1,6})[ \t]+(?P<md>[^\n]*?)(?:[ \t]+\#+)?[ \t]*"
-    rf"|[ \t]*(?P<legal>(?P<kw>{_LEGAL_KW_ALT})[ \t]+(?:[0-9]+[a-z]?|[IVXLCDM]+))[ \t]*"
-    r")$",
-    re.MULTILINE,
-)
-
-
-def detect_sections(text: str) -> list[tuple[int, str]]:
-    """Find headings and return ``(offset, path)`` pairs in document order.
-
-    ``offset`` is where the heading's line starts; ``path`` is the heading path in force from
-    there on, levels joined by ``" > "``. Recognised on a line of their own:
-
-    * Markdown headings ``#`` … ``######`` (outside fenced code blocks); level = number of ``#``;
-    * legal headings, English and German, upper or title case: ``CHAPTER III`` /
-      ``KAPITEL III`` and ``ANNEX III`` / ``ANHANG III`` (level 1), ``SECTION 2`` /
-      ``ABSCHNITT 2`` (level 2), ``Article 5`` / ``Artikel 5`` (level 3).
-
-    A heading replaces the heading of its level and everything below it.
-
-    Example::
-
-        >>> detect_sections("# Guide\\n\\ntext\\n\\n## Setup\\n\\nmore")
-        [(0, 'Guide'), (15, 'Guide > Setup')]
-        >>> detect_sections("CHAPTER II\\nPROHIBITED\\nArticle 5\\nTitle\\n1. Text")
-        [(0, 'CHAPTER II'), (22, 'CHAPTER II > Article 5')]
-        >>> detect_sections("no headings here")
-        []
-    """
-    found: list[tuple[int, str]] = []
-    stack: list[tuple[int, str]] = []  # (level, title)
-    fence: str | None = None
-    for m in _HEADING_RE.finditer(text):
-        marker = m.group("fence")
-        if marker is not None:
-            marker = marker.strip()
-            if fence is None:
-                fence = marker
-            elif marker == fence:
-                fence = None
-            continue
-        if fence is not None:
-            continue
-        if m.group("hashes") is not None:
-            title = m.group("md").strip()
-            if not title:
-                continue
-            level = len(m.group("hashes"))
-        else:
-            title = m.group("legal")
-            level = _LEGAL_KEYWORDS[m.group("kw").lower()]
-        while stack and stack[-1][0] >= level:
-            stack.pop()
-        stack.append((level, title))
-        found.append((m.start(), SECTION_JOIN.join(t for _, t in stack)))
-    return found
-
-
-def section_at(sections: Sequence[tuple[int, str]], offset: int) -> str | None:
-    """The path of the last heading starting at or before ``offset`` (None before the first).
-
-    Example::
-
-        >>> section_at([(0, "A"), (10, "A > B")], 12)
-        'A > B'
-        >>> section_at([(5, "A")], 2) is None
-        True
-    """
-    i = bisect_right(sections, offset, key=lambda s: s[0])
-    return sections[i - 1][1] if i else None
-
-
-# --------------------------------------------------------------------------------------
-# Splitter
-# --------------------------------------------------------------------------------------
 
 
 class RecursiveSplitter:
@@ -258,15 +152,10 @@ class RecursiveSplitter:
         length_function: Callable[[str], int] = len,
         separators: Sequence[str] | None = None,
     ) -> None:
-        for name, value in (("chunk_size", chunk_size), ("chunk_overlap", chunk_overlap)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int; got {value!r} ({type(value).__name__})")
-        if chunk_size <= 0:
-            raise ValueError(f"chunk_size must be positive (got {chunk_size}); pass chunk_size >= 1")
-        if chunk_overlap < 0:
-            raise ValueError(
-                f"chunk_overlap must not be negative (got {chunk_overlap}); pass chunk_overlap=0 for no overlap"
-            )
+        require_int("chunk_size", chunk_size, show_type=True)
+        require_int("chunk_overlap", chunk_overlap, show_type=True)
+        check_count("chunk_size", chunk_size, minimum=1, fix="pass chunk_size >= 1")
+        check_count("chunk_overlap", chunk_overlap, minimum=0, fix="pass chunk_overlap=0 for no overlap")
         if chunk_overlap >= chunk_size:
             raise ValueError(
                 f"chunk_overlap ({chunk_overlap}) must be smaller than chunk_size ({chunk_size}); "
@@ -312,9 +201,10 @@ class RecursiveSplitter:
         return self._separators
 
     def __repr__(self) -> str:
+        name = callable_name(self._length_function)
         return (
             f"RecursiveSplitter(chunk_size={self._chunk_size}, chunk_overlap={self._chunk_overlap}, "
-            f"length_function={getattr(self._length_function, '__name__', self._length_function)!r}, "
+            f"length_function={self._length_function if name is None else name!r}, "
             f"separators={list(self._separators)!r})"
         )
 
@@ -336,7 +226,7 @@ class RecursiveSplitter:
         self._split(text, 0, len(text), 0, raw)
         if not self._is_len:
             raw = self._enforce_size(text, raw)
-        return _drop_contained(raw)
+        return drop_contained(raw)
 
     def split(
         self,
@@ -416,6 +306,10 @@ class RecursiveSplitter:
         for ss, se in sub:
             self._fit(text, ss, se, out)
 
+    def _merge(self, text: str, pieces: list[tuple[int, int, int]], out: list[tuple[int, int]]) -> None:
+        sep_len = 0 if self._is_len else self._length_function("")
+        merge_pieces(text, pieces, out, size=self._chunk_size, overlap=self._chunk_overlap, sep_len=sep_len)
+
     def _measure(self, text: str, s: int, e: int) -> int:
         return e - s if self._is_len else self._length_function(text[s:e])
 
@@ -435,7 +329,7 @@ class RecursiveSplitter:
                 separator = s_
                 next_index = i + 1
                 break
-        pieces = _pieces(text, start, end, separator)
+        pieces = cut_pieces(text, start, end, separator)
         size = self._chunk_size
         good: list[tuple[int, int, int]] = []  # (start, end, length)
         for ps, pe in pieces:
@@ -447,88 +341,11 @@ class RecursiveSplitter:
                 self._merge(text, good, out)
                 good = []
             if next_index >= len(seps):
-                _append_stripped(text, ps, pe, out)
+                append_stripped(text, ps, pe, out)
             else:
                 self._split(text, ps, pe, next_index, out)
         if good:
             self._merge(text, good, out)
-
-    def _merge(self, text: str, pieces: list[tuple[int, int, int]], out: list[tuple[int, int]]) -> None:
-        """LangChain's ``_merge_splits`` on contiguous pieces (separators kept, so joining is a span)."""
-        size = self._chunk_size
-        overlap = self._chunk_overlap
-        sep_len = 0 if self._is_len else self._length_function("")
-        head = 0  # current chunk = pieces[head:tail]
-        tail = 0
-        total = 0
-        for idx, (_, _, n) in enumerate(pieces):
-            count = tail - head
-            if count > 0 and total + n + sep_len > size:
-                _append_stripped(text, pieces[head][0], pieces[tail - 1][1], out)
-                while head < tail and (
-                    total > overlap or (total + n + (sep_len if tail - head > 0 else 0) > size and total > 0)
-                ):
-                    total -= pieces[head][2] + (sep_len if tail - head > 1 else 0)
-                    head += 1
-            tail = idx + 1
-            total += n + (sep_len if tail - head > 1 else 0)
-        if tail > head:
-            _append_stripped(text, pieces[head][0], pieces[tail - 1][1], out)
-
-
-def _pieces(text: str, start: int, end: int, separator: str) -> list[tuple[int, int]]:
-    """Cut ``[start, end)`` before each occurrence of ``separator`` (kept at the piece start).
-
-    Same pieces as LangChain's ``_split_text_with_regex(keep_separator=True)``; empty pieces
-    are dropped. ``""`` cuts into single characters.
-    """
-    if not separator:
-        return [(i, i + 1) for i in range(start, end)]
-    cuts: list[int] = []
-    step = len(separator)
-    pos = text.find(separator, start, end)
-    while pos != -1:
-        cuts.append(pos)
-        pos = text.find(separator, pos + step, end)
-    pieces: list[tuple[int, int]] = []
-    prev = start
-    for c in cuts:
-        if c > prev:
-            pieces.append((prev, c))
-        prev = c
-    if end > prev:
-        pieces.append((prev, end))
-    return pieces
-
-
-def _append_stripped(text: str, s: int, e: int, out: list[tuple[int, int]]) -> None:
-    """Append ``[s, e)`` without leading/trailing whitespace (``str.strip``); skip if blank."""
-    sub = text[s:e]
-    stripped_left = sub.lstrip()
-    if not stripped_left:
-        return
-    new_s = s + (len(sub) - len(stripped_left))
-    new_e = s + len(sub.rstrip())
-    out.append((new_s, new_e))
-
-
-def _drop_contained(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Drop spans lying wholly inside the previous or next span.
-
-    LangChain can emit such a chunk when whitespace-only pieces sit at a chunk boundary (the
-    stripped chunk then equals the start or end of its neighbour); it adds no text and breaks
-    the strictly increasing starts.
-    """
-    if len(spans) < 2:
-        return spans
-    kept: list[tuple[int, int]] = []
-    for s, e in spans:
-        while kept and kept[-1][0] >= s and kept[-1][1] <= e:
-            kept.pop()  # the previous span is inside this one
-        if kept and kept[-1][0] <= s and kept[-1][1] >= e:
-            continue  # this span is inside the previous one
-        kept.append((s, e))
-    return kept
 
 
 def with_pages(chunks: Sequence[Chunk], document: Document) -> list[Chunk]:
@@ -541,8 +358,6 @@ def with_pages(chunks: Sequence[Chunk], document: Document) -> list[Chunk]:
     >>> [c.section for c in with_pages([Chunk("a", "d", 0, 0, 3, "one"), Chunk("b", "d", 1, 5, 8, "two", "Art. 1")], doc)]
     ['page 1', 'page 2 > Art. 1']
     """
-    from dataclasses import replace
-
     out = []
     for c in chunks:
         page = document.page_at(c.start)

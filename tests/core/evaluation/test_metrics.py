@@ -13,9 +13,8 @@ from ctxwin_dagster.core.evaluation.metrics.aggregation import (
     scores_by_variant,
 )
 from ctxwin_dagster.core.evaluation.metrics.answers import answer_f1, exact_match, normalize_answer, strip_citations
+from ctxwin_dagster.core.evaluation.metrics.records import RecordError, is_answerable
 from ctxwin_dagster.core.evaluation.metrics.scoring import (
-    RecordError,
-    is_answerable,
     reference_chunk_ids,
     score_answers,
     score_record,

@@ -9,7 +9,8 @@ from PIL import Image
 
 from ctxwin_dagster.core.evaluation.metrics.aggregation import aggregate, aggregate_efficiency
 from ctxwin_dagster.core.evaluation.metrics.scoring import score_answers
-from ctxwin_dagster.core.evaluation.report import markdown_table, render_report
+from ctxwin_dagster.core.evaluation.report import render_report
+from ctxwin_dagster.core.evaluation.report_tables import markdown_table
 from ctxwin_dagster.core.evaluation.stats import compare_variants
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -187,7 +188,8 @@ def test_markdown_table_escapes_pipes():
 
 def test_a_measure_zero_for_every_variant_is_named_not_drawn_as_empty_axes(tmp_path):
     """Nothing priced (the offline engine): the cost panels would be empty axes around 0."""
-    from ctxwin_dagster.core.evaluation.report import _efficiency_plot, efficiency_panels
+    from ctxwin_dagster.core.evaluation.report_plots import efficiency_panels
+    from ctxwin_dagster.core.evaluation.report_plots import efficiency_plot as _efficiency_plot
 
     e = pd.DataFrame(
         {"calls": [3, 5], "cost_usd": [0.0, 0.0], "paid_usd": [0.0, None], "input_chars": [1200, 900]},
@@ -218,7 +220,7 @@ def test_an_effect_over_a_handful_of_nonzero_differences_is_not_shown_as_an_effe
 
 
 def test_raw_p_is_printed_on_the_right_side_of_the_bonferroni_threshold():
-    from ctxwin_dagster.core.evaluation.report import _fmt_p
+    from ctxwin_dagster.core.evaluation.report_tables import format_p_cell as _fmt_p
 
     # m = 27 tests: 0.05 / 27 = 0.00185; three decimals would print both as 0.002
     assert (_fmt_p(0.00157, 27), _fmt_p(0.00203, 27)) == ("0.0016", "0.002")

@@ -15,12 +15,12 @@ import pytest
 from ctxwin_dagster.core.evaluation.review import (
     CSV_COLUMNS,
     LABELS,
-    ReviewFormatError,
     agreement,
     export_review,
     import_review,
     table4,
 )
+from ctxwin_dagster.core.evaluation.review_reading import ReviewFormatError
 
 N = 12
 

@@ -9,7 +9,8 @@ import pytest
 from scipy import stats as sps
 
 from ctxwin_dagster.core.evaluation.metrics.scoring import score_answers
-from ctxwin_dagster.core.evaluation.stats import COLUMNS, bonferroni, compare_variants, paired_test, rank_biserial
+from ctxwin_dagster.core.evaluation.paired import bonferroni, paired_test, rank_biserial
+from ctxwin_dagster.core.evaluation.stats import COLUMNS, compare_variants
 
 # Fixed samples: A/B with normal-looking differences, C with heavy-tailed differences.
 A = np.array([0.61, 0.72, 0.55, 0.80, 0.67, 0.59, 0.74, 0.70, 0.63, 0.69, 0.58, 0.77])

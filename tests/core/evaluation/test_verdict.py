@@ -154,7 +154,7 @@ def test_the_swb_replies_are_reported_and_fallbacks_said_to_leave_the_papers_met
 
 def test_a_p_value_just_under_the_threshold_is_not_printed_as_the_threshold():
     """The rule is p < 0.05: a significant 0.0497 must not read "p=0.050" in the verdict or the table."""
-    from ctxwin_dagster.core.evaluation.report import _fmt_p
+    from ctxwin_dagster.core.evaluation.report_tables import format_p_cell as _fmt_p
 
     row = {"metric": "mrr", "variant_a": "t_rag", "variant_b": "swb_rag", "mean_a": 0.773, "mean_b": 0.803}
     tests = pd.DataFrame([{**row, "mean_diff": 0.03, "p_bonferroni": 0.0497, "significant": True, "n_comparisons": 3}])
@@ -189,3 +189,21 @@ def test_evaluation_measures_what_ctxwin_ask_gives():
     # ... and clashes with a mode named otherwise.
     with pytest.raises(ValueError, match="num_neighbors is an option of enhance_mode='neighbors'"):
         EvaluationSettings(enhance_mode="focus", num_neighbors=2).retrieval_settings()
+
+
+def test_every_retrieval_option_is_a_field_of_the_evaluation_and_reaches_its_settings():
+    """The evaluation's fields come from the table ctxwin ask's flags come from: each one sets its
+    settings field, and none is missing (route_to was once left out)."""
+    from ctxwin_dagster.core.retrieval.options import RETRIEVAL_OPTIONS
+
+    fields = EvaluationSettings.model_fields
+    values = {int: 3, float: 0.4, bool: True}
+    for option in RETRIEVAL_OPTIONS:
+        assert fields[option.field].description == option.help
+        mode = {"num_neighbors": "neighbors", "context_window_size": "budget"}.get(option.field, "focus")
+        value = values[option.kind]
+        settings = EvaluationSettings(
+            retrieval="ask" if mode == "focus" else "paper", **{option.field: value}
+        ).retrieval_settings()
+        assert getattr(settings, option.field) == value and settings.enhance_mode == mode, option
+    assert EvaluationSettings(route_to=0).retrieval_settings().route_to == 0

@@ -12,12 +12,10 @@ from hypothesis import strategies as st
 
 from ctxwin_dagster.core.retrieval.enhance import (
     EnhancedContext,
-    chunk_from_row,
-    chunks_from_rows,
     enhance,
     focus_windows,
-    hits_from_rows,
 )
+from ctxwin_dagster.core.retrieval.rows import chunk_from_row, chunks_from_rows, hits_from_rows
 from ctxwin_dagster.core.retrieval.settings import (
     DEFAULT_CONTEXT_WINDOW_SIZE,
     DEFAULT_FOCUS_BUDGET_CHARS,

@@ -13,15 +13,17 @@ import numpy as np
 import pytest
 
 from ctxwin_dagster.core.retrieval.enhance import enhance
-from ctxwin_dagster.core.retrieval.focus import (
+from ctxwin_dagster.core.retrieval.focus import dense_scorer, focus_context
+from ctxwin_dagster.core.retrieval.lexical import (
     QUESTION_SHARE,
     LexicalIndexes,
-    dense_scorer,
-    focus_context,
+    TextBM25,
+    hybrid_hits,
     query_texts,
     query_weights,
+    question_parts,
+    reciprocal_rank_fusion,
 )
-from ctxwin_dagster.core.retrieval.lexical import TextBM25, hybrid_hits, question_parts, reciprocal_rank_fusion
 from ctxwin_dagster.core.retrieval.opening import opening_end
 from ctxwin_dagster.core.retrieval.sentence_focus import focus_windows, structure_starts
 from ctxwin_dagster.core.retrieval.settings import RETRIEVAL_PRESETS, RetrievalSettings

@@ -8,7 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from ctxwin_dagster.core.retrieval.focus import LexicalIndexes, dense_scorer, focus_context, query_texts, query_weights
+from ctxwin_dagster.core.retrieval.focus import dense_scorer, focus_context
+from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes, query_texts, query_weights
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 from ctxwin_dagster.core.retrieval.statements import named_statements, statement_chunks, statement_titles
 from ctxwin_dagster.core.text.splitting import RecursiveSplitter

@@ -9,14 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxwin_dagster.core.text.documents import (
-    SUPPORTED_SUFFIXES,
-    Document,
-    DocumentError,
-    doc_id_from_path,
-    read_text_document,
-    safe_doc_id,
-)
+from ctxwin_dagster.core.text.documents import Document, DocumentError, read_text_document
+from ctxwin_dagster.core.text.file_names import SUPPORTED_SUFFIXES, doc_id_from_path, safe_doc_id
 from ctxwin_dagster.core.text.folder import scan_documents
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

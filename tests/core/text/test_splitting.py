@@ -13,13 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
+from ctxwin_dagster.core.text.sections import detect_sections, section_at
 from ctxwin_dagster.core.text.splitting import (
     DEFAULT_SEPARATORS,
     Chunk,
     RecursiveSplitter,
-    detect_sections,
     make_chunk_id,
-    section_at,
 )
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "eu_ai_act"

@@ -5,10 +5,12 @@ An answer record is a plain dict as the asking engine writes it (the format is d
 
 * :mod:`~ctxwin_dagster.core.evaluation.metrics.answers` — SQuAD's answer metrics on text:
   :func:`~.answers.normalize_answer`, :func:`~.answers.exact_match`, :func:`~.answers.answer_f1`;
+* :mod:`~ctxwin_dagster.core.evaluation.metrics.records` — a record's checks
+  (:class:`~.records.RecordError`), its context spans, whether it is answerable, its numbers;
 * :mod:`~ctxwin_dagster.core.evaluation.metrics.scoring` — the metrics of one record (span hit,
   span-character recall, hit@k, MRR, ID-based context precision and recall, answer F1, exact
   match, abstention): :func:`~.scoring.score_record`, :func:`~.scoring.score_answers`, and the
-  record's checks, spans and reference chunks;
+  record's reference spans and reference chunks;
 * :mod:`~ctxwin_dagster.core.evaluation.metrics.aggregation` — means with bootstrap confidence intervals
   per variant (:func:`~.aggregation.aggregate`), efficiency totals
   (:func:`~.aggregation.aggregate_efficiency`) and the per-question table the statistics read

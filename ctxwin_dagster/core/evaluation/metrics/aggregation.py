@@ -13,16 +13,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
-from ctxwin_dagster.core.evaluation.metrics.scoring import (
-    EFFICIENCY_FIELDS,
-    METRIC_POPULATION,
-    RecordError,
-    number_or_none,
-)
+from ctxwin_dagster.core.evaluation.metrics.records import RecordError, number_or_none
+from ctxwin_dagster.core.evaluation.metrics.scoring import EFFICIENCY_FIELDS, METRIC_POPULATION
+from ctxwin_dagster.core.evaluation.record_values import as_float, as_int, items
 
 __all__ = [
     "aggregate",
@@ -75,7 +71,7 @@ def bootstrap_mean_ci(
     return (float(lo), float(hi))
 
 
-def metric_names(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+def metric_names(rows: Sequence[Mapping[str, object]]) -> list[str]:
     """The metric columns of score rows, in order of appearance: numeric or ``None`` values,
     leaving out identifiers, counts and :data:`~.scoring.EFFICIENCY_FIELDS`."""
     names: list[str] = []
@@ -114,7 +110,7 @@ def _population(metric: str, populations: Mapping[str, str]) -> str:
 
 
 def aggregate(
-    scores: Iterable[Mapping[str, Any]],
+    scores: Iterable[Mapping[str, object]],
     *,
     metrics: Sequence[str] | None = None,
     by: str | Sequence[str] = "variant",
@@ -123,7 +119,7 @@ def aggregate(
     n_boot: int = 2_000,
     seed: int = 0,
     ci_level: float = 0.95,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """Means of per-question metrics per group, one row per (group, metric).
 
     Each metric is averaged over its population (``"answerable"``, ``"unanswerable"`` or
@@ -146,7 +142,7 @@ def aggregate(
     keys = [by] if isinstance(by, str) else list(by)
     pops = {**METRIC_POPULATION, **(populations or {})}
     names = list(metrics) if metrics is not None else metric_names(rows)
-    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[object, ...], list[dict[str, object]]] = defaultdict(list)
     for row in rows:
         missing = [k for k in keys if k not in row]
         if missing:
@@ -154,7 +150,7 @@ def aggregate(
                 f"score row for question_id={row.get('question_id')!r} has no {missing}; cannot group by {keys}"
             )
         groups[tuple(row[k] for k in keys)].append(row)
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, object]] = []
     for group, members in groups.items():
         for metric in names:
             population = _population(metric, pops)
@@ -164,7 +160,8 @@ def aggregate(
                 pop = [r for r in members if not r.get("answerable", True)]
             else:
                 pop = members
-            values, n_missing, n_nan = [], 0, 0
+            values: list[float] = []
+            n_missing, n_nan = 0, 0
             for r in pop:
                 v = r.get(metric)
                 if v is None:
@@ -172,8 +169,8 @@ def aggregate(
                 elif isinstance(v, (float, np.floating)) and math.isnan(v):
                     n_nan += 1
                 else:
-                    values.append(float(v))
-            row_out: dict[str, Any] = dict(zip(keys, group))
+                    values.append(as_float(v))
+            row_out: dict[str, object] = dict(zip(keys, group))
             row_out.update(
                 metric=metric,
                 population=population,
@@ -196,10 +193,10 @@ def aggregate(
 
 
 def aggregate_efficiency(
-    records_or_scores: Iterable[Mapping[str, Any]],
+    records_or_scores: Iterable[Mapping[str, object]],
     *,
     by: str = "variant",
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """Totals per variant: questions, runtime, calls, tokens, characters, costs, cache hits.
 
     ``cost_usd`` sums the cost of the work (cache hits at the cost of the call they reuse),
@@ -216,12 +213,12 @@ def aggregate_efficiency(
         ...                       {"variant": "a", "latency_s": 0.5, "contexts": ["de"]}])[0]["runtime_s"]
         2.0
     """
-    groups: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
+    groups: dict[object, list[Mapping[str, object]]] = defaultdict(list)
     for r in records_or_scores:
         groups[r.get(by)].append(r)
-    out = []
+    out: list[dict[str, object]] = []
     for group, members in groups.items():
-        row: dict[str, Any] = {by: group, "n_questions": len(members)}
+        row: dict[str, object] = {by: group, "n_questions": len(members)}
         sums: dict[str, float] = {}
         missing: dict[str, int] = {}
         for field_, label in (
@@ -251,9 +248,9 @@ def aggregate_efficiency(
         ctx = 0
         for r in members:
             if "context_chars" in r and r["context_chars"] is not None:
-                ctx += int(r["context_chars"])
+                ctx += as_int(r["context_chars"])
             else:
-                ctx += sum(len(str(c)) for c in (r.get("contexts") or []))
+                ctx += sum(len(str(c)) for c in items(r, "contexts"))
         row.update(sums)
         n_timed = len(members) - missing["runtime_s"]
         row["mean_latency_s"] = sums["runtime_s"] / n_timed if n_timed else None
@@ -266,7 +263,7 @@ def aggregate_efficiency(
 
 
 def scores_by_variant(
-    rows: Iterable[Mapping[str, Any]],
+    rows: Iterable[Mapping[str, object]],
     metrics: Sequence[str] | None = None,
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Score rows as ``{variant: {question_id: {metric: value}}}`` for :func:`stats.compare_variants`.
@@ -283,6 +280,6 @@ def scores_by_variant(
     names = list(metrics) if metrics is not None else metric_names(rows)
     out: dict[str, dict[str, dict[str, float]]] = defaultdict(dict)
     for row in rows:
-        values = {m: float(row[m]) for m in names if row.get(m) is not None}
+        values = {m: as_float(row[m]) for m in names if row.get(m) is not None}
         out[str(row["variant"])].setdefault(str(row["question_id"]), {}).update(values)
     return dict(out)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 __all__ = ["answer_f1", "exact_match", "normalize_answer", "reference_answers", "strip_citations"]
 
@@ -46,7 +46,7 @@ def normalize_answer(text: str) -> str:
     return " ".join(text.split())
 
 
-def reference_answers(reference: str | Sequence[str] | None) -> list[str]:
+def reference_answers(reference: object) -> list[str]:
     """The reference answers as a list: None gives ``[]``, a string ``[it]``, a sequence its items as strings.
 
     Example::
@@ -58,6 +58,8 @@ def reference_answers(reference: str | Sequence[str] | None) -> list[str]:
         return []
     if isinstance(reference, str):
         return [reference]
+    if not isinstance(reference, Iterable):
+        raise TypeError(f"a reference answer is a string or a list of strings; got {type(reference).__name__}")
     return [str(r) for r in reference]
 
 

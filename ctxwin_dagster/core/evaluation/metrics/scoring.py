@@ -53,14 +53,22 @@ Example::
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
-
-import numpy as np
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from ctxwin_dagster.core.evaluation.metrics.answers import answer_f1, exact_match, reference_answers, strip_citations
+from ctxwin_dagster.core.evaluation.metrics.records import (
+    RecordError,
+    check_record,
+    context_spans,
+    is_answerable,
+    number_or_none,
+    parse_span,
+    record_where,
+)
+from ctxwin_dagster.core.evaluation.record_values import as_int, items, mappings, sequence
+from ctxwin_dagster.core.json_types import JSONScalar
 
 __all__ = [
     "ANSWERABLE_METRICS",
@@ -68,10 +76,10 @@ __all__ = [
     "EFFICIENCY_FIELDS",
     "METRIC_POPULATION",
     "UNANSWERABLE_METRICS",
-    "RecordError",
+    "Catalog",
+    "ChunkSource",
+    "ScoreRow",
     "chunk_catalog",
-    "is_answerable",
-    "number_or_none",
     "reference_chunk_ids",
     "reference_spans",
     "score_answers",
@@ -113,43 +121,29 @@ EFFICIENCY_FIELDS: tuple[str, ...] = (
     "cache_hits",
 )
 
-_REQUIRED = ("question_id", "variant")
+#: The metrics of one record (see :func:`score_record`): identifiers, counts and metrics.
+ScoreRow: TypeAlias = dict[str, JSONScalar]
+#: A chunk catalog: ``{doc_id: [chunk dicts]}`` (``chunk_id``, ``start``, ``end``, maybe ``text``).
+Catalog: TypeAlias = dict[str, list[dict[str, object]]]
 
 
-class RecordError(ValueError):
-    """An answer record is malformed; the message names the record and the fix."""
+@runtime_checkable
+class _Frame(Protocol):
+    """A table with columns that gives its rows as dicts (a pandas DataFrame)."""
+
+    columns: object
+
+    def to_dict(self, orient: str) -> list[dict[str, object]]: ...
+
+
+#: Chunks as :func:`chunk_catalog` takes them: a catalog, chunk dicts with ``doc_id``, a
+#: DataFrame of them, or None.
+ChunkSource: TypeAlias = "Mapping[str, Iterable[Mapping[str, object]]] | Iterable[Mapping[str, object]] | _Frame | None"
 
 
 # --------------------------------------------------------------------------------------
 # Spans
 # --------------------------------------------------------------------------------------
-
-
-def _span(value: Any, where: str) -> tuple[int, int, str | None]:
-    """``(start, end, doc_id or None)`` from ``[s, e]``, ``[s, e, doc]`` or a dict."""
-    doc = None
-    if isinstance(value, Mapping):
-        try:
-            start, end = value["start"], value["end"]
-        except KeyError as exc:
-            raise RecordError(f"{where}: a span given as a dict needs 'start' and 'end'; got {dict(value)!r}") from exc
-        doc = value.get("doc_id")
-    elif isinstance(value, (list, tuple)) and len(value) in (2, 3):
-        start, end = value[0], value[1]
-        if len(value) == 3:
-            doc = value[2]
-    else:
-        raise RecordError(f"{where}: a span must be [start, end] (character offsets); got {value!r}")
-    if (
-        isinstance(start, bool)
-        or isinstance(end, bool)
-        or not isinstance(start, (int, np.integer))
-        or not isinstance(end, (int, np.integer))
-    ):
-        raise RecordError(f"{where}: span offsets must be integers; got {value!r}")
-    if not 0 <= start <= end:
-        raise RecordError(f"{where}: a span needs 0 <= start <= end; got {value!r}")
-    return int(start), int(end), (None if doc is None else str(doc))
 
 
 def union_length(spans: Iterable[tuple[int, int]]) -> int:
@@ -178,39 +172,11 @@ def _overlaps(start: int, end: int, spans: Sequence[tuple[int, int]]) -> bool:
     return any(start < e and s < end for s, e in spans)
 
 
-# --------------------------------------------------------------------------------------
-# Records
-# --------------------------------------------------------------------------------------
-
-
-def _where(record: Mapping[str, Any], index: int | None) -> str:
-    qid = record.get("question_id", "?") if isinstance(record, Mapping) else "?"
-    variant = record.get("variant", "?") if isinstance(record, Mapping) else "?"
-    pos = "" if index is None else f"record {index} "
-    return f"{pos}(question_id={qid!r}, variant={variant!r})"
-
-
-def is_answerable(record: Mapping[str, Any]) -> bool:
-    """Whether the question has an answer in the document.
-
-    ``is_impossible`` wins when present; else a question is unanswerable exactly when its
-    ``reference_answer`` is empty and it has no ``reference_spans``.
-
-    Example::
-
-        >>> is_answerable({"reference_answer": "", "reference_spans": []})
-        False
-    """
-    if record.get("is_impossible") is not None:
-        return not bool(record["is_impossible"])
-    has_answer = any(r.strip() for r in reference_answers(record.get("reference_answer")))
-    return has_answer or bool(record.get("reference_spans"))
-
-
-def reference_spans(record: Mapping[str, Any], where: str) -> list[tuple[int, int]]:
+def reference_spans(record: Mapping[str, object], where: str) -> list[tuple[int, int]]:
     """The record's non-empty ``reference_spans`` as ``(start, end)`` pairs.
 
-    Raises :class:`RecordError` naming ``where`` (the record) for a malformed span.
+    Raises :class:`~ctxwin_dagster.core.evaluation.metrics.records.RecordError` naming ``where``
+    (the record) for a malformed span.
 
     Example::
 
@@ -218,33 +184,19 @@ def reference_spans(record: Mapping[str, Any], where: str) -> list[tuple[int, in
         [(3, 9)]
     """
     spans = []
-    for i, value in enumerate(record.get("reference_spans") or []):
-        s, e, _ = _span(value, f"{where} reference_spans[{i}]")
+    for i, value in enumerate(items(record, "reference_spans")):
+        s, e, _ = parse_span(value, f"{where} reference_spans[{i}]")
         if e > s:
             spans.append((s, e))
     return spans
 
 
-def _context_spans(record: Mapping[str, Any], where: str) -> list[tuple[int, int]] | None:
-    raw = record.get("context_spans")
-    if raw is None:
-        return None
-    contexts = record.get("contexts")
-    if contexts is not None and len(contexts) != len(raw):
-        raise RecordError(
-            f"{where}: context_spans has {len(raw)} spans for {len(contexts)} contexts; "
-            "give one [start, end] per context block (in the same order)"
-        )
-    doc_id = record.get("doc_id")
-    spans = []
-    for i, value in enumerate(raw):
-        s, e, doc = _span(value, f"{where} context_spans[{i}]")
-        if doc is None or doc_id is None or doc == str(doc_id):
-            spans.append((s, e))
-    return spans
+# --------------------------------------------------------------------------------------
+# Chunks
+# --------------------------------------------------------------------------------------
 
 
-def chunk_catalog(chunks: Any) -> dict[str, list[dict[str, Any]]]:
+def chunk_catalog(chunks: ChunkSource) -> Catalog:
     """A chunk catalog as ``{doc_id: [chunk dicts]}``.
 
     Accepts ``{doc_id: [chunk dicts]}``, an iterable of chunk dicts with ``doc_id`` (the
@@ -257,12 +209,11 @@ def chunk_catalog(chunks: Any) -> dict[str, list[dict[str, Any]]]:
     """
     if chunks is None:
         return {}
-    if hasattr(chunks, "to_dict") and hasattr(chunks, "columns"):  # a pandas DataFrame
-        chunks = chunks.to_dict("records")
-    if isinstance(chunks, Mapping):
-        return {str(doc): [dict(c) for c in rows] for doc, rows in chunks.items()}
-    by_doc: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for c in chunks:
+    rows = chunks.to_dict("records") if isinstance(chunks, _Frame) else chunks
+    if isinstance(rows, Mapping):
+        return {str(doc): [dict(c) for c in doc_rows] for doc, doc_rows in rows.items()}
+    by_doc: Catalog = defaultdict(list)
+    for c in rows:
         if "doc_id" not in c:
             raise RecordError(
                 f"chunk catalog row {dict(c)!r} has no doc_id; give chunks as {{doc_id: [...]}} or rows with doc_id"
@@ -271,7 +222,7 @@ def chunk_catalog(chunks: Any) -> dict[str, list[dict[str, Any]]]:
     return dict(by_doc)
 
 
-def reference_chunk_ids(record: Mapping[str, Any], chunks: Any = None) -> list[str] | None:
+def reference_chunk_ids(record: Mapping[str, object], chunks: ChunkSource = None) -> list[str] | None:
     """The ids of the chunks that overlap a reference span, in document order.
 
     Taken from the record's ``reference_chunk_ids`` when present, else from ``chunks`` (a
@@ -285,7 +236,7 @@ def reference_chunk_ids(record: Mapping[str, Any], chunks: Any = None) -> list[s
         ['a', 'b']
     """
     if record.get("reference_chunk_ids") is not None:
-        return [str(c) for c in record["reference_chunk_ids"]]
+        return [str(c) for c in sequence(record["reference_chunk_ids"])]
     catalog = (
         chunks
         if isinstance(chunks, dict) and all(isinstance(v, list) for v in chunks.values())
@@ -296,55 +247,107 @@ def reference_chunk_ids(record: Mapping[str, Any], chunks: Any = None) -> list[s
     doc_id = str(record.get("doc_id"))
     if doc_id not in catalog:
         return None
-    spans = reference_spans(record, _where(record, None))
-    rows = sorted(catalog[doc_id], key=lambda c: (int(c["start"]), int(c["end"])))
-    return [str(c["chunk_id"]) for c in rows if _overlaps(int(c["start"]), int(c["end"]), spans)]
+    spans = reference_spans(record, record_where(record, None))
+    rows = sorted(catalog[doc_id], key=lambda c: (as_int(c["start"]), as_int(c["end"])))
+    return [str(c["chunk_id"]) for c in rows if _overlaps(as_int(c["start"]), as_int(c["end"]), spans)]
 
 
-def _check_record(record: Any, index: int | None) -> str:
-    if not isinstance(record, Mapping):
-        raise RecordError(f"record {index}: an answer record must be a dict; got {type(record).__name__}")
-    where = _where(record, index)
-    missing = [k for k in _REQUIRED if record.get(k) in (None, "")]
-    if missing:
-        raise RecordError(f"{where}: missing {', '.join(missing)}; every answer record needs question_id and variant")
-    for key in ("retrieved", "contexts", "context_spans", "reference_spans"):
-        value = record.get(key)
-        if value is not None and (isinstance(value, (str, bytes)) or not isinstance(value, Sequence)):
-            raise RecordError(f"{where}: {key} must be a list; got {type(value).__name__}")
-    for i, hit in enumerate(record.get("retrieved") or []):
-        if not isinstance(hit, Mapping) or any(k not in hit for k in ("chunk_id", "start", "end")):
-            raise RecordError(f"{where}: retrieved[{i}] must be a dict with chunk_id, doc_id, start, end, text, score")
-    return where
+# --------------------------------------------------------------------------------------
+# Scores
+# --------------------------------------------------------------------------------------
 
 
-def number_or_none(value: Any) -> float | None:
-    """``value`` as a float; None for None, a bool, anything not a number, and NaN."""
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(out) else out
+def _metric_names(ks: Sequence[int]) -> tuple[str, ...]:
+    """Every metric of a row, in the row's order: ``hit@k`` after the span metrics."""
+    return (*ANSWERABLE_METRICS[:2], *(f"hit@{k}" for k in ks), *ANSWERABLE_METRICS[2:], *UNANSWERABLE_METRICS)
+
+
+def _retrieval_metrics(
+    out: ScoreRow,
+    record: Mapping[str, object],
+    retrieved: Sequence[Mapping[str, object]],
+    ref_spans: Sequence[tuple[int, int]],
+    *,
+    ks: Sequence[int],
+    chunks: ChunkSource,
+) -> None:
+    """``hit@k``, ``mrr`` and the ID-based context precision and recall, into ``out``."""
+    doc_id = out["doc_id"]
+    relevant = [
+        (hit.get("doc_id") is None or doc_id is None or str(hit.get("doc_id")) == doc_id)
+        and _overlaps(as_int(hit["start"]), as_int(hit["end"]), ref_spans)
+        for hit in retrieved
+    ]
+    for k in ks:
+        out[f"hit@{k}"] = float(any(relevant[:k]))
+    first = next((i for i, r in enumerate(relevant) if r), None)
+    out["mrr"] = 0.0 if first is None else 1.0 / (first + 1)
+    ids: dict[str, bool] = {}
+    for hit, rel in zip(retrieved, relevant):
+        ids[str(hit["chunk_id"])] = ids.get(str(hit["chunk_id"]), False) or rel
+    if ids:
+        out["id_context_precision"] = sum(ids.values()) / len(ids)
+    ref_ids = reference_chunk_ids(record, chunks)
+    if ref_ids is not None:
+        out["n_reference_chunks"] = len(ref_ids)
+        if ref_ids:
+            out["id_context_recall"] = len(set(ref_ids) & set(ids)) / len(set(ref_ids))
+
+
+def _answerable_metrics(
+    out: ScoreRow,
+    record: Mapping[str, object],
+    where: str,
+    retrieved: Sequence[Mapping[str, object]],
+    *,
+    ks: Sequence[int],
+    chunks: ChunkSource,
+) -> None:
+    """The metrics of an answerable question (see the module docstring), into ``out``."""
+    not_found = bool(out["not_found"])
+    ref_spans = reference_spans(record, where)
+    ctx_spans = context_spans(record, where)
+    if ref_spans and ctx_spans is not None:
+        out["span_hit"] = float(any(cs <= s and e <= ce for s, e in ref_spans for cs, ce in ctx_spans))
+        out["span_char_recall"] = _covered(ref_spans, ctx_spans) / union_length(ref_spans)
+    if ref_spans:
+        _retrieval_metrics(out, record, retrieved, ref_spans, ks=ks, chunks=chunks)
+    refs = [r for r in reference_answers(record.get("reference_answer")) if r.strip()]
+    if refs:
+        prediction = "" if not_found else strip_citations(str(record.get("answer") or ""))
+        out["answer_f1"] = 0.0 if not_found else answer_f1(prediction, refs)
+        out["exact_match"] = 0.0 if not_found else exact_match(prediction, refs)
+    out["abstained"] = float(not_found)
+
+
+def _efficiency(out: ScoreRow, record: Mapping[str, object]) -> None:
+    """The record's :data:`EFFICIENCY_FIELDS` (``cache_hits`` also from a ``cached`` flag) and
+    its complexity, into ``out``."""
+    for name in EFFICIENCY_FIELDS:
+        value = record.get(name)
+        if name == "cache_hits" and value is None and record.get("cached") is not None:
+            value = int(bool(record["cached"]))
+        out[name] = number_or_none(value)
+    if record.get("complexity") is not None:
+        out["complexity"] = str(record["complexity"])
 
 
 def score_record(
-    record: Mapping[str, Any],
+    record: Mapping[str, object],
     *,
-    chunks: Any = None,
+    chunks: ChunkSource = None,
     ks: Sequence[int] = DEFAULT_KS,
     index: int | None = None,
-) -> dict[str, Any]:
+) -> ScoreRow:
     """The metrics of one answer record (see the module docstring for the fields)."""
-    where = _check_record(record, index)
+    where = check_record(record, index)
     if any(int(k) < 1 for k in ks):
         raise ValueError(f"ks must be positive integers; got {tuple(ks)}")
     answerable = is_answerable(record)
     not_found = bool(record.get("not_found", False))
-    contexts = record.get("contexts") or []
-    retrieved = list(record.get("retrieved") or [])
-    out: dict[str, Any] = {
+    contexts = items(record, "contexts")
+    retrieved = mappings(record.get("retrieved"))
+    out: ScoreRow = {
         "question_id": str(record["question_id"]),
         "doc_id": None if record.get("doc_id") is None else str(record["doc_id"]),
         "variant": str(record["variant"]),
@@ -355,78 +358,21 @@ def score_record(
         "context_chars": sum(len(str(c)) for c in contexts),
         "n_reference_chunks": None,
     }
-    for name in (
-        "span_hit",
-        "span_char_recall",
-        *(f"hit@{k}" for k in ks),
-        "mrr",
-        "id_context_precision",
-        "id_context_recall",
-        "answer_f1",
-        "exact_match",
-        "abstained",
-        "not_found_correct",
-    ):
-        out[name] = None
-
+    out.update(dict.fromkeys(_metric_names(ks)))
     if answerable:
-        ref_spans = reference_spans(record, where)
-        ctx_spans = _context_spans(record, where)
-        if ref_spans and ctx_spans is not None:
-            out["span_hit"] = float(any(cs <= s and e <= ce for s, e in ref_spans for cs, ce in ctx_spans))
-            out["span_char_recall"] = _covered(ref_spans, ctx_spans) / union_length(ref_spans)
-        if ref_spans:
-            doc_id = out["doc_id"]
-            relevant = [
-                (hit.get("doc_id") is None or doc_id is None or str(hit.get("doc_id")) == doc_id)
-                and _overlaps(int(hit["start"]), int(hit["end"]), ref_spans)
-                for hit in retrieved
-            ]
-            for k in ks:
-                out[f"hit@{k}"] = float(any(relevant[:k]))
-            first = next((i for i, r in enumerate(relevant) if r), None)
-            out["mrr"] = 0.0 if first is None else 1.0 / (first + 1)
-            ids: dict[str, float] = {}
-            for hit, rel in zip(retrieved, relevant):
-                ids[str(hit["chunk_id"])] = ids.get(str(hit["chunk_id"]), False) or rel
-            if ids:
-                out["id_context_precision"] = sum(ids.values()) / len(ids)
-            ref_ids = reference_chunk_ids(record, chunks)
-            if ref_ids is not None:
-                out["n_reference_chunks"] = len(ref_ids)
-                if ref_ids:
-                    out["id_context_recall"] = len(set(ref_ids) & set(ids)) / len(set(ref_ids))
-        refs = [r for r in reference_answers(record.get("reference_answer")) if r.strip()]
-        if refs:
-            prediction = "" if not_found else strip_citations(str(record.get("answer") or ""))
-            out["answer_f1"] = 0.0 if not_found else answer_f1(prediction, refs)
-            out["exact_match"] = 0.0 if not_found else exact_match(prediction, refs)
-        out["abstained"] = float(not_found)
+        _answerable_metrics(out, record, where, retrieved, ks=ks, chunks=chunks)
     else:
         out["not_found_correct"] = float(not_found)
-
-    out["latency_s"] = number_or_none(record.get("latency_s"))
-    out["input_tokens"] = number_or_none(record.get("input_tokens"))
-    out["output_tokens"] = number_or_none(record.get("output_tokens"))
-    out["cost_usd"] = number_or_none(record.get("cost_usd"))
-    out["paid_usd"] = number_or_none(record.get("paid_usd"))
-    out["input_chars"] = number_or_none(record.get("input_chars"))
-    out["calls"] = number_or_none(record.get("calls"))
-    cache_hits = record.get("cache_hits")
-    if cache_hits is None and record.get("cached") is not None:
-        cache_hits = int(bool(record["cached"]))
-    out["cache_hits"] = number_or_none(cache_hits)
-    if record.get("complexity") is not None:
-        out["complexity"] = str(record["complexity"])
+    _efficiency(out, record)
     return out
 
 
 def score_answers(
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[Mapping[str, object]],
     *,
-    chunks: Any = None,
+    chunks: ChunkSource = None,
     ks: Sequence[int] = DEFAULT_KS,
-) -> list[dict[str, Any]]:
+) -> list[ScoreRow]:
     """:func:`score_record` for every record; duplicate ``(variant, question_id)`` are rejected.
 
     Args:
@@ -434,12 +380,12 @@ def score_answers(
         chunks: a chunk catalog for ``id_context_recall`` (see :func:`reference_chunk_ids`).
         ks: the cut-offs of ``hit@k``.
     """
-    rows: list[dict[str, Any]] = []
+    rows: list[ScoreRow] = []
     seen: dict[tuple[str, str], int] = {}
     catalog = chunk_catalog(chunks) if chunks is not None else None
     for i, record in enumerate(records):
         row = score_record(record, chunks=catalog, ks=ks, index=i)
-        key = (row["variant"], row["question_id"])
+        key = (str(row["variant"]), str(row["question_id"]))
         if key in seen:
             raise RecordError(
                 f"record {i}: question_id={key[1]!r} appears twice for variant={key[0]!r} "

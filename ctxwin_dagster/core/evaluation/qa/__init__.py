@@ -10,7 +10,10 @@ One job per module:
   name or stem; :func:`~.resolve.resolve_questions`), and whether its reference spans lie
   inside that document's text (:func:`~.resolve.check_reference_spans`, naming the file and line);
 * :mod:`~ctxwin_dagster.core.evaluation.qa.corpora` — importers of the corpus files: SQuAD 2.0
-  (:func:`~.corpora.squad_to_qa`) and CUAD (:func:`~.corpora.cuad_to_qa`).
+  (:func:`~.corpora.squad_to_qa`) and CUAD (:func:`~.corpora.cuad_to_qa`);
+* :mod:`~ctxwin_dagster.core.evaluation.qa.generation` — questions generated from a document
+  and the checks each must pass (the text matching they use is in
+  :mod:`~ctxwin_dagster.core.evaluation.qa.text_match`).
 
 Plain Python only: this package imports neither dagster, ragas nor lancedb.
 """

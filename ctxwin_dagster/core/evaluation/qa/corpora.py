@@ -15,16 +15,59 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, TypeVar
 
 from ctxwin_dagster.core.evaluation.qa.items import QAFormatError, QAItem, Span
-from ctxwin_dagster.core.text.documents import safe_doc_id
+from ctxwin_dagster.core.json_types import JSONObject
+from ctxwin_dagster.core.text.file_names import safe_doc_id
 
 __all__ = ["cuad_to_qa", "squad_to_qa"]
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+class _SquadAnswer(TypedDict):
+    text: str
+    answer_start: int
+    answer_end: int
+
+
+class _SquadRow(TypedDict):
+    """A line of the SQuAD questions file."""
+
+    id: str
+    doc_id: str
+    question: str
+    is_impossible: bool
+    answers: list[_SquadAnswer]
+    paragraph_start: int
+    paragraph_end: int
+
+
+class _CuadAnswer(TypedDict):
+    text: str
+    answer_start: int
+    answer_end: int
+    pieces: NotRequired[list[list[int]]]
+    located: NotRequired[bool]
+
+
+class _CuadRow(TypedDict):
+    """A line of the CUAD questions file."""
+
+    id: str
+    doc: str
+    category: str
+    question: str
+    is_impossible: bool
+    answers: list[_CuadAnswer]
+    normalized_answer: NotRequired[str]
+
+
+_Row = TypeVar("_Row", _SquadRow, _CuadRow)
+
+
+def _read_jsonl(path: Path, row_type: type[_Row]) -> list[_Row]:
+    """The lines of a corpus questions file, as the rows of ``row_type`` (not checked)."""
+    rows: list[_Row] = []
     with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
@@ -34,6 +77,16 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
             except json.JSONDecodeError as exc:
                 raise QAFormatError(f"{path}, line {lineno}: not valid JSON ({exc.msg})") from None
     return rows
+
+
+def _kept(
+    rows: list[_Row], names: list[str], wanted: set[str] | None, missing: Iterable[str], error: str
+) -> list[_Row]:
+    """The rows whose name (``names``, one per row) is ``wanted`` (all when None); ValueError
+    (``error`` and the names) when a wanted name is ``missing`` from the file."""
+    if missing:
+        raise ValueError(f"{error} {sorted(missing)}")
+    return [r for r, name in zip(rows, names) if wanted is None or name in wanted]
 
 
 def _default_squad_doc_id(doc_id: str) -> str:
@@ -68,15 +121,10 @@ def squad_to_qa(
     """
     path = Path(questions_jsonl_path)
     wanted = None if doc_ids is None else set(doc_ids)
-    rows = _read_jsonl(path)
-    if wanted is not None:
-        missing = wanted - {r["doc_id"] for r in rows}
-        if missing:
-            raise ValueError(f"{path}: no questions for doc_ids {sorted(missing)}")
+    rows = _read_jsonl(path, _SquadRow)
+    missing = set() if wanted is None else wanted - {r["doc_id"] for r in rows}
     items: list[QAItem] = []
-    for r in rows:
-        if wanted is not None and r["doc_id"] not in wanted:
-            continue
+    for r in _kept(rows, [r["doc_id"] for r in rows], wanted, missing, f"{path}: no questions for doc_ids"):
         spans: list[Span] = []
         texts: list[str] = []
         if not r["is_impossible"]:
@@ -87,12 +135,12 @@ def squad_to_qa(
                     texts.append(a["text"])
             if not spans:
                 raise ValueError(f"{path}: answerable question {r['id']!r} has no answers")
-        meta: dict[str, Any] = {
+        meta: JSONObject = {
             "source": "squad_v2",
             "paragraph": [r["paragraph_start"], r["paragraph_end"]],
         }
         if texts:
-            meta["answer_texts"] = texts
+            meta["answer_texts"] = list(texts)
         items.append(
             QAItem(
                 question_id=r["id"],
@@ -140,23 +188,19 @@ def cuad_to_qa(
         ValueError: a requested contract is not in the file.
     """
     path = Path(questions_jsonl_path)
-    rows = _read_jsonl(path)
+    rows = _read_jsonl(path, _CuadRow)
     wanted: set[str] | None = None
+    missing: list[str] = []
     if contracts is not None:
         present = {r["doc"] for r in rows}
         wanted = set()
-        missing = []
         for c in contracts:
             name = c if c in present else f"{c}.txt"
             if name not in present:
                 missing.append(c)
             wanted.add(name)
-        if missing:
-            raise ValueError(f"{path}: no questions for contracts {sorted(missing)}")
     items: list[QAItem] = []
-    for r in rows:
-        if wanted is not None and r["doc"] not in wanted:
-            continue
+    for r in _kept(rows, [r["doc"] for r in rows], wanted, missing, f"{path}: no questions for contracts"):
         answers = sorted(r["answers"], key=lambda a: (a["answer_start"], a["answer_end"]))
         spans: list[Span] = []
         texts: list[str] = []
@@ -173,7 +217,7 @@ def cuad_to_qa(
                 if span not in spans:
                     spans.append(span)
         spans.sort()
-        meta: dict[str, Any] = {
+        meta: JSONObject = {
             "source": "cuad_v1",
             "category": r["category"],
             "source_doc": r["doc"],

@@ -37,10 +37,11 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ctxwin_dagster.core.evaluation.metrics.answers import answer_f1, normalize_answer
 from ctxwin_dagster.core.evaluation.qa.items import Span
+from ctxwin_dagster.core.evaluation.qa.text_match import FUNCTION_WORDS, WORD, fuzzy_alignment, squash
+from ctxwin_dagster.core.json_types import JSONObject
 from ctxwin_dagster.core.text.sentences import split_sentences
 
 __all__ = [
@@ -71,26 +72,10 @@ DEFAULT_MIX: Mapping[str, int] = {"single": 3, "two_passages": 1, "unanswerable"
 PASSAGE_CHARS = 1200
 #: A passage needs this many letters to be worth a question (headings and tables of contents are not).
 MIN_PASSAGE_LETTERS = 300
-#: A quote or an answer found by fuzzy matching must score at least this (rapidfuzz, 0–100).
-FUZZY_CUTOFF = 88.0
 #: A closed-book answer with at least this token F1 against the reference counts as correct.
 CLOSED_BOOK_F1 = 0.6
 #: Two questions of a document with at least this token-set similarity (0–100) are duplicates.
 DUPLICATE_SIMILARITY = 88.0
-
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-# Words that say nothing of a question's subject (English; a German document's questions keep more words).
-_FUNCTION_WORDS_TEXT = """
-a about above after again against all also am an and any are as at be because been before being
-below between both but by can could did do does doing down during each few for from further had
-has have having he her here hers him his how i if in into is it its itself just may me might
-more most must my no nor not now of off on once only or other our out over own same shall she
-should so some such than that the their them then there these they this those through to too
-under until up upon very was we were what when where which while who whom whose why will with
-would you your yours according document passage text state states stated say says said give
-given name named mention mentioned describe described
-"""
-_FUNCTION_WORDS = frozenset(_FUNCTION_WORDS_TEXT.split())
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +130,7 @@ def spread(passages: Sequence[Passage], n: int, *, skip: Iterable[Passage] = (),
 
 def content_words(text: str) -> set[str]:
     """The lower-cased words of ``text`` that say something (no function words, at least 3 characters)."""
-    return {w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if len(w) >= 3 and w not in _FUNCTION_WORDS}
+    return {w for w in (m.group(0).lower() for m in WORD.finditer(text)) if len(w) >= 3 and w not in FUNCTION_WORDS}
 
 
 def far_pairs(
@@ -201,25 +186,10 @@ def kind_counts(count: int, kinds: Sequence[str] = KINDS, mix: Mapping[str, int]
     return out
 
 
-def _squash(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _fuzzy(needle: str, haystack: str) -> tuple[float, int, int] | None:
-    from rapidfuzz import fuzz
-
-    if not needle.strip() or not haystack.strip():
-        return None
-    found = fuzz.partial_ratio_alignment(needle, haystack, score_cutoff=FUZZY_CUTOFF)
-    if found is None:
-        return None
-    return found.score, found.dest_start, found.dest_end
-
-
 def locate_quote(text: str, passages: Sequence[Passage], quote: str) -> tuple[Span | None, str]:
     """The span of the sentence(s) of ``passages`` that ``quote`` copies, and how it was found:
     ``exact``, ``whitespace`` (other white space), ``fuzzy:<score>`` (rapidfuzz's partial ratio
-    ≥ :data:`FUZZY_CUTOFF`, widened to whole sentences), or ``(None, "none")``."""
+    ≥ :data:`~ctxwin_dagster.core.evaluation.qa.text_match.FUZZY_CUTOFF`, widened to whole sentences), or ``(None, "none")``."""
     quote = quote.strip()
     if len(quote) < 8:
         return None, "none"
@@ -228,14 +198,14 @@ def locate_quote(text: str, passages: Sequence[Passage], quote: str) -> tuple[Sp
         at = body.find(quote)
         if at >= 0:
             return (p.start + at, p.start + at + len(quote)), "exact"
-    squashed = _squash(quote)
+    squashed = squash(quote)
     for p in passages:
         for s, e in p.sentences:
-            if _squash(text[s:e]) == squashed:
+            if squash(text[s:e]) == squashed:
                 return (s, e), "whitespace"
     best: tuple[float, Passage, int, int] | None = None
     for p in passages:
-        found = _fuzzy(quote, p.text(text))
+        found = fuzzy_alignment(quote, p.text(text))
         if found and (best is None or found[0] > best[0]):
             best = (found[0], p, found[1], found[2])
     if best is None:
@@ -268,7 +238,7 @@ def locate_answer_in(text: str, span: Span, answer: str) -> tuple[Span | None, s
         return (start + m.start(), start + m.end()), "whitespace"
     if len(answer) < 4:
         return None, "none"
-    found = _fuzzy(answer, body)
+    found = fuzzy_alignment(answer, body)
     if found is None:
         return None, "none"
     score, a, b = found
@@ -325,7 +295,7 @@ def is_duplicate(question: str, kept: Iterable[str]) -> bool:
 
 def question_id(doc_id: str, kind: str, question: str) -> str:
     """A stable id: the same question of the same document always gets the same one."""
-    digest = hashlib.sha1(f"{doc_id}\x00{kind}\x00{_squash(question)}".encode()).hexdigest()[:12]
+    digest = hashlib.sha1(f"{doc_id}\x00{kind}\x00{squash(question)}".encode()).hexdigest()[:12]
     return f"gen_{digest}"
 
 
@@ -366,9 +336,14 @@ class GenerationReport:
             raise ValueError(f"unknown rejection {reason!r}")
         self.rejected[(kind, reason)] += 1
 
+    def _counts(self) -> tuple[Counter[str], ...]:
+        """The counts per kind or per way of finding a span (all but :attr:`rejected`)."""
+        return (self.wanted, self.drafted, self.schema_enforced, self.kept, self.found, self.checks)
+
     def merge(self, other: GenerationReport) -> None:
-        for name in ("wanted", "drafted", "schema_enforced", "kept", "rejected", "found", "checks"):
-            getattr(self, name).update(getattr(other, name))
+        for mine, theirs in zip(self._counts(), other._counts(), strict=True):
+            mine.update(theirs)
+        self.rejected.update(other.rejected)
         self.documents += other.documents
         self.no_passages.extend(other.no_passages)
 
@@ -381,7 +356,7 @@ class GenerationReport:
         lost = sum(self.rejected[(k, r)] for k in answerable for r in ("quote_not_found", "answer_not_found"))
         return None if tried <= 0 else (tried - lost) / tried
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         kinds = [k for k in KINDS if self.wanted[k] or self.drafted[k]]
         return {
             "documents": self.documents,

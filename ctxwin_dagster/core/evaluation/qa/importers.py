@@ -24,12 +24,13 @@ from __future__ import annotations
 import csv
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ctxwin_dagster.core.evaluation.qa.items import QAFormatError, QAItem, Span
+from ctxwin_dagster.core.evaluation.record_values import as_int, mappings
+from ctxwin_dagster.core.json_types import JSONObject
 
 __all__ = [
     "DOCUMENT_COLUMNS",
@@ -47,6 +48,16 @@ _QUESTION_COLUMNS = ("question", "query", "q")
 _ANSWER_COLUMNS = ("answer", "reference_answer", "answers", "a")
 _ID_COLUMNS = ("question_id", "id", "qid")
 _MAX_LISTED = 20
+
+
+def _listed(what: str, entries: list[str]) -> list[str]:
+    """Report lines: how many ``entries`` are ``what``, then the first of them; none when empty."""
+    if not entries:
+        return []
+    out = [f"  {len(entries)} {what}:"] + [f"    {x}" for x in entries[:_MAX_LISTED]]
+    if len(entries) > _MAX_LISTED:
+        out.append(f"    ... and {len(entries) - _MAX_LISTED} more")
+    return out
 
 
 @dataclass
@@ -70,20 +81,8 @@ class ImportReport:
             f"  answers located: {self.spans_exact} exactly, {self.spans_whitespace} with white space normalized"
             + (f", {self.spans_moved} at another offset than the file gave" if self.spans_moved else ""),
         ]
-        if self.not_found:
-            out.append(
-                f"  {len(self.not_found)} answer(s) not found in their document (kept, without a reference span):"
-            )
-            out += [f"    {x}" for x in self.not_found[:_MAX_LISTED]]
-            if len(self.not_found) > _MAX_LISTED:
-                out.append(f"    ... and {len(self.not_found) - _MAX_LISTED} more")
-        if self.ambiguous:
-            out.append(
-                f"  {len(self.ambiguous)} answer(s) found more than once (every occurrence is a reference span):"
-            )
-            out += [f"    {x}" for x in self.ambiguous[:_MAX_LISTED]]
-            if len(self.ambiguous) > _MAX_LISTED:
-                out.append(f"    ... and {len(self.ambiguous) - _MAX_LISTED} more")
+        out += _listed("answer(s) not found in their document (kept, without a reference span)", self.not_found)
+        out += _listed("answer(s) found more than once (every occurrence is a reference span)", self.ambiguous)
         if self.unknown_documents:
             shown = ", ".join(f"{k!r} ({n})" for k, n in sorted(self.unknown_documents.items())[:10])
             out.append(f"  questions about documents not in the folder (left out): {shown}")
@@ -190,12 +189,14 @@ def import_squad_json(path: str | Path, *, kind: str = "squad") -> ImportResult:
     return ImportResult(documents, items, report)
 
 
-def _squad_item(qa: dict[str, Any], text: str, base: int, file_name: str, kind: str, report: ImportReport) -> QAItem:
+def _squad_item(
+    qa: Mapping[str, object], text: str, base: int, file_name: str, kind: str, report: ImportReport
+) -> QAItem:
     qid = str(qa.get("id") or "")
-    answers = [a for a in qa.get("answers") or [] if str(a.get("text", "")).strip()]
+    answers = [a for a in mappings(qa.get("answers")) if str(a.get("text", "")).strip()]
     impossible = bool(qa.get("is_impossible", not answers)) or not answers
     report.questions += 1
-    meta: dict[str, Any] = {"source": "squad_v2" if kind == "squad" else "cuad_v1"}
+    meta: JSONObject = {"source": "squad_v2" if kind == "squad" else "cuad_v1"}
     if kind == "cuad" and "__" in qid:
         meta["category"] = qid.rsplit("__", 1)[1]
     if impossible:
@@ -205,7 +206,7 @@ def _squad_item(qa: dict[str, Any], text: str, base: int, file_name: str, kind: 
     texts: list[str] = []
     for a in answers:
         answer = str(a["text"])
-        start = base + int(a.get("answer_start", -1))
+        start = base + as_int(a.get("answer_start", -1))
         if start >= 0 and text[start : start + len(answer)] == answer:
             found, how = [(start, start + len(answer))], "exact"
         else:
@@ -232,7 +233,7 @@ def _squad_item(qa: dict[str, Any], text: str, base: int, file_name: str, kind: 
     return QAItem(qid, file_name, str(qa.get("question", "")), reference, tuple(spans), False, meta)
 
 
-def _pick(row: dict[str, Any], names: tuple[str, ...], what: str, where: str, columns: list[str]) -> str:
+def _pick(row: Mapping[str, object], names: tuple[str, ...], what: str, where: str, columns: list[str]) -> str:
     lowered = {k.strip().lower(): k for k in row}
     for name in names:
         if name in lowered:
@@ -242,13 +243,13 @@ def _pick(row: dict[str, Any], names: tuple[str, ...], what: str, where: str, co
     )
 
 
-def _read_table(p: Path) -> list[dict[str, Any]]:
+def _read_table(p: Path) -> list[JSONObject]:
     try:
         content = p.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise QAFormatError(f"{p}: not valid UTF-8 at byte {exc.start}; re-save it as UTF-8") from None
     if p.suffix.lower() == ".jsonl":
-        rows = []
+        rows: list[JSONObject] = []
         for lineno, line in enumerate(content.splitlines(), 1):
             if line.strip():
                 try:
@@ -302,7 +303,7 @@ def import_table(
             answer = answer[0] if answer else ""
         answer = str(answer or "").strip()
         extra = {k: v for k, v in row.items() if k not in (doc_col, q_col, a_col, id_col) and v not in (None, "")}
-        meta = {"source": p.name, **extra}
+        meta: JSONObject = {"source": p.name, **extra}
         report.questions += 1
         if not answer:
             items.append(QAItem(qid, ref, str(row.get(q_col) or ""), "", (), True, meta))

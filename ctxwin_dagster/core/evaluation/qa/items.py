@@ -44,7 +44,9 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from ctxwin_dagster.core.evaluation.qa.span_problems import span_problems
+from ctxwin_dagster.core.json_types import JSONObject
 
 __all__ = [
     "QAItem",
@@ -93,11 +95,11 @@ class QAFormatError(ValueError):
 Span = tuple[int, int]
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _normalize_spans(spans: Any) -> tuple[Span, ...]:
+def _normalize_spans(spans: object) -> tuple[Span, ...]:
     if not isinstance(spans, (list, tuple)):
         raise QAFormatError(
             "field 'reference_spans' must be a list of [start, end] character offsets, "
@@ -115,6 +117,51 @@ def _normalize_spans(spans: Any) -> tuple[Span, ...]:
             )
         out.append((start, end))
     return tuple(out)
+
+
+def _text_field(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise QAFormatError(f"field {name!r} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _checked(fields: Mapping[str, object]) -> tuple[str, str, str, str, tuple[Span, ...], bool, JSONObject]:
+    """The fields of a :class:`QAItem`, given by name, checked and in order (spans normalized,
+    ``is_impossible`` inferred when None or left out); raises :class:`QAFormatError` naming the
+    first field at fault and the fix."""
+    question_id = _text_field("question_id", fields["question_id"])
+    doc_id = _text_field("doc_id", fields["doc_id"])
+    question = _text_field("question", fields["question"])
+    reference_answer = fields["reference_answer"]
+    if any(ch in doc_id for ch in "\n\r\t\x00"):
+        raise QAFormatError(
+            f"field 'doc_id' = {doc_id!r} holds a line break, tab or NUL; give the "
+            "document's file name, its stem or its doc_id"
+        )
+    if not isinstance(reference_answer, str):
+        raise QAFormatError(
+            f"field 'reference_answer' must be a string, got {type(reference_answer).__name__}; {_UNANSWERABLE_HINT}"
+        )
+    spans = _normalize_spans(fields.get("reference_spans", []))
+    meta = fields.get("meta")
+    if not isinstance(meta, dict):
+        raise QAFormatError(f"field 'meta' must be a JSON object (dict), got {type(meta).__name__}")
+    is_impossible = fields.get("is_impossible")
+    if is_impossible is None:
+        is_impossible = reference_answer == "" and not spans
+    elif not isinstance(is_impossible, bool):
+        raise QAFormatError(f"field 'is_impossible' must be true or false, got {is_impossible!r}")
+    if is_impossible and (reference_answer != "" or spans):
+        raise QAFormatError(
+            "field 'is_impossible' is true but the item has a reference_answer or "
+            f"reference_spans; {_UNANSWERABLE_HINT}, or set is_impossible to false"
+        )
+    if not is_impossible and not reference_answer.strip():
+        raise QAFormatError(
+            "field 'reference_answer' is empty but the question is answerable; give the "
+            f"expected answer text, or {_UNANSWERABLE_HINT}"
+        )
+    return question_id, doc_id, question, reference_answer, spans, is_impossible, meta
 
 
 @dataclass(frozen=True)
@@ -140,7 +187,7 @@ class QAItem:
     reference_answer: str
     reference_spans: tuple[Span, ...] = ()
     is_impossible: bool | None = None
-    meta: dict[str, Any] = field(default_factory=dict, hash=False)
+    meta: JSONObject = field(default_factory=dict, hash=False)
     source: str = field(default="", compare=False, repr=False)
     line: int = field(default=0, compare=False, repr=False)
 
@@ -152,44 +199,13 @@ class QAItem:
         return f"{self.source}, line {self.line}" if self.line else self.source
 
     def __post_init__(self) -> None:
-        for name in ("question_id", "doc_id", "question"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
-                raise QAFormatError(f"field {name!r} must be a non-empty string, got {value!r}")
-        if any(ch in self.doc_id for ch in "\n\r\t\x00"):
-            raise QAFormatError(
-                f"field 'doc_id' = {self.doc_id!r} holds a line break, tab or NUL; give the "
-                "document's file name, its stem or its doc_id"
-            )
-        if not isinstance(self.reference_answer, str):
-            raise QAFormatError(
-                "field 'reference_answer' must be a string, got "
-                f"{type(self.reference_answer).__name__}; {_UNANSWERABLE_HINT}"
-            )
-        spans = _normalize_spans(self.reference_spans)
-        object.__setattr__(self, "reference_spans", spans)
-        if not isinstance(self.meta, dict):
-            raise QAFormatError(f"field 'meta' must be a JSON object (dict), got {type(self.meta).__name__}")
-        impossible = self.is_impossible
-        if impossible is None:
-            impossible = self.reference_answer == "" and not spans
-            object.__setattr__(self, "is_impossible", impossible)
-        elif not isinstance(impossible, bool):
-            raise QAFormatError(f"field 'is_impossible' must be true or false, got {impossible!r}")
-        if impossible and (self.reference_answer != "" or spans):
-            raise QAFormatError(
-                "field 'is_impossible' is true but the item has a reference_answer or "
-                f"reference_spans; {_UNANSWERABLE_HINT}, or set is_impossible to false"
-            )
-        if not impossible and not self.reference_answer.strip():
-            raise QAFormatError(
-                "field 'reference_answer' is empty but the question is answerable; give the "
-                f"expected answer text, or {_UNANSWERABLE_HINT}"
-            )
+        checked = _checked(vars(self))
+        object.__setattr__(self, "reference_spans", checked[4])
+        object.__setattr__(self, "is_impossible", checked[5])
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """The JSONL representation (spans as lists; ``meta`` omitted when empty)."""
-        data: dict[str, Any] = {
+        data: JSONObject = {
             "question_id": self.question_id,
             "doc_id": self.doc_id,
             "question": self.question,
@@ -202,7 +218,7 @@ class QAItem:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> QAItem:
+    def from_dict(cls, data: Mapping[str, object]) -> QAItem:
         """Build an item from one parsed JSONL object; raises :class:`QAFormatError`."""
         if not isinstance(data, Mapping):
             raise QAFormatError(f"each line must be a JSON object, got {type(data).__name__}")
@@ -223,15 +239,7 @@ class QAItem:
                 f"missing required field(s) {', '.join(repr(k) for k in missing)}; every "
                 f"line needs {', '.join(REQUIRED_FIELDS)}"
             )
-        return cls(
-            question_id=data["question_id"],
-            doc_id=data["doc_id"],
-            question=data["question"],
-            reference_answer=data["reference_answer"],
-            reference_spans=data.get("reference_spans", []),
-            is_impossible=data.get("is_impossible"),
-            meta=meta,
-        )
+        return cls(*_checked({**data, "meta": meta}))
 
 
 def load_qa_jsonl(path: str | Path) -> list[QAItem]:
@@ -359,30 +367,7 @@ def validate_spans(items: Iterable[QAItem], doc_texts: Mapping[str, str]) -> Non
 
     >>> validate_spans([QAItem("q", "d", "?", "b", [[1, 2]])], {"d": "abc"})
     """
-    unknown: dict[str, int] = {}
-    problems: list[str] = []
-    for item in items:
-        text = doc_texts.get(item.doc_id)
-        if text is None:
-            unknown[item.doc_id] = unknown.get(item.doc_id, 0) + 1
-            continue
-        for i, (start, end) in enumerate(item.reference_spans):
-            if end > len(text):
-                problems.append(
-                    f"question {item.question_id!r}: reference_spans[{i}] = [{start}, {end}] "
-                    f"ends past the end of document {item.doc_id!r} ({len(text)} chars)"
-                )
-            elif not text[start:end].strip():
-                problems.append(
-                    f"question {item.question_id!r}: reference_spans[{i}] = [{start}, {end}] "
-                    f"covers only white space in document {item.doc_id!r}"
-                )
-    for doc_id, count in sorted(unknown.items()):
-        known = ", ".join(sorted(doc_texts)[:10]) + (" ..." if len(doc_texts) > 10 else "")
-        problems.append(
-            f"doc_id {doc_id!r} ({count} question(s)) is not a known document; add the file "
-            f"{doc_id}.txt to the documents folder or fix the doc_id (known: {known or 'none'})"
-        )
+    problems = span_problems(items, doc_texts)
     if problems:
         shown = problems[:_MAX_PROBLEMS_SHOWN]
         more = len(problems) - len(shown)

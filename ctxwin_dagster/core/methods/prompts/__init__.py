@@ -31,7 +31,8 @@ language of a document with :func:`detect_language`.
 
 The package keeps all prompt text in one module and the code around it in others:
 
-* :mod:`~ctxwin_dagster.core.methods.prompts.tables` — every template and note (text only);
+* :mod:`~ctxwin_dagster.core.methods.prompts.tables` — every template and note (text only; the
+  templates that read a whole document are in :mod:`~ctxwin_dagster.core.methods.prompts.document_tables`);
 * :mod:`~ctxwin_dagster.core.methods.prompts.template` — :class:`PromptTemplate` (rendering);
 * :mod:`~ctxwin_dagster.core.methods.prompts.render` — :func:`get_template` and the formatting of
   template values (passages, chunk batches, summaries);

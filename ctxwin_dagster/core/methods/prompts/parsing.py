@@ -37,6 +37,9 @@ _FENCE_RE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)```", re.DOTALL)
 def extract_json(text: str) -> Any:
     """The first JSON value in a model reply, tolerating code fences and surrounding prose.
 
+    The value is an object or an array as :func:`json.loads` gives it (typed as that gives it:
+    the reply's fields are checked by whoever reads them).
+
     Tries, in order: the whole reply; the content of each fenced block; the first balanced
     ``{...}`` or ``[...]`` found by decoding from every opening brace.
 
@@ -73,12 +76,12 @@ def extract_json(text: str) -> Any:
     raise PromptOutputError(f"no JSON object in the reply: {_preview(text)}")
 
 
-def _preview(text: str, n: int = 120) -> str:
+def _preview(text: object, n: int = 120) -> str:
     text = " ".join(str(text).split())
     return repr(text if len(text) <= n else text[:n] + "…")
 
 
-def _match_chunk_id(raw: Any, chunk_ids: Sequence[str], position: int | None) -> str | None:
+def _match_chunk_id(raw: object, chunk_ids: Sequence[str], position: int | None) -> str | None:
     """Which chunk id an entry refers to: exact id, a unique prefix (≥ 8 chars), or its number."""
     if raw is None and position is not None:
         return None
@@ -115,7 +118,7 @@ def parse_swb_contexts(text: str, chunk_ids: Sequence[str], *, strict: bool = Tr
     """
     ids = list(chunk_ids)
     value = extract_json(text)
-    entries: list[tuple[Any, Any]] = []
+    entries: list[tuple[object, object]] = []
     if isinstance(value, dict):
         inner = None
         for key in ("contexts", "chunks", "results", "items"):

@@ -24,7 +24,8 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from ctxwin_dagster.core.json_types import JSONObject, JSONValue
 
 __all__ = [
     "CHARS_PER_TOKEN_FLOOR",
@@ -47,7 +48,7 @@ class ReplySchema:
     """A named JSON schema for a reply (``name`` is what ``response_format`` calls it)."""
 
     name: str
-    schema: Mapping[str, Any]
+    schema: Mapping[str, object]
 
     def __post_init__(self) -> None:
         if not self.name or not all(c.isalnum() or c in "_-" for c in self.name):
@@ -59,12 +60,12 @@ class ReplySchema:
         """The schema as canonical JSON (part of a response's cache key)."""
         return json.dumps({"name": self.name, "schema": self.schema}, sort_keys=True, ensure_ascii=False)
 
-    def response_format(self) -> dict[str, Any]:
+    def response_format(self) -> dict[str, object]:
         """The ``response_format`` of an OpenAI-compatible request (strict structured output)."""
         return {"type": "json_schema", "json_schema": {"name": self.name, "schema": dict(self.schema), "strict": True}}
 
 
-def _object(properties: Mapping[str, Any]) -> dict[str, Any]:
+def _object(properties: Mapping[str, JSONValue]) -> JSONObject:
     return {
         "type": "object",
         "properties": dict(properties),
@@ -91,16 +92,16 @@ def swb_contexts_schema(
     ids = list(chunk_ids)
     if not ids:
         raise ValueError("an SWB batch has at least one chunk")
-    context: dict[str, Any] = {"type": "string"}
+    context: JSONObject = {"type": "string"}
     if max_context_chars is not None:
         context.update(minLength=1, maxLength=int(max_context_chars))
     if ordered:
-        items: dict[str, Any] = {
+        items: JSONObject = {
             "prefixItems": [_object({"number": {"const": n}, "context": context}) for n in range(1, len(ids) + 1)],
             "items": False,
         }
     else:
-        items = {"items": _object({"chunk_id": {"type": "string", "enum": ids}, "context": context})}
+        items = {"items": _object({"chunk_id": {"type": "string", "enum": list(ids)}, "context": context})}
     contexts = {"type": "array", **items, "minItems": len(ids), "maxItems": len(ids)}
     return ReplySchema("swb_contexts", _object({"contexts": contexts}))
 
@@ -111,8 +112,8 @@ def window_answer_schema(max_tokens: int | None = None) -> ReplySchema:
     ``max_tokens`` (local decoding only): cap the answer and the evidence so that the whole JSON
     fits a reply of that many tokens (and bound the confidence to [0, 1]).
     """
-    text: dict[str, Any] = {"type": "string"}
-    confidence: dict[str, Any] = {"type": "number"}
+    text: JSONObject = {"type": "string"}
+    confidence: JSONObject = {"type": "number"}
     if max_tokens is not None:
         room = max(8, max_tokens - 24)  # the keys, quotes and the number
         text = {"type": "string", "maxLength": max(12, CHARS_PER_TOKEN_FLOOR * room // 2)}
@@ -193,15 +194,16 @@ def qa_schema(
         >>> [b["properties"]["quote"]["const"] for b in local.schema["anyOf"]]
         ['A b.', 'C d.']
     """
-    text: dict[str, Any] = {"type": "string"}
+    text: JSONObject = {"type": "string"}
     if max_chars is not None:
         text = {"type": "string", "minLength": 1, "maxLength": int(max_chars)}
-    properties: dict[str, Any] = {}
+    properties: JSONObject = {}
+    sentences: dict[str, list[str]] = {}
     for key, options in quotes.items():
-        choices = list(dict.fromkeys(options))
+        sentences[key] = choices = list(dict.fromkeys(options))
         if not choices:
             raise ValueError(f"the quote field {key!r} needs at least one sentence to choose from")
-        properties[key] = {"type": "string", "enum": choices}
+        properties[key] = {"type": "string", "enum": list(choices)}
     for key in texts:
         properties[key] = dict(text)
         if key == "question" and max_chars is not None:
@@ -220,12 +222,14 @@ def qa_schema(
                 else {"const": no_answer},
             }
         )
-        for sentence in properties[answer_within]["enum"]
+        for sentence in sentences[answer_within]
     ]
     return ReplySchema(name, {"type": "object", "anyOf": branches})
 
 
-def tighten_for_decoding(schema: Mapping[str, Any], max_chars: int, *, max_items: int | None = None) -> dict[str, Any]:
+def tighten_for_decoding(
+    schema: Mapping[str, object], max_chars: int, *, max_items: int | None = None
+) -> dict[str, object]:
     """``schema`` made fit for a decoder that must finish the JSON within a reply's tokens, for a
     schema someone else wrote (a judge's verdict from a pydantic model): every string it leaves
     unbounded gets ``maxLength: max_chars``, every integer without bounds six digits at most, and
@@ -243,21 +247,27 @@ def tighten_for_decoding(schema: Mapping[str, Any], max_chars: int, *, max_items
         5
     """
 
-    def walk(node: Any) -> Any:
+    def walk(node: object) -> object:
         if isinstance(node, Mapping):
-            out = {k: walk(v) for k, v in node.items()}
-            if out.get("type") == "string" and "maxLength" not in out and "enum" not in out and "const" not in out:
-                out["maxLength"] = max_chars
-            if out.get("type") == "array" and max_items is not None and "maxItems" not in out:
-                out["maxItems"] = max(int(out.get("minItems", 0)), max_items)  # a small model repeats items without end
-            if out.get("type") == "object" and "additionalProperties" not in out:
-                out["additionalProperties"] = False
-            if out.get("type") == "integer" and "enum" not in out and "const" not in out:
-                out.setdefault("minimum", -999_999)  # digits end: a small model may write hundreds
-                out.setdefault("maximum", 999_999)
-            return out
+            return tighten(node)
         if isinstance(node, list):
             return [walk(v) for v in node]
         return node
 
-    return walk(schema)
+    def tighten(node: Mapping[str, object]) -> dict[str, object]:
+        out = {k: walk(v) for k, v in node.items()}
+        if out.get("type") == "string" and "maxLength" not in out and "enum" not in out and "const" not in out:
+            out["maxLength"] = max_chars
+        if out.get("type") == "array" and max_items is not None and "maxItems" not in out:
+            least = out.get("minItems", 0)
+            if not isinstance(least, (int, float, str)):
+                raise TypeError(f"minItems must be a number; got {least!r}")
+            out["maxItems"] = max(int(least), max_items)  # a small model repeats items without end
+        if out.get("type") == "object" and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        if out.get("type") == "integer" and "enum" not in out and "const" not in out:
+            out.setdefault("minimum", -999_999)  # digits end: a small model may write hundreds
+            out.setdefault("maximum", 999_999)
+        return out
+
+    return tighten(schema)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 __all__ = ["PromptTemplate"]
 
@@ -37,7 +36,7 @@ class PromptTemplate:
     language: str
     system: str
     user: str
-    defaults: Mapping[str, Any] = field(default_factory=dict)
+    defaults: Mapping[str, object] = field(default_factory=dict)
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -66,7 +65,7 @@ class PromptTemplate:
                     seen.setdefault(name, None)
         return tuple(seen)
 
-    def render(self, **variables: Any) -> list[dict[str, str]]:
+    def render(self, **variables: object) -> list[dict[str, str]]:
         """The chat messages with ``variables`` filled in.
 
         Raises:
