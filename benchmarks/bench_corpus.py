@@ -146,7 +146,8 @@ def bench_floor(base: Path, sizes: list[int]) -> list[dict]:
     from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts, global_summaries, swb_rag_contexts
     from ctxwin_dagster.defs.indexes.assets import cc_rag_index, swb_rag_index, t_rag_index
     from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
-    from ctxwin_dagster.defs.resources import EmbeddingsResource, LanceDBResource, ProjectSettings
+    from ctxwin_dagster.defs.model_resources import EmbeddingsResource
+    from ctxwin_dagster.defs.resources import LanceDBResource, ProjectSettings
 
     rows = []
     for n in sizes:

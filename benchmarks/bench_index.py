@@ -46,8 +46,9 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from ctxwin_dagster.backends.index.schema import table_schema  # noqa: E402
 from ctxwin_dagster.backends.index.upkeep import IndexPolicy  # noqa: E402
-from ctxwin_dagster.backends.index.vectorstore import ChunkIndex, _schema  # noqa: E402
+from ctxwin_dagster.backends.index.vectorstore import ChunkIndex  # noqa: E402
 
 DIM = 384
 PER_DOC = 250
@@ -82,8 +83,8 @@ def doc_rows(i: int) -> list[dict]:
 
 def bulk_load(idx: ChunkIndex, n_docs: int, batch: int = 20) -> None:
     idx.replace_document("t_rag", "doc00000", doc_rows(0), doc_vectors(0))
-    table = idx._table("t_rag")
-    schema = _schema(DIM)
+    table = idx.lance_table("t_rag")
+    schema = table_schema(DIM)
     for first in range(1, n_docs, batch):
         ids = range(first, min(n_docs, first + batch))
         rows = [r for i in ids for r in doc_rows(i)]

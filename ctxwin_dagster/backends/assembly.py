@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxwin_dagster.core.defaults import PAPER
+from ctxwin_dagster.core.evaluation.record_values import as_float, as_int
 
 if TYPE_CHECKING:
     from ctxwin_dagster.backends.base import ChatBackend, Embedder
@@ -57,13 +58,9 @@ DEFAULT_WAITS: Mapping[str, float] = {"timeout_s": 120.0, "connect_timeout_s": 1
 
 def response_cache(cache_dir: str | Path | None) -> ResponseCache | None:
     """The response cache in ``cache_dir`` (made if missing), or None without a folder."""
-    if cache_dir is None or not str(cache_dir).strip():
-        return None
-    from ctxwin_dagster.backends.calls.cache import ResponseCache
+    from ctxwin_dagster.backends.calls.cache import cache_in
 
-    folder = Path(cache_dir).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
-    return ResponseCache(folder / RESPONSES_FILE)
+    return cache_in(cache_dir, RESPONSES_FILE)
 
 
 @dataclass(frozen=True)
@@ -88,11 +85,12 @@ class ChatSpec:
         return bool(self.model.strip())
 
     @classmethod
-    def from_section(cls, section: Mapping[str, Any], **given: Any) -> ChatSpec:
+    def from_section(cls, section: Mapping[str, object], **given: object) -> ChatSpec:
         """The spec of an experiment's section for a role (``answerer``, ``contextualizer``…):
         its keys that are fields here, then ``given`` (values None are left out). Other keys of
         the section (``count``, ``kinds``…) are another part's."""
-        values = {k: v for k, v in section.items() if k in CHAT_SPEC_FIELDS and v is not None}
+        # The section's values as its reader gave them (the spec's fields check nothing more).
+        values: dict[str, Any] = {k: v for k, v in section.items() if k in CHAT_SPEC_FIELDS and v is not None}
         values.update({k: v for k, v in given.items() if v is not None})
         if not values.get("max_new_tokens"):
             values["max_new_tokens"] = None  # the resources' 0: the backend's default
@@ -117,14 +115,14 @@ class Sampling:
     max_tokens: int = PAPER.max_output_tokens
 
     @classmethod
-    def from_section(cls, pipeline: Mapping[str, Any], *, max_tokens: int | None = None) -> Sampling:
+    def from_section(cls, pipeline: Mapping[str, object], *, max_tokens: int | None = None) -> Sampling:
         """From an experiment's ``pipeline`` section (``temperature``, ``top_p``,
         ``max_output_tokens``); ``max_tokens`` wins over the section's budget."""
         budget = max_tokens or pipeline.get("max_output_tokens") or PAPER.max_output_tokens
         return cls(
-            temperature=float(pipeline.get("temperature", PAPER.temperature)),
-            top_p=float(pipeline.get("top_p", PAPER.top_p)),
-            max_tokens=int(budget),
+            temperature=as_float(pipeline.get("temperature", PAPER.temperature)),
+            top_p=as_float(pipeline.get("top_p", PAPER.top_p)),
+            max_tokens=as_int(budget),
         )
 
 

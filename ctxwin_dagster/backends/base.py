@@ -10,15 +10,18 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, TypedDict, runtime_checkable
 
 import numpy as np
 
 from ctxwin_dagster.backends.chat.structured import ENFORCED
+from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.defaults import PAPER
+from ctxwin_dagster.core.json_types import JSONObject, JSONValue
 from ctxwin_dagster.core.methods.prompts.schemas import ReplySchema
 
 __all__ = [
+    "BackendStats",
     "CallRecord",
     "CallTags",
     "ChatBackend",
@@ -26,7 +29,28 @@ __all__ = [
     "ChatResult",
     "Embedder",
     "Ledger",
+    "Message",
+    "Totals",
+    "chat_concurrency",
+    "chat_limits",
+    "decodes_any_schema",
 ]
+
+#: A chat message as the API takes it: ``role``, ``content`` (a text, or a list of parts) and
+#: optional fields such as ``name``.
+Message: TypeAlias = Mapping[str, JSONValue]
+#: The totals of :meth:`Ledger.summarize`: counts (ints), volumes, latency and costs (floats),
+#: and ``cost_known`` (a bool).
+Totals: TypeAlias = dict[str, int | float | bool]
+#: The volumes of a call that :meth:`Ledger.summarize` adds up.
+VOLUMES = ("input_tokens", "output_tokens", "cached_tokens", "input_chars", "output_chars", "latency_s")
+
+
+class BackendStats(TypedDict):
+    """A chat backend's ``stats()``: its ledger's totals and its cache's counters."""
+
+    ledger: Totals
+    cache: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +60,17 @@ class CallTags:
     stage: str = ""
     doc_id: str = ""
     variant: str = ""
+
+    def value(self, name: str) -> str:
+        """The tag ``name``: ``stage``, ``doc_id`` or ``variant``.
+
+        Raises:
+            AttributeError: no tag of that name.
+        """
+        values = {"stage": self.stage, "doc_id": self.doc_id, "variant": self.variant}
+        if name not in values:
+            raise AttributeError(f"CallTags has no tag {name!r}; the tags are {sorted(values)}")
+        return values[name]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +120,22 @@ class CallRecord:
         """The cost of the work had no input token come from the server's prompt cache."""
         return None if self.cost_usd is None else self.cost_usd + self.cache_saving_usd
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.update(d.pop("tags"))
+    def volumes(self) -> dict[str, float]:
+        """What :meth:`Ledger.summarize` adds up (:data:`VOLUMES`): tokens, characters and latency."""
+        values = (
+            self.input_tokens,
+            self.output_tokens,
+            self.cached_tokens,
+            self.input_chars,
+            self.output_chars,
+            self.latency_s,
+        )
+        return dict(zip(VOLUMES, values, strict=True))
+
+    def to_dict(self) -> JSONObject:
+        d: JSONObject = asdict(self)
+        del d["tags"]
+        d.update(asdict(self.tags))
         d["paid_usd"] = self.paid_usd
         d["uncached_cost_usd"] = self.uncached_cost_usd
         return d
@@ -97,7 +145,7 @@ class CallRecord:
 class ChatRequest:
     """A chat completion to make: messages plus sampling settings and accounting tags."""
 
-    messages: tuple[Mapping[str, Any], ...]
+    messages: tuple[Message, ...]
     temperature: float = PAPER.temperature
     top_p: float = PAPER.top_p
     max_tokens: int = PAPER.max_output_tokens
@@ -135,6 +183,48 @@ class ChatBackend(Protocol):
 
 
 @runtime_checkable
+class _KnowsLimits(Protocol):
+    """A chat backend that knows its model's token limits."""
+
+    @property
+    def limits(self) -> ModelLimits | None: ...
+
+
+@runtime_checkable
+class _Concurrent(Protocol):
+    """A chat backend that says how many requests it runs at once."""
+
+    @property
+    def max_concurrency(self) -> int: ...
+
+
+@runtime_checkable
+class _SchemaDecoding(Protocol):
+    """A chat backend that says whether it holds a reply to any JSON schema (ordered items,
+    string lengths), not only to the subset OpenAI's strict mode takes."""
+
+    @property
+    def decodes_any_schema(self) -> bool: ...
+
+
+def chat_limits(chat: ChatBackend, limits: ModelLimits | None = None) -> ModelLimits:
+    """``limits``, else the backend's own, else the registry's for its model."""
+    own = chat.limits if isinstance(chat, _KnowsLimits) else None
+    return limits or own or get_model_limits(chat.model)
+
+
+def chat_concurrency(chat: ChatBackend, default: int = 8) -> int:
+    """How many requests ``chat`` runs at once (``default`` when it does not say)."""
+    return int(chat.max_concurrency) if isinstance(chat, _Concurrent) else default
+
+
+def decodes_any_schema(chat: ChatBackend | None) -> bool:
+    """Whether ``chat`` holds a reply to any JSON schema (the local model, ctxwin's llama.cpp
+    server), so the task engine may send the tighter schemas."""
+    return bool(chat.decodes_any_schema) if isinstance(chat, _SchemaDecoding) else False
+
+
+@runtime_checkable
 class Embedder(Protocol):
     """Turns texts into L2-normalized float32 vectors of a fixed dimension."""
 
@@ -148,9 +238,6 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """An array of shape (len(texts), dim), rows L2-normalized."""
         ...
-
-
-_SUMMED = ("input_tokens", "output_tokens", "cached_tokens", "input_chars", "output_chars", "latency_s")
 
 
 class Ledger:
@@ -187,7 +274,7 @@ class Ledger:
             return list(self._records[mark:])
 
     @staticmethod
-    def summarize(records: Iterable[CallRecord]) -> dict[str, Any]:
+    def summarize(records: Iterable[CallRecord]) -> Totals:
         """Totals over ``records``: calls (made, not cached), cache hits, tokens, chars, costs.
 
         ``cost_usd`` is the cost of the work (cache hits count at the cost of the call they
@@ -206,15 +293,15 @@ class Ledger:
             >>> t["calls"], t["cache_hits"], t["cost_usd"], t["paid_usd"]
             (1, 1, 1.0, 0.5)
         """
-        out: dict[str, Any] = {k: 0 for k in _SUMMED}
+        out: Totals = dict.fromkeys(VOLUMES, 0)
         out.update(calls=0, cache_hits=0, failures=0, cost_usd=0.0, paid_usd=0.0, uncached_cost_usd=0.0)
         out["cost_known"] = True
         out.update(schema_enforced=0, schema_not_enforced=0)
         for r in records:
             if r.reply_format:
                 out["schema_enforced" if r.reply_format in ENFORCED else "schema_not_enforced"] += 1
-            for k in _SUMMED:
-                out[k] += getattr(r, k)
+            for k, v in r.volumes().items():
+                out[k] += v
             if r.cache_hit:
                 out["cache_hits"] += 1
             else:
@@ -223,21 +310,21 @@ class Ledger:
                 out["cost_known"] = False
             else:
                 out["cost_usd"] += r.cost_usd
-                out["paid_usd"] += r.paid_usd
+                out["paid_usd"] += 0.0 if r.cache_hit else r.cost_usd
                 out["uncached_cost_usd"] += r.cost_usd + r.cache_saving_usd
             if not r.ok:
                 out["failures"] += 1
         out["latency_s"] = round(out["latency_s"], 3)
         return out
 
-    def totals(self, **tag_filter: str) -> dict[str, Any]:
+    def totals(self, **tag_filter: str) -> Totals:
         """Totals of the records whose tags match ``tag_filter`` (e.g. ``stage="summary"``)."""
-        recs = [r for r in self.records if all(getattr(r.tags, k) == v for k, v in tag_filter.items())]
+        recs = [r for r in self.records if all(r.tags.value(k) == v for k, v in tag_filter.items())]
         return self.summarize(recs)
 
-    def grouped(self, by: Sequence[str] = ("stage", "doc_id", "variant")) -> dict[tuple[str, ...], dict[str, Any]]:
+    def grouped(self, by: Sequence[str] = ("stage", "doc_id", "variant")) -> dict[tuple[str, ...], Totals]:
         """Totals per distinct combination of the ``by`` tags."""
         groups: dict[tuple[str, ...], list[CallRecord]] = defaultdict(list)
         for r in self.records:
-            groups[tuple(getattr(r.tags, k) for k in by)].append(r)
+            groups[tuple(r.tags.value(k) for k in by)].append(r)
         return {k: self.summarize(v) for k, v in groups.items()}

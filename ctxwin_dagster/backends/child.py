@@ -25,7 +25,7 @@ from pathlib import Path
 __all__ = ["ChildServer", "watch_parent"]
 
 
-class ChildServer(AbstractContextManager):
+class ChildServer(AbstractContextManager["ChildServer", None]):
     """``python -m <module> <args>`` as a child server (see the module docstring).
 
     Args:
@@ -61,7 +61,7 @@ class ChildServer(AbstractContextManager):
         self.env = dict(env or {})
         self.drop_env = drop_env
         self.hint = hint
-        self.process: subprocess.Popen | None = None
+        self.process: subprocess.Popen[bytes] | None = None
         self.url = ""
 
     def __exit__(self, *exc: object) -> None:

@@ -21,8 +21,11 @@ import contextlib
 import json
 import os
 import socket
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TypeVar, overload
+
+from ctxwin_dagster.core.json_types import JSONObject, JSONValue
 
 __all__ = [
     "LISTEN_BACKLOG",
@@ -39,6 +42,8 @@ __all__ = [
 LISTEN_BACKLOG = 128
 #: The most of a refused body read and thrown away after the refusal (see the module docstring).
 DISCARD_BYTES = 256 * 1024 * 1024
+
+T = TypeVar("T")
 
 
 class LoopbackServer(ThreadingHTTPServer):
@@ -77,8 +82,8 @@ def limit_from_env(name: str, default: int) -> int:
     return value
 
 
-def send_json(handler: BaseHTTPRequestHandler, status: int, body: Any, *, close: bool = False) -> None:
-    """Reply ``body`` as JSON; ``close`` ends the connection after it (a body left unread)."""
+def send_json(handler: BaseHTTPRequestHandler, status: int, body: object, *, close: bool = False) -> None:
+    """Reply ``body`` (what :func:`json.dumps` takes) as JSON; ``close`` ends the connection after it (a body left unread)."""
     data = json.dumps(body, ensure_ascii=False).encode("utf-8")
     handler.send_response(status)
     handler.send_header("Content-Type", "application/json")
@@ -111,7 +116,7 @@ def _discard(handler: BaseHTTPRequestHandler, length: int) -> None:
             left -= len(chunk)
 
 
-def read_json_object(handler: BaseHTTPRequestHandler, *, max_bytes: int, setting: str) -> dict[str, Any]:
+def read_json_object(handler: BaseHTTPRequestHandler, *, max_bytes: int, setting: str) -> JSONObject:
     """The request's body, one JSON object of at most ``max_bytes`` bytes (``setting``: the
     environment variable that changes the limit, named in the refusal).
 
@@ -154,7 +159,15 @@ def read_json_object(handler: BaseHTTPRequestHandler, *, max_bytes: int, setting
     return body
 
 
-def check_field(body: dict[str, Any], name: str, kinds: type | tuple[type, ...], what: str) -> Any:
+@overload
+def check_field(body: Mapping[str, JSONValue], name: str, kinds: type[T], what: str) -> T | None: ...
+
+
+@overload
+def check_field(body: Mapping[str, JSONValue], name: str, kinds: tuple[type, ...], what: str) -> JSONValue: ...
+
+
+def check_field(body: Mapping[str, JSONValue], name: str, kinds: type | tuple[type, ...], what: str) -> object:
     """``body[name]`` (None when absent or null) when it is one of ``kinds``.
 
     Raises:
@@ -173,7 +186,7 @@ def _as_tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
     return kinds if isinstance(kinds, tuple) else (kinds,)
 
 
-def _json_kind(value: Any) -> str:
+def _json_kind(value: object) -> str:
     """The JSON name of a parsed value's type (``array``, ``string`` …)."""
     for kind, name in ((bool, "boolean"), (dict, "object"), (list, "array"), (str, "string"), (type(None), "null")):
         if isinstance(value, kind):

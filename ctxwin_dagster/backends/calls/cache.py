@@ -33,9 +33,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
-__all__ = ["NullCache", "ResponseCache"]
+from ctxwin_dagster.core.json_types import JSONValue
+
+__all__ = ["ResponseCache", "cache_in", "json_bytes"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -50,7 +52,7 @@ CREATE TABLE IF NOT EXISTS entries (
 _IN_CHUNK = 500
 
 
-def _canonical_default(obj: Any) -> Any:
+def _canonical_default(obj: object) -> object:
     if isinstance(obj, Mapping):
         return dict(obj)
     if isinstance(obj, (tuple, list, set, frozenset)):
@@ -65,7 +67,12 @@ def _canonical_default(obj: Any) -> Any:
     )
 
 
-def _dumps_value(value: Any) -> bytes:
+def json_bytes(value: object) -> bytes:
+    """``value`` as the compact UTF-8 JSON the cache stores.
+
+    Raises:
+        TypeError: bytes (stored with ``put_blob``) or a value JSON cannot hold.
+    """
     if isinstance(value, bytes | bytearray | memoryview):
         raise TypeError("put() stores JSON values; use put_blob() for bytes")
     try:
@@ -74,12 +81,26 @@ def _dumps_value(value: Any) -> bytes:
         raise TypeError(f"cache values must be JSON-serializable ({exc}); convert the value or use put_blob()") from exc
 
 
+class _State(TypedDict):
+    """What a pickled :class:`ResponseCache` carries: its file and settings."""
+
+    path: str
+    timeout_s: float
+    synchronous: str
+
+
+class _ThreadConnection(threading.local):
+    """The connection of the current thread (None until it opens one)."""
+
+    conn: sqlite3.Connection | None = None
+
+
 class ResponseCache:
     """A persistent key → value store in one SQLite file, safe across processes and threads.
 
     Args:
         path: the SQLite file; its folder is created. ``":memory:"`` is refused (each thread
-            would see its own empty database) — use :class:`NullCache` or a temporary file.
+            would see its own empty database) — use :class:`~ctxwin_dagster.backends.calls.null_cache.NullCache` or a temporary file.
         timeout_s: how long a writer waits for another process's lock before failing.
         synchronous: SQLite's ``synchronous`` pragma. ``"NORMAL"`` (default) keeps every entry
             atomic when a process is killed; ``"FULL"`` also survives a power cut.
@@ -114,7 +135,7 @@ class ResponseCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.timeout_s = float(timeout_s)
         self.synchronous = synchronous
-        self._local = threading.local()
+        self._local = _ThreadConnection()
         self._lock = threading.Lock()
         self._connections: list[sqlite3.Connection] = []
         self._pid = os.getpid()
@@ -128,7 +149,7 @@ class ResponseCache:
 
     # ----------------------------------------------------------------- keys
     @staticmethod
-    def make_key(*parts: Any) -> str:
+    def make_key(*parts: object) -> str:
         """SHA-256 (hex) of the canonical JSON of ``parts`` (sorted keys, UTF-8 kept as is).
 
         Tuples and lists give the same key, as do dicts with the same items in any order.
@@ -154,8 +175,8 @@ class ResponseCache:
                 if os.getpid() != self._pid:
                     self._pid = os.getpid()
                     self._connections = []
-                    self._local = threading.local()
-        conn = getattr(self._local, "conn", None)
+                    self._local = _ThreadConnection()
+        conn = self._local.conn
         if conn is None:
             conn = self._open()
             self._local.conn = conn
@@ -212,11 +233,11 @@ class ResponseCache:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> _State:
         """Pickles as its path and settings (connections are reopened in the new process)."""
         return {"path": str(self.path), "timeout_s": self.timeout_s, "synchronous": self.synchronous}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: _State) -> None:
         self.__init__(state["path"], timeout_s=state["timeout_s"], synchronous=state["synchronous"])  # type: ignore[misc]
 
     # ----------------------------------------------------------------- counters
@@ -251,19 +272,22 @@ class ResponseCache:
         self._count(1, 0)
         return bytes(row[1])
 
-    def get(self, key: str) -> Any | None:
+    def get(self, key: str) -> JSONValue | None:
         """The JSON value stored under ``key``, or None."""
         raw = self._get_kind(key, "json")
-        return None if raw is None else json.loads(raw)
+        if raw is None:
+            return None
+        value: JSONValue = json.loads(raw)
+        return value
 
-    def put(self, key: str, value: Any) -> None:
-        """Store a JSON value under ``key`` (replacing any previous one) in one transaction."""
-        self._write(self._conn(), _json_insert(key, _dumps_value(value)))
+    def put(self, key: str, value: object) -> None:
+        """Store a JSON value (anything :func:`json.dumps` takes) under ``key`` (replacing any previous one) in one transaction."""
+        self._write(self._conn(), _json_insert(key, json_bytes(value)))
 
-    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
+    def get_many(self, keys: Iterable[str]) -> dict[str, JSONValue]:
         """The JSON values found for ``keys``, as ``{key: value}`` (missing keys are left out)."""
         wanted = list(dict.fromkeys(keys))
-        found: dict[str, Any] = {}
+        found: dict[str, JSONValue] = {}
         conn = self._conn()
         for i in range(0, len(wanted), _IN_CHUNK):
             chunk = wanted[i : i + _IN_CHUNK]
@@ -274,10 +298,10 @@ class ResponseCache:
         self._count(len(found), len(wanted) - len(found))
         return found
 
-    def put_many(self, mapping: Mapping[str, Any]) -> None:
+    def put_many(self, mapping: Mapping[str, object]) -> None:
         """Store many JSON values in one transaction: all of them, or none."""
         now = time.time()
-        rows = [(key, _dumps_value(value), now) for key, value in mapping.items()]
+        rows = [(key, json_bytes(value), now) for key, value in mapping.items()]
         if not rows:
             return
         self._write(
@@ -319,7 +343,7 @@ class ResponseCache:
         self._write(self._conn(), lambda c: c.execute("DELETE FROM entries"))
 
 
-def _json_insert(key: str, data: bytes):
+def _json_insert(key: str, data: bytes) -> Callable[[sqlite3.Connection], object]:
     """The write that stores serialized JSON ``data`` under ``key``."""
     return lambda c: c.execute(
         "INSERT OR REPLACE INTO entries (key, kind, value, created) VALUES (?, 'json', ?, ?)",
@@ -327,75 +351,11 @@ def _json_insert(key: str, data: bytes):
     )
 
 
-class NullCache:
-    """The :class:`ResponseCache` API, storing nothing: every lookup misses.
-
-    Example::
-
-        >>> cache = NullCache()
-        >>> cache.put("k", 1); cache.get("k") is None, len(cache)
-        (True, 0)
-    """
-
-    path = None
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._misses = 0
-
-    def __repr__(self) -> str:
-        return "NullCache()"
-
-    make_key = staticmethod(ResponseCache.make_key)
-
-    def _miss(self, n: int = 1) -> None:
-        with self._lock:
-            self._misses += n
-
-    def get(self, key: str) -> Any | None:
-        self._miss()
+def cache_in(cache_dir: str | Path | None, filename: str) -> ResponseCache | None:
+    """The cache ``filename`` in the folder ``cache_dir`` (made if missing); None without a folder
+    (None or blank)."""
+    if cache_dir is None or not str(cache_dir).strip():
         return None
-
-    def put(self, key: str, value: Any) -> None:
-        _dumps_value(value)  # same validation as the real cache
-
-    def get_many(self, keys: Iterable[str]) -> dict[str, Any]:
-        self._miss(len(set(keys)))
-        return {}
-
-    def put_many(self, mapping: Mapping[str, Any]) -> None:
-        for value in mapping.values():
-            _dumps_value(value)
-
-    def get_blob(self, key: str) -> bytes | None:
-        self._miss()
-        return None
-
-    def put_blob(self, key: str, data: bytes) -> None:
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"put_blob() stores bytes; got {type(data).__name__} (use put() for JSON values)")
-
-    def delete(self, key: str) -> bool:
-        return False
-
-    def clear(self) -> None:
-        pass
-
-    def __len__(self) -> int:
-        return 0
-
-    def __contains__(self, key: object) -> bool:
-        return False
-
-    def stats(self) -> dict[str, int]:
-        with self._lock:
-            return {"hits": 0, "misses": self._misses, "entries": 0}
-
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> NullCache:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
+    folder = Path(cache_dir).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    return ResponseCache(folder / filename)

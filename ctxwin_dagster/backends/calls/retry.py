@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, ParamSpec, TypeVar
+from typing import ParamSpec, TypedDict, TypeVar
 
 import httpx
 import openai
@@ -71,6 +71,16 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 P = ParamSpec("P")
+
+
+class _Options(TypedDict):
+    """tenacity's settings of a :class:`RetryPolicy` (for ``Retrying`` and ``AsyncRetrying`` alike)."""
+
+    retry: tenacity.retry_base
+    stop: tenacity.stop.stop_base
+    wait: Callable[[tenacity.RetryCallState], float]
+    before_sleep: Callable[[tenacity.RetryCallState], None]
+    reraise: bool
 
 
 class MalformedResponseError(Exception):
@@ -252,7 +262,7 @@ class RetryPolicy:
         after = retry_after_s(exc)
         if after is not None:
             return min(after, max(self.backoff_max_s, 60.0))
-        ceiling = min(self.backoff_max_s, self.backoff_base_s * 2 ** (attempt - 1))
+        ceiling = min(self.backoff_max_s, self.backoff_base_s * 2.0 ** (attempt - 1))
         return ceiling / 2 + random.uniform(0, ceiling / 2)  # jitter, not crypto
 
     def gave_up_at_deadline(self, attempts: int, exc: BaseException) -> bool:
@@ -264,7 +274,7 @@ class RetryPolicy:
         """:func:`attempts_text` of a request that failed with ``exc`` after ``attempts`` attempts."""
         return attempts_text(attempts, self.deadline_s if self.gave_up_at_deadline(attempts, exc) else None)
 
-    def _options(self) -> dict[str, Any]:
+    def _options(self) -> _Options:
         stop: tenacity.stop.stop_base = tenacity.stop_after_attempt(self.max_retries + 1)
         if self.deadline_s is not None:
             stop = stop | tenacity.stop_before_delay(self.deadline_s)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import httpx
 
@@ -147,15 +147,22 @@ def _limits() -> httpx.Limits:
     return httpx.Limits(max_connections=1000, max_keepalive_connections=100)
 
 
-def http_client(**kwargs) -> httpx.Client:
+def http_client() -> httpx.Client:
     """The SDK's default HTTP client (``openai.DefaultHttpxClient``) over a :class:`RedactingTransport`."""
     import openai
 
-    return openai.DefaultHttpxClient(transport=RedactingTransport(limits=_limits()), **kwargs)
+    return openai.DefaultHttpxClient(transport=RedactingTransport(limits=_limits()))
 
 
-def async_http_client(**kwargs) -> httpx.AsyncClient:
-    """The SDK's default asynchronous client over a :class:`RedactingAsyncTransport`."""
+#: What an asynchronous client calls with each response it receives.
+ResponseHook = Callable[[httpx.Response], Awaitable[None]]
+
+
+def async_http_client(*, response_hooks: Sequence[ResponseHook] = ()) -> httpx.AsyncClient:
+    """The SDK's default asynchronous client over a :class:`RedactingAsyncTransport`; it awaits
+    each of ``response_hooks`` with every response."""
     import openai
 
-    return openai.DefaultAsyncHttpxClient(transport=RedactingAsyncTransport(limits=_limits()), **kwargs)
+    return openai.DefaultAsyncHttpxClient(
+        transport=RedactingAsyncTransport(limits=_limits()), event_hooks={"response": list(response_hooks)}
+    )

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
 
 from ctxwin_dagster.backends.base import CallRecord, ChatResult
 from ctxwin_dagster.backends.chat.messages import Prepared, Reply
 from ctxwin_dagster.core.budget.tokens import TokenCounter
+from ctxwin_dagster.core.json_types import JSONObject, JSONValue
 
 __all__ = ["CACHE_FORMAT", "Cost", "answer_entry", "call_record", "duplicate_record", "entry_result", "failure_record"]
 
@@ -41,18 +41,21 @@ CACHE_FORMAT = 1
 Cost = Callable[[int, int, int], float | None]
 
 
-def call_record(p: Prepared, *, backend: str, model: str, **fields: Any) -> CallRecord:
-    """A record of a call for ``p`` by ``backend``, with ``fields`` (volumes, latency, outcome)."""
-    return CallRecord(
-        backend=backend,
-        model=model,
-        tags=p.request.tags,
-        prompt_version=p.request.prompt_version,
-        **fields,
-    )
+def call_record(p: Prepared, *, backend: str, model: str) -> CallRecord:
+    """A record of a call for ``p`` by ``backend``: its tags and prompt version, nothing counted
+    yet (the volumes, latency and outcome are set with :func:`dataclasses.replace`)."""
+    return CallRecord(backend=backend, model=model, tags=p.request.tags, prompt_version=p.request.prompt_version)
 
 
-def answer_entry(p: Prepared, reply: Reply, *, counter: TokenCounter, cost: Cost, reply_format: str) -> dict[str, Any]:
+def _whole(entry: Mapping[str, JSONValue], key: str) -> int:
+    """The count ``entry[key]`` (0 when absent)."""
+    value = entry.get(key, 0)
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise TypeError(f"the cache entry's {key} is a {type(value).__name__}, not a number")
+
+
+def answer_entry(p: Prepared, reply: Reply, *, counter: TokenCounter, cost: Cost, reply_format: str) -> JSONObject:
     """The cache entry of ``reply``, the answer to ``p`` asked with ``reply_format``: tokens from
     the server's usage, else counted with ``counter`` (``usage_counted``)."""
     text, finish, usage, served_model = reply
@@ -77,7 +80,7 @@ def answer_entry(p: Prepared, reply: Reply, *, counter: TokenCounter, cost: Cost
 
 def entry_result(
     p: Prepared,
-    entry: Mapping[str, Any],
+    entry: Mapping[str, JSONValue],
     *,
     backend: str,
     model: str,
@@ -88,19 +91,25 @@ def entry_result(
     """The result and its record for a cache entry: an answer just received (``attempts`` >= 1)
     or a cache hit (``attempts=0``)."""
     text = str(entry.get("text", ""))
-    input_tokens = int(entry.get("input_tokens", 0))
-    output_tokens = int(entry.get("output_tokens", 0))
-    cached_tokens = int(entry.get("cached_tokens", 0))
+    input_tokens = _whole(entry, "input_tokens")
+    output_tokens = _whole(entry, "output_tokens")
+    cached_tokens = _whole(entry, "cached_tokens")
     # A hit's cost of the work is the cost of the call it reuses (paid_usd is 0); an entry
     # without a recorded price is priced from its stored token counts.
-    spent = entry.get("cost_usd")
-    if attempts == 0 and not isinstance(spent, int | float):
-        spent = cost(input_tokens, output_tokens, cached_tokens)
+    stored = entry.get("cost_usd")
+    spent = (
+        float(stored)
+        if isinstance(stored, int | float)
+        else cost(input_tokens, output_tokens, cached_tokens)
+        if attempts == 0
+        else None
+    )
     # What the prompt cache saved: the same call with every input token at the full price.
     full = cost(input_tokens, output_tokens, 0) if cached_tokens and spent is not None else None
     saving = max(0.0, float(full) - float(spent)) if full is not None and spent is not None else 0.0
-    record = call_record(
-        p,
+    finish = entry.get("finish_reason")
+    record = replace(
+        call_record(p, backend=backend, model=model),
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         cached_tokens=cached_tokens,
@@ -113,16 +122,20 @@ def entry_result(
         usage_counted=bool(entry.get("usage_counted", False)),
         attempts=attempts,
         reply_format=str(entry.get("reply_format") or ("schema" if p.request.schema is not None else "")),
-        backend=backend,
-        model=model,
     )
-    return ChatResult(text=text, record=record, finish_reason=entry.get("finish_reason"))
+    return ChatResult(text=text, record=record, finish_reason=finish if isinstance(finish, str) else None)
 
 
-def failure_record(p: Prepared, error: BaseException, *, backend: str, model: str, **fields: Any) -> CallRecord:
-    """The record of a call for ``p`` that failed with ``error``, with ``fields`` (latency, attempts)."""
-    return call_record(
-        p, backend=backend, model=model, ok=False, error=f"{type(error).__name__}: {error}"[:500], **fields
+def failure_record(
+    p: Prepared, error: BaseException, *, backend: str, model: str, latency_s: float, attempts: int = 1
+) -> CallRecord:
+    """The record of a call for ``p`` that failed with ``error`` after ``attempts`` attempts."""
+    return replace(
+        call_record(p, backend=backend, model=model),
+        latency_s=latency_s,
+        attempts=attempts,
+        ok=False,
+        error=f"{type(error).__name__}: {error}"[:500],
     )
 
 

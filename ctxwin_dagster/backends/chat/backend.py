@@ -51,20 +51,22 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any, Literal
+from typing import Literal
 
-from ctxwin_dagster.backends.base import ChatRequest, ChatResult, Ledger
-from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
+from ctxwin_dagster.backends.base import BackendStats, ChatRequest, ChatResult, Ledger
+from ctxwin_dagster.backends.calls.cache import ResponseCache
 from ctxwin_dagster.backends.calls.endpoint import OPENAI_BASE_URL, normalize_base_url, resolve_api_key
+from ctxwin_dagster.backends.calls.null_cache import NullCache
 from ctxwin_dagster.backends.calls.retry import RetryPolicy, http_timeout
 from ctxwin_dagster.backends.chat.accounting import answer_entry, duplicate_record, entry_result, failure_record
 from ctxwin_dagster.backends.chat.errors import ChatBackendError, chat_error
 from ctxwin_dagster.backends.chat.messages import Prepared, Reply, check_fit, max_tokens_param_for, prepare
-from ctxwin_dagster.backends.chat.sending import SKIPPED, Attempts, Connection, post_with_retries, send_batch
+from ctxwin_dagster.backends.chat.sending import SKIPPED, Attempts, Connection, Sent, post_with_retries, send_batch
 from ctxwin_dagster.backends.chat.structured import ReplyFormats
 from ctxwin_dagster.backends.planning.pricing import PriceOverrides, estimate_cost
 from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.budget.tokens import TokenCounter, get_token_counter
+from ctxwin_dagster.core.json_types import JSONValue
 
 __all__ = ["OpenAIChatBackend"]
 
@@ -163,7 +165,7 @@ class OpenAIChatBackend:
             raise TypeError(f"limits must be a ModelLimits; got {type(limits).__name__}")
         if ledger is not None and not isinstance(ledger, Ledger):
             raise TypeError(f"ledger must be a Ledger; got {type(ledger).__name__}")
-        if cache is not None and not all(hasattr(cache, m) for m in ("get", "put", "get_many")):
+        if cache is not None and not isinstance(cache, ResponseCache | NullCache):
             raise TypeError(f"cache must be a ResponseCache or NullCache; got {type(cache).__name__}")
         if max_tokens_param not in (None, "max_tokens", "max_completion_tokens"):
             raise ValueError(
@@ -239,10 +241,12 @@ class OpenAIChatBackend:
         p = self._prepare(request)
         t0 = time.perf_counter()
         value = self.cache.get(p.key)
-        if value is not None:
+        if isinstance(value, dict):
             return self._result(p, value, latency_s=time.perf_counter() - t0, attempts=0)
         self._check_fit(p)
-        return self._send(p)
+        result = self._send(p)
+        assert result is not SKIPPED  # nothing stops a request sent alone
+        return result
 
     async def acomplete(self, request: ChatRequest) -> ChatResult:
         """``await``-able :meth:`complete`, usable from any event loop (runs on a worker thread)."""
@@ -276,8 +280,9 @@ class OpenAIChatBackend:
         dedupe = not isinstance(self.cache, NullCache)
         groups: dict[str, list[int]] = {}
         for i, p in enumerate(prepared):
-            if p.key in found:
-                results[i] = self._result(p, found[p.key], latency_s=time.perf_counter() - t0, attempts=0)
+            entry = found.get(p.key)
+            if isinstance(entry, dict):
+                results[i] = self._result(p, entry, latency_s=time.perf_counter() - t0, attempts=0)
             elif dedupe and p.key in groups:
                 groups[p.key].append(i)
             else:
@@ -293,7 +298,7 @@ class OpenAIChatBackend:
                     results[j] = self._duplicate(prepared[j], result)
         return [r for r in results if r is not None]
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> BackendStats:
         """Ledger totals of this backend plus the cache's hit/miss counters."""
         return {"ledger": self.ledger.totals(), "cache": self.cache.stats()}
 
@@ -307,7 +312,7 @@ class OpenAIChatBackend:
         check_fit(p, model=self.model, limits=self.limits, counter=self._counter)
 
     # ----------------------------------------------------------------- accounting
-    def _result(self, p: Prepared, entry: Mapping[str, Any], *, latency_s: float, attempts: int) -> ChatResult:
+    def _result(self, p: Prepared, entry: Mapping[str, JSONValue], *, latency_s: float, attempts: int) -> ChatResult:
         """The result and its record for a cache entry (:func:`~.accounting.entry_result`), recorded."""
         result = entry_result(
             p, entry, backend=self.backend_id, model=self.model, cost=self._cost, latency_s=latency_s, attempts=attempts
@@ -368,7 +373,7 @@ class OpenAIChatBackend:
         return error
 
     # ----------------------------------------------------------------- sending
-    def _send(self, p: Prepared, stop: threading.Event | None = None) -> Any:
+    def _send(self, p: Prepared, stop: threading.Event | None = None) -> Sent:
         """Send ``p`` with retries, record it, cache the answer; ``SKIPPED`` when ``stop`` was set first."""
         client = self._connection.client()
         schema = p.request.schema is not None

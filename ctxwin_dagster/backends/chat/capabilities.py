@@ -32,11 +32,12 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 
 from ctxwin_dagster.backends.base import ChatRequest
+from ctxwin_dagster.core.json_types import JSONObject, JSONValue
 
 if TYPE_CHECKING:
     from ctxwin_dagster.backends.chat.backend import OpenAIChatBackend
@@ -60,7 +61,7 @@ _SAMPLE = " ".join(
     "available to the authority on request, in a form that a person can read."
     for n in range(1, 11)
 )
-_MEMO: dict[str, dict[str, Any]] = {}
+_MEMO: dict[str, JSONObject] = {}
 _LOCK = threading.Lock()
 
 
@@ -68,12 +69,12 @@ def _key(chat: OpenAIChatBackend) -> str:
     return f"{chat.backend_id} {chat.model}"
 
 
-def probe(chat: OpenAIChatBackend) -> dict[str, Any]:
+def probe(chat: OpenAIChatBackend) -> JSONObject:
     """Ask the endpoint of ``chat`` what it can do (a few tiny requests; see the module docstring)."""
     from ctxwin_dagster.backends.chat.structured import ENFORCED
     from ctxwin_dagster.core.methods.prompts.schemas import ReplySchema
 
-    out: dict[str, Any] = {"endpoint": chat.base_url, "model": chat.model, "asked": time.strftime("%Y-%m-%d %H:%M:%S")}
+    out: JSONObject = {"endpoint": chat.base_url, "model": chat.model, "asked": time.strftime("%Y-%m-%d %H:%M:%S")}
     nonce = uuid.uuid4().hex[:8]  # the response cache must not answer for the server
     user = {"role": "user", "content": f"({nonce}) What colour is a clear sky? Reply in JSON."}
     try:
@@ -132,7 +133,7 @@ def _root(chat: OpenAIChatBackend) -> str:
     return chat.base_url.rstrip("/").removesuffix("/v1")
 
 
-def _served_context(chat: OpenAIChatBackend) -> dict[str, Any] | None:
+def _served_context(chat: OpenAIChatBackend) -> JSONObject | None:
     """The context length the server states, and where; None when it states none."""
     if chat.is_openai:
         return None
@@ -142,7 +143,7 @@ def _served_context(chat: OpenAIChatBackend) -> dict[str, Any] | None:
             for entry in entries:
                 if not isinstance(entry, dict) or entry.get("id") != chat.model:
                     continue
-                meta: dict[str, Any] = entry["meta"] if isinstance(entry.get("meta"), dict) else {}
+                meta = entry["meta"] if isinstance(entry.get("meta"), dict) else {}
                 for where, value in (
                     ("/v1/models max_model_len", entry.get("max_model_len")),
                     ("/v1/models context_length", entry.get("context_length")),
@@ -159,7 +160,7 @@ def _served_context(chat: OpenAIChatBackend) -> dict[str, Any] | None:
     return None
 
 
-def _tokenize(chat: OpenAIChatBackend) -> dict[str, Any]:
+def _tokenize(chat: OpenAIChatBackend) -> JSONObject:
     """The server's own count of :data:`_SAMPLE`, beside ctxwin's (the model's tokenizer, or an estimate)."""
     ours = chat.counter.count(_SAMPLE)
     if chat.is_openai:
@@ -183,7 +184,7 @@ def _tokenize(chat: OpenAIChatBackend) -> dict[str, Any]:
     return {"server": None, "ctxwin": ours}
 
 
-def endpoint_capabilities(chat: OpenAIChatBackend, home: Path | None = None) -> dict[str, Any]:
+def endpoint_capabilities(chat: OpenAIChatBackend, home: Path | None = None) -> JSONObject:
     """The record of ``chat``'s endpoint: from the home's file (``home``, default ``DAGSTER_HOME``),
     else asked now (:func:`probe`) and written there. Asked at most once per process."""
     key = _key(chat)
@@ -192,10 +193,10 @@ def endpoint_capabilities(chat: OpenAIChatBackend, home: Path | None = None) -> 
             return _MEMO[key]
         folder = home or (Path(os.environ["DAGSTER_HOME"]) if os.environ.get("DAGSTER_HOME") else None)
         path = folder / FILE if folder is not None else None
-        known = _read(path)
-        if key in known:
-            _MEMO[key] = known[key]
-            return known[key]
+        kept = _read(path).get(key)
+        if isinstance(kept, dict):
+            _MEMO[key] = kept
+            return kept
         record = probe(chat)
         _MEMO[key] = record
         if path is not None:
@@ -207,11 +208,11 @@ def endpoint_capabilities(chat: OpenAIChatBackend, home: Path | None = None) -> 
         return record
 
 
-def _read(path: Path | None) -> dict[str, Any]:
+def _read(path: Path | None) -> dict[str, JSONValue]:
     if path is None or not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data: JSONValue = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

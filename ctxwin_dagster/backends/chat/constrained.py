@@ -23,22 +23,30 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from llguidance import LLMatcher, LLTokenizer
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["GENERIC_OBJECT", "SchemaLogitsProcessor", "grammar_of"]
 
 #: The grammar of a JSON-mode request without a schema: any JSON object.
-GENERIC_OBJECT: Mapping[str, Any] = {"type": "object"}
+GENERIC_OBJECT: Mapping[str, object] = {"type": "object"}
 
-_TOKENIZERS: dict[int, Any] = {}
+_TOKENIZERS: dict[int, LLTokenizer] = {}
 _GRAMMARS: dict[str, str] = {}
 _LOCK = threading.Lock()
 
 
-def _ll_tokenizer(tokenizer: Any) -> Any:
+def _ll_tokenizer(tokenizer: PreTrainedTokenizerBase) -> LLTokenizer:
     """llguidance's view of a transformers tokenizer (built once per tokenizer: about a second)."""
     import llguidance.hf
+    from transformers import PreTrainedTokenizerFast
 
+    if not isinstance(tokenizer, PreTrainedTokenizerFast):
+        raise TypeError(f"constrained decoding reads a fast tokenizer; got a {type(tokenizer).__name__}")
     with _LOCK:
         found = _TOKENIZERS.get(id(tokenizer))
         if found is None:
@@ -46,7 +54,7 @@ def _ll_tokenizer(tokenizer: Any) -> Any:
         return found
 
 
-def grammar_of(schema: Mapping[str, Any]) -> str:
+def grammar_of(schema: Mapping[str, object]) -> str:
     """The llguidance grammar of a JSON schema, compact JSON without free whitespace.
 
     Raises:
@@ -80,19 +88,21 @@ class SchemaLogitsProcessor:
         prompt_width: the (left-padded) prompt's length: tokens after it are the reply's.
     """
 
-    def __init__(self, tokenizer: Any, grammars: Sequence[str | None], *, prompt_width: int) -> None:
+    def __init__(self, tokenizer: LLTokenizer, grammars: Sequence[str | None], *, prompt_width: int) -> None:
         import llguidance
         import llguidance.torch
 
         self._lt = llguidance.torch
-        self.matchers = [None if g is None else llguidance.LLMatcher(tokenizer, g) for g in grammars]
+        self.matchers: list[LLMatcher | None] = [
+            None if g is None else llguidance.LLMatcher(tokenizer, g) for g in grammars
+        ]
         self.prompt_width = prompt_width
         self.vocab_size = tokenizer.vocab_size
         self.mask = llguidance.torch.allocate_token_bitmask(len(grammars), tokenizer.vocab_size)
 
     @classmethod
     def for_rows(
-        cls, tokenizer: Any, schemas: Sequence[Mapping[str, Any] | None], *, prompt_width: int
+        cls, tokenizer: PreTrainedTokenizerBase, schemas: Sequence[Mapping[str, object] | None], *, prompt_width: int
     ) -> SchemaLogitsProcessor:
         """A processor for a batch whose rows have these schemas (None: unconstrained)."""
         return cls(
@@ -101,7 +111,7 @@ class SchemaLogitsProcessor:
             prompt_width=prompt_width,
         )
 
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if input_ids.shape[1] > self.prompt_width:  # the token picked last step joins its row's reply
             for row, m in enumerate(self.matchers):
                 if m is None or m.is_stopped() or m.is_error():

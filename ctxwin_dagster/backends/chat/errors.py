@@ -24,8 +24,8 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from typing import Literal
 
 import openai
 
@@ -80,7 +80,9 @@ class ChatBackendError(RuntimeError):
         self.status = status
         self.attempts = attempts
 
-    def __reduce__(self) -> tuple[Any, ...]:  # picklable across processes (keyword-only init)
+    def __reduce__(  # picklable across processes (keyword-only init)
+        self,
+    ) -> tuple[Callable[..., ChatBackendError], tuple[str, ErrorKind, str, str, int | None, int]]:
         return (_rebuild_error, (str(self), self.kind, self.base_url, self.model, self.status, self.attempts))
 
 

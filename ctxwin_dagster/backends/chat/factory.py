@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from ctxwin_dagster.backends.chat.local_model import is_local_model
 
 if TYPE_CHECKING:
-    from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
+    from ctxwin_dagster.backends.calls.cache import ResponseCache
+    from ctxwin_dagster.backends.calls.null_cache import NullCache
     from ctxwin_dagster.backends.chat.backend import OpenAIChatBackend
     from ctxwin_dagster.backends.chat.local import LocalChatBackend
 

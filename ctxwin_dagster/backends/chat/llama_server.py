@@ -42,10 +42,15 @@ import socket
 import sys
 import tempfile
 import threading
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxwin_dagster.backends.child import ChildServer, watch_parent
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+    from llama_cpp import Llama
 
 __all__ = ["ENV_VAR", "READY_PREFIX", "LlamaServer", "available", "local_chat_url", "served_urls"]
 
@@ -224,10 +229,18 @@ def serve(
 
 
 _CACHED: dict[str, int] = {}  # completion id -> its prompt tokens served from the kept context
-_THREAD = threading.local()
 
 
-def _report_cached_prompt_tokens(app: Any) -> None:
+class _PromptReuse(threading.local):
+    """The prompt tokens the current thread's generation took from the kept context."""
+
+    cached: int = 0
+
+
+_THREAD = _PromptReuse()
+
+
+def _report_cached_prompt_tokens(app: FastAPI) -> None:
     """Say in each reply's usage how many prompt tokens llama.cpp took from the context it kept
     (the previous prompt's prefix), as OpenAI does: ``usage.prompt_tokens_details.cached_tokens``.
     llama-cpp-python reuses that prefix but reports it only in its log; the count here is the
@@ -241,7 +254,7 @@ def _report_cached_prompt_tokens(app: Any) -> None:
 
     generate, create = Llama.generate, Llama.create_chat_completion
 
-    def counted_generate(self: Any, tokens: Any, *args: Any, **kwargs: Any) -> Any:
+    def counted_generate(self: Llama, tokens: Sequence[int], *args: Any, **kwargs: Any) -> Any:
         tokens = list(tokens)
         kept = list(self._input_ids) if kwargs.get("reset", True) and self.n_tokens > 0 else []
         same = 0
@@ -253,24 +266,24 @@ def _report_cached_prompt_tokens(app: Any) -> None:
         _THREAD.cached = same - 1 if same == len(tokens) and same > 0 else same
         return generate(self, tokens, *args, **kwargs)
 
-    def counted_create(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def counted_create(self: Llama, *args: Any, **kwargs: Any) -> Any:
         _THREAD.cached = 0
         out = create(self, *args, **kwargs)
         if isinstance(out, dict) and out.get("id"):
             if len(_CACHED) > 1000:  # replies whose response never went out (a dropped client)
                 _CACHED.clear()
-            _CACHED[str(out["id"])] = int(getattr(_THREAD, "cached", 0))
+            _CACHED[str(out["id"])] = _THREAD.cached
         return out
 
     Llama.generate = counted_generate  # type: ignore[method-assign]
     Llama.create_chat_completion = counted_create  # type: ignore[method-assign]
 
-    @app.middleware("http")
-    async def add_cached_tokens(request: Request, call_next: Any) -> Any:
+    async def add_cached_tokens(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         response = await call_next(request)
         if not request.url.path.endswith("/chat/completions") or "json" not in response.headers.get("content-type", ""):
             return response
-        body = b"".join([part async for part in response.body_iterator])
+        streamed = response.body_iterator  # type: ignore[attr-defined]  # the middleware's streamed response
+        body = b"".join([part async for part in streamed])
         try:
             data = json.loads(body)
             cached = _CACHED.pop(str(data.get("id")), None)
@@ -281,6 +294,8 @@ def _report_cached_prompt_tokens(app: Any) -> None:
             pass  # an error's body: passed on as it is
         headers = {k: v for k, v in response.headers.items() if k.lower() != "content-length"}
         return Response(content=body, status_code=response.status_code, headers=headers)
+
+    app.middleware("http")(add_cached_tokens)
 
 
 def _fix_schema_grammars() -> None:

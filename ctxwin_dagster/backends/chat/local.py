@@ -34,13 +34,15 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
-from ctxwin_dagster.backends.base import CallRecord, ChatRequest, ChatResult, Ledger
-from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
+from ctxwin_dagster.backends.base import BackendStats, ChatRequest, ChatResult, Ledger
+from ctxwin_dagster.backends.calls.cache import ResponseCache
+from ctxwin_dagster.backends.calls.null_cache import NullCache
+from ctxwin_dagster.backends.chat.accounting import duplicate_record, entry_result, failure_record
 from ctxwin_dagster.backends.chat.constrained import GENERIC_OBJECT, SchemaLogitsProcessor
 from ctxwin_dagster.backends.chat.local_model import LocalModelSpec, load_model, register_local_model
 from ctxwin_dagster.backends.chat.messages import Prepared, check_fit, prepare
+from ctxwin_dagster.core.json_types import JSONObject, JSONValue
 
 __all__ = ["DEFAULT_MAX_NEW_TOKENS", "LocalChatBackend"]
 
@@ -122,7 +124,7 @@ class LocalChatBackend:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> BackendStats:
         return {"ledger": self.ledger.totals(), "cache": self.cache.stats()}
 
     # ----------------------------------------------------------------- public API
@@ -148,8 +150,9 @@ class LocalChatBackend:
         results: list[ChatResult | None] = [None] * len(prepared)
         todo: dict[str, list[int]] = {}
         for i, p in enumerate(prepared):
-            if p.key in found:
-                results[i] = self._result(p, found[p.key], latency_s=time.perf_counter() - t0, attempts=0)
+            entry = found.get(p.key)
+            if isinstance(entry, dict):
+                results[i] = self._result(p, entry, latency_s=time.perf_counter() - t0, attempts=0)
             else:
                 todo.setdefault(p.key, []).append(i)
         for idx in todo.values():
@@ -166,9 +169,7 @@ class LocalChatBackend:
                 for idx, first in zip(wave, self._generate([prepared[idx[0]] for idx in wave]), strict=True):
                     results[idx[0]] = first
                     for j in idx[1:]:
-                        record = replace(
-                            first.record, tags=prepared[j].request.tags, latency_s=0.0, cache_hit=True, attempts=0
-                        )
+                        record = duplicate_record(prepared[j], first)
                         self.ledger.add(record)
                         results[j] = ChatResult(first.text, record, first.finish_reason)
         return [r for r in results if r is not None]
@@ -182,31 +183,13 @@ class LocalChatBackend:
         backend_id = f"{self.backend_id}|constrained" if constrained else self.backend_id
         return prepare(request, backend_id=backend_id, model=self.model)
 
-    def _record(self, p: Prepared, **fields: Any) -> CallRecord:
-        return CallRecord(
-            backend=self.backend_id,
-            model=self.model,
-            tags=p.request.tags,
-            prompt_version=p.request.prompt_version,
-            **fields,
+    def _result(self, p: Prepared, entry: Mapping[str, JSONValue], *, latency_s: float, attempts: int) -> ChatResult:
+        """The result and its record for a cache entry (a call costs nothing here), recorded."""
+        result = entry_result(
+            p, entry, backend=self.backend_id, model=self.model, cost=_free, latency_s=latency_s, attempts=attempts
         )
-
-    def _result(self, p: Prepared, entry: Mapping[str, Any], *, latency_s: float, attempts: int) -> ChatResult:
-        text = str(entry.get("text", ""))
-        record = self._record(
-            p,
-            input_tokens=int(entry.get("input_tokens", 0)),
-            output_tokens=int(entry.get("output_tokens", 0)),
-            input_chars=p.input_chars,
-            output_chars=len(text),
-            latency_s=latency_s,
-            cost_usd=0.0,
-            cache_hit=attempts == 0,
-            attempts=attempts,
-            reply_format="schema" if p.request.schema is not None else "",
-        )
-        self.ledger.add(record)
-        return ChatResult(text=text, record=record, finish_reason=entry.get("finish_reason"))
+        self.ledger.add(result.record)
+        return result
 
     def _generate(self, batch: list[Prepared]) -> list[ChatResult]:
         """Replies to ``batch`` (same sampling settings) from one ``generate`` call, prompts left-padded."""
@@ -222,7 +205,7 @@ class LocalChatBackend:
             input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids])
             mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
             max_new = max(1, min(r.max_tokens, self.limits.context_length - width))
-            kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": pad}
+            kwargs: dict[str, object] = {"max_new_tokens": max_new, "pad_token_id": pad}
             if r.temperature > 0:
                 kwargs.update(do_sample=True, temperature=r.temperature, top_p=r.top_p)
             else:
@@ -247,11 +230,8 @@ class LocalChatBackend:
                     torch.set_num_threads(before)
         except Exception as exc:
             for p in batch:
-                self.ledger.add(
-                    self._record(
-                        p, latency_s=time.perf_counter() - t0, ok=False, error=f"{type(exc).__name__}: {exc}"[:500]
-                    )
-                )
+                latency = time.perf_counter() - t0
+                self.ledger.add(failure_record(p, exc, backend=self.backend_id, model=self.model, latency_s=latency))
             raise
         share = (time.perf_counter() - t0) / len(batch)  # a batched call's latency is its share of the batch
         eos_cfg = getattr(model.generation_config, "eos_token_id", None)
@@ -263,8 +243,8 @@ class LocalChatBackend:
             if stop_at is not None:
                 new = new[: stop_at + 1]  # what follows is padding
             finish = "stop" if stop_at is not None or len(new) < max_new else "length"
-            text = tok.decode(new, skip_special_tokens=True)
-            entry = {
+            text = str(tok.decode(new, skip_special_tokens=True))
+            entry: JSONObject = {
                 "format": _CACHE_FORMAT,
                 "text": text,
                 "finish_reason": finish,
@@ -288,3 +268,8 @@ class LocalChatBackend:
                     )
             results.append(self._result(p, entry, latency_s=share, attempts=1))
         return results
+
+
+def _free(input_tokens: int, output_tokens: int, cached_tokens: int) -> float:
+    """What a call of the local model costs: nothing."""
+    return 0.0

@@ -29,10 +29,13 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ctxwin_dagster.core.budget.limits import ModelLimits, default_registry
 from ctxwin_dagster.core.budget.tokens import EncodingInfo, MessageOverhead, TokenCounter, register_token_counter
+
+if TYPE_CHECKING:
+    from transformers import GenerationMixin, PreTrainedTokenizerBase
 
 __all__ = [
     "LOCAL_MODELS",
@@ -110,12 +113,12 @@ def resolve_local_model(model: str) -> LocalModelSpec:
     )
 
 
-def gguf_metadata(spec: LocalModelSpec) -> dict[str, Any]:
+def gguf_metadata(spec: LocalModelSpec) -> dict[str, object]:
     """The GGUF file's scalar and string metadata (``general.*``, ``{arch}.*``, the chat template)."""
     from gguf import GGUFReader
 
     reader = GGUFReader(str(spec.path))
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, field in reader.fields.items():
         if key.startswith("tokenizer.ggml.") and not key.endswith(("model", "pre", "token_id")):
             continue  # the vocabulary and merges: large, and read by the tokenizer itself
@@ -126,11 +129,11 @@ def gguf_metadata(spec: LocalModelSpec) -> dict[str, Any]:
     return out
 
 
-_META: dict[Path, dict[str, Any]] = {}
+_META: dict[Path, dict[str, object]] = {}
 _LOCK = threading.Lock()
 
 
-def _meta(spec: LocalModelSpec) -> dict[str, Any]:
+def _meta(spec: LocalModelSpec) -> dict[str, object]:
     with _LOCK:
         if spec.path not in _META:
             _META[spec.path] = gguf_metadata(spec)
@@ -159,8 +162,8 @@ def local_limits(model: str, spec: LocalModelSpec | None = None) -> ModelLimits:
     )
 
 
-_TOKENIZERS: dict[Path, Any] = {}
-_MODELS: dict[Path, Any] = {}
+_TOKENIZERS: dict[Path, PreTrainedTokenizerBase] = {}
+_MODELS: dict[Path, GenerationMixin] = {}
 
 
 def _offline() -> None:
@@ -169,7 +172,7 @@ def _offline() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-def load_tokenizer(spec: LocalModelSpec) -> Any:
+def load_tokenizer(spec: LocalModelSpec) -> PreTrainedTokenizerBase:
     """The model's tokenizer (with its chat template) read from the GGUF file; once per process."""
     with _LOCK:
         tok = _TOKENIZERS.get(spec.path)
@@ -184,7 +187,7 @@ def load_tokenizer(spec: LocalModelSpec) -> Any:
         return tok
 
 
-def load_model(spec: LocalModelSpec) -> tuple[Any, Any]:
+def load_model(spec: LocalModelSpec) -> tuple[PreTrainedTokenizerBase, GenerationMixin]:
     """``(tokenizer, model)`` with the weights de-quantized from the GGUF file; once per process."""
     tok = load_tokenizer(spec)
     with _LOCK:
@@ -194,14 +197,14 @@ def load_model(spec: LocalModelSpec) -> tuple[Any, Any]:
             from transformers import AutoModelForCausalLM
             from transformers.utils import logging as hf_logging
 
-            hf_logging.disable_progress_bar()
+            hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated in transformers
             model = AutoModelForCausalLM.from_pretrained(str(spec.path.parent), gguf_file=spec.path.name)
-            model.eval()
+            model.eval()  # type: ignore[no-untyped-call]  # unannotated in transformers
             _MODELS[spec.path] = model
         return tok, model
 
 
-def _plain(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+def _plain(messages: Sequence[Mapping[str, object]]) -> list[dict[str, str]]:
     """Messages with text content only (content parts joined), as chat templates expect."""
     out = []
     for m in messages:
@@ -219,7 +222,7 @@ _PIECE = 4_000
 _SAFE_CUT = re.compile(r"(?<=\S)\n(?=[^\W\d_])")
 
 
-def _special_pattern(tokenizer: Any) -> re.Pattern[str] | None:
+def _special_pattern(tokenizer: PreTrainedTokenizerBase) -> re.Pattern[str] | None:
     """A regex of the tokenizer's special tokens when its pre-split is byte-level BPE's (GPT-2
     pattern, no prefix space, no normalizer) and they strip nothing; else None (no piecewise counting)."""
     try:
@@ -250,7 +253,7 @@ class ModelTokenCounter(TokenCounter):
     reads. ``info.exact`` is True.
     """
 
-    def __init__(self, tokenizer: Any, *, model: str) -> None:  # noqa: D107 - no tiktoken encoding here
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, *, model: str) -> None:  # noqa: D107 - no tiktoken encoding here
         self.tokenizer = tokenizer
         self.encoding = None  # type: ignore[assignment]
         self.info = EncodingInfo(
@@ -319,20 +322,20 @@ class ModelTokenCounter(TokenCounter):
             return []
         return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
-    def render(self, messages: Sequence[Mapping[str, Any]]) -> str:
+    def render(self, messages: Sequence[Mapping[str, object]]) -> str:
         """The prompt text the model reads (chat template with the generation prompt)."""
         return str(self.tokenizer.apply_chat_template(_plain(messages), tokenize=False, add_generation_prompt=True))
 
-    def _templated(self, messages: Sequence[Mapping[str, Any]]) -> int:
+    def _templated(self, messages: Sequence[Mapping[str, object]]) -> int:
         return self.count(self.render(messages))
 
-    def count_messages(self, messages: Sequence[Mapping[str, Any]]) -> int:
+    def count_messages(self, messages: Sequence[Mapping[str, object]]) -> int:
         """Exact tokens of the prompt the model reads (template, special tokens, generation prompt)."""
         if isinstance(messages, str | bytes):
             raise TypeError("count_messages takes a list of {'role', 'content'} dicts; use count() for a string")
         return self._templated(messages)
 
-    def count_message(self, message: Mapping[str, Any]) -> int:
+    def count_message(self, message: Mapping[str, object]) -> int:
         """Tokens of one message as its own prompt (with the template's wrapper)."""
         return self._templated([message])
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 from ctxwin_dagster.backends.base import ChatRequest
 from ctxwin_dagster.backends.chat.local import LocalChatBackend
@@ -49,10 +48,10 @@ class LocalChatServer:
         class Handler(BaseHTTPRequestHandler):
             disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
 
-            def log_message(self, *args: Any) -> None:  # quiet
+            def log_message(self, *args: object) -> None:  # quiet
                 return
 
-            def _send(self, status: int, payload: Any) -> None:
+            def _send(self, status: int, payload: object) -> None:
                 data = json.dumps(payload).encode("utf-8")
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -143,7 +142,7 @@ class LocalChatServer:
         self.stop()
 
 
-def decoding_schema(response_format: Any, max_tokens: int) -> ReplySchema | None:
+def decoding_schema(response_format: object, max_tokens: int) -> ReplySchema | None:
     """The schema a ``response_format`` asks for: OpenAI's ``{"type": "json_schema", "json_schema":
     {"name", "schema"}}``, or ``{"type": "json_object", "schema": {...}}`` (the convention of
     several OpenAI-compatible servers, and what instructor's JSON_SCHEMA mode sends); else None.
@@ -157,11 +156,14 @@ def decoding_schema(response_format: Any, max_tokens: int) -> ReplySchema | None
     cap = max(24, CHARS_PER_TOKEN_FLOOR * max_tokens // 12)
     # an array item holds a string or two of ``cap`` characters and its keys: no more items than fit
     items = max(1, max_tokens // (cap + 24))
-    if response_format.get("type") == "json_object" and isinstance(response_format.get("schema"), dict):
-        return ReplySchema("reply", tighten_for_decoding(response_format["schema"], cap, max_items=items))
+    given = response_format.get("schema")
+    if response_format.get("type") == "json_object" and isinstance(given, dict):
+        return ReplySchema("reply", tighten_for_decoding(given, cap, max_items=items))
     if response_format.get("type") != "json_schema":
         return None
     spec = response_format.get("json_schema") or {}
+    if not isinstance(spec, dict):
+        raise AttributeError(f"response_format json_schema is a {type(spec).__name__}, not an object")
     schema = spec.get("schema")
     if not isinstance(schema, dict):
         raise ValueError("response_format json_schema has no 'schema' object")

@@ -24,15 +24,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from ctxwin_dagster.backends.base import ChatRequest
+from openai.types.chat import ChatCompletion
+
+from ctxwin_dagster.backends.base import ChatRequest, Message
 from ctxwin_dagster.backends.calls.cache import ResponseCache
 from ctxwin_dagster.backends.calls.retry import MalformedResponseError
 from ctxwin_dagster.core.budget.fit import ContextOverflowError
 from ctxwin_dagster.core.budget.fit import check_fit as fit_report
 from ctxwin_dagster.core.budget.limits import ModelLimits
 from ctxwin_dagster.core.budget.tokens import TokenCounter
+from ctxwin_dagster.core.json_types import JSONValue
 
 __all__ = [
     "Prepared",
@@ -58,12 +61,12 @@ class Prepared:
     """A checked request: its messages as plain dicts, its cache key and its input characters."""
 
     request: ChatRequest
-    messages: list[dict[str, Any]]
+    messages: list[dict[str, JSONValue]]
     key: str
     input_chars: int
 
 
-def _text_parts(content: Any) -> list[str]:
+def _text_parts(content: JSONValue) -> list[str]:
     """The text of a message's content: a string, or the text parts of a list of parts."""
     if content is None:
         return []
@@ -84,7 +87,7 @@ def prepare(request: ChatRequest, *, backend_id: str, model: str) -> Prepared:
         raise TypeError(f"expected a ChatRequest; got {type(request).__name__}")
     if isinstance(request.messages, str | bytes) or not request.messages:
         raise ValueError("ChatRequest.messages must be a non-empty sequence of {'role', 'content'} dicts")
-    messages: list[dict[str, Any]] = []
+    messages: list[dict[str, JSONValue]] = []
     for i, m in enumerate(request.messages):
         if not isinstance(m, Mapping) or "role" not in m:
             raise ValueError(f"ChatRequest.messages[{i}] must be a mapping with 'role' and 'content'; got {m!r}")
@@ -95,7 +98,7 @@ def prepare(request: ChatRequest, *, backend_id: str, model: str) -> Prepared:
         raise ValueError(f"ChatRequest.temperature must be between 0 and 2; got {request.temperature!r}")
     if not 0 < request.top_p <= 1:
         raise ValueError(f"ChatRequest.top_p must be in (0, 1]; got {request.top_p!r}")
-    parts: list[Any] = [
+    parts: list[object] = [
         "chat",
         backend_id,
         model,
@@ -113,7 +116,7 @@ def prepare(request: ChatRequest, *, backend_id: str, model: str) -> Prepared:
     return Prepared(request, messages, key, chars)
 
 
-def token_upper_bound(messages: Sequence[Mapping[str, Any]], counter: TokenCounter) -> int:
+def token_upper_bound(messages: Sequence[Message], counter: TokenCounter) -> int:
     """An upper bound of ``counter.count_messages(messages)`` (a byte-level BPE token covers at
     least one byte)."""
     overhead = counter.overhead
@@ -175,7 +178,7 @@ def max_tokens_param_for(model: str, *, is_openai: bool) -> Literal["max_tokens"
     return "max_completion_tokens" if is_openai and bare.startswith(_REASONING_PREFIXES) else "max_tokens"
 
 
-def request_body(p: Prepared, *, model: str, max_tokens_param: str, reply_format: str = "schema") -> dict[str, Any]:
+def request_body(p: Prepared, *, model: str, max_tokens_param: str, reply_format: str = "schema") -> dict[str, object]:
     """The JSON body of ``POST /chat/completions`` for ``p``.
 
     ``reply_format`` is what the endpoint accepts for a request with a schema: ``schema``
@@ -183,7 +186,7 @@ def request_body(p: Prepared, *, model: str, max_tokens_param: str, reply_format
     schema beside it, llama.cpp's form), ``json_object``, or ``text`` (none).
     """
     r = p.request
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "model": model,
         "messages": p.messages,
         "temperature": r.temperature,
@@ -199,8 +202,11 @@ def request_body(p: Prepared, *, model: str, max_tokens_param: str, reply_format
     return body
 
 
-def parse_completion(response: Any) -> Reply:
+def parse_completion(response: ChatCompletion) -> Reply:
     """``(text, finish_reason, (input, output, cached tokens) or None, served model)`` of a reply.
+
+    The SDK builds the reply without validating it, so a field a server left out is missing:
+    each is read with a default.
 
     Raises:
         MalformedResponseError: the reply has no choice, no message, or content that is not text.

@@ -11,13 +11,14 @@ the server, apart from what they ask and how they are accounted.
 
 from __future__ import annotations
 
+import enum
 import os
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Final, Literal
 
 import httpx
 import openai
@@ -26,12 +27,20 @@ from openai.types.chat import ChatCompletion
 from ctxwin_dagster.backends.base import ChatResult
 from ctxwin_dagster.backends.calls.retry import RetryPolicy
 from ctxwin_dagster.backends.calls.secrets import http_client
-from ctxwin_dagster.backends.chat.messages import Prepared, parse_completion, request_body
+from ctxwin_dagster.backends.chat.messages import Prepared, Reply, parse_completion, request_body
 
-__all__ = ["SKIPPED", "Attempts", "Connection", "post_with_retries", "send_batch"]
+__all__ = ["SKIPPED", "Attempts", "Connection", "Sent", "Skipped", "post_with_retries", "send_batch"]
 
-#: What sending a request gives when the batch was stopped before its first attempt.
-SKIPPED = object()
+
+class Skipped(enum.Enum):
+    """What sending a request gives when the batch was stopped before its first attempt."""
+
+    SKIPPED = "skipped"
+
+
+SKIPPED: Final = Skipped.SKIPPED
+#: What sending one request gives: its result, or :data:`SKIPPED`.
+Sent = ChatResult | Literal[Skipped.SKIPPED]
 
 
 class Connection:
@@ -104,7 +113,7 @@ def post_with_retries(
     slots: threading.BoundedSemaphore,
     lesser_format: Callable[[str, openai.APIStatusError], str | None],
     stop: threading.Event | None = None,
-) -> Any:
+) -> Reply | Literal[Skipped.SKIPPED]:
     """The reply (:func:`~ctxwin_dagster.backends.chat.messages.parse_completion`) of ``model`` to
     ``p``, each attempt holding one of ``slots``, retried by ``retry``; ``max_tokens_param`` names
     the reply's token limit in the body (:func:`~ctxwin_dagster.backends.chat.messages.request_body`).
@@ -138,7 +147,7 @@ def post_with_retries(
 
 def send_batch(
     pool: Callable[[], ThreadPoolExecutor],
-    send: Callable[[Prepared, threading.Event], Any],
+    send: Callable[[Prepared, threading.Event], Sent],
     prepared: list[Prepared],
     *,
     cached: bool,
@@ -154,7 +163,7 @@ def send_batch(
     stop = threading.Event()
     errors: list[Exception] = []  # in the order they happened
 
-    def one(p: Prepared) -> Any:
+    def one(p: Prepared) -> Sent | Exception:
         try:
             return send(p, stop)
         except Exception as exc:  # noqa: BLE001 - kept as its outcome; the batch raises the first
@@ -178,4 +187,4 @@ def send_batch(
             f"{skipped} were not sent; fix the cause and run the batch again to resume"
         )
         raise exc
-    return outcomes
+    return [o for o in outcomes if isinstance(o, ChatResult)]  # every one, when none failed

@@ -19,7 +19,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from typing import Any
+
+from ctxwin_dagster.backends.calls.cache import ResponseCache
 
 __all__ = ["ENFORCED", "FORMATS", "ReplyFormats", "format_rejection"]
 
@@ -59,7 +60,7 @@ class ReplyFormats:
     _known: dict[tuple[str, str], str] = {}  # shared by every backend of the process
     _lock = threading.Lock()
 
-    def __init__(self, cache: Any = None) -> None:
+    def __init__(self, cache: ResponseCache | None = None) -> None:
         self.cache = cache
 
     @staticmethod

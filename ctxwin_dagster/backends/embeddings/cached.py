@@ -16,19 +16,20 @@ import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, cast
+from dataclasses import asdict, dataclass, fields
+from typing import cast
 
 import numpy as np
 
-from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
+from ctxwin_dagster.backends.calls.cache import ResponseCache
+from ctxwin_dagster.backends.calls.null_cache import NullCache
 from ctxwin_dagster.backends.embeddings.identity import EmbedderIdentity
+from ctxwin_dagster.core.budget.embedding_rows import RowPlan
 from ctxwin_dagster.core.budget.embedding_window import (
     OVERSIZE_MODES,
     EmbeddingLimits,
     EmbeddingTokenizer,
     Oversize,
-    RowPlan,
     fit_text,
 )
 
@@ -72,11 +73,11 @@ class EmbeddingStats:
     tokens_cut: int = 0
 
     def reset(self) -> None:
-        for name in self.__slots__:  # type: ignore[attr-defined]
-            setattr(self, name, type(getattr(self, name))())
+        for f in fields(self):
+            setattr(self, f.name, f.default)
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+    def to_dict(self) -> dict[str, int | float]:
+        d: dict[str, int | float] = asdict(self)
         d["encode_seconds"] = round(d["encode_seconds"], 3)
         return d
 
@@ -91,7 +92,8 @@ def l2_normalize(vectors: np.ndarray) -> np.ndarray:
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return (vectors / norms).astype(np.float32, copy=False)
+    unit: np.ndarray = (vectors / norms).astype(np.float32, copy=False)
+    return unit
 
 
 class CachedEmbedder:

@@ -146,10 +146,6 @@ def embedder_from_settings(settings: Mapping[str, Any], *, cache_dir: str | Path
 
 
 def _cache(cache_dir: str | Path | None) -> ResponseCache | None:
-    if cache_dir is None or str(cache_dir) == "":
-        return None
-    from ctxwin_dagster.backends.calls.cache import ResponseCache
+    from ctxwin_dagster.backends.calls.cache import cache_in
 
-    folder = Path(cache_dir).expanduser()
-    folder.mkdir(parents=True, exist_ok=True)
-    return ResponseCache(folder / "embeddings.sqlite")
+    return cache_in(cache_dir, "embeddings.sqlite")

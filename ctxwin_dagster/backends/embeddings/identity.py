@@ -16,12 +16,11 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from ctxwin_dagster.backends.base import Embedder
+from ctxwin_dagster.backends.base import Embedder
 
-__all__ = ["EmbedderIdentity", "identity_of"]
+__all__ = ["EmbedderIdentity", "Identified", "Provided", "identity_of"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +42,22 @@ class EmbedderIdentity:
         return f"{self.model} ({', '.join(parts)})" if parts else self.model
 
 
+@runtime_checkable
+class Identified(Protocol):
+    """An embedder that knows its own identity (every embedder of this package)."""
+
+    @property
+    def identity(self) -> EmbedderIdentity: ...
+
+
+@runtime_checkable
+class Provided(Protocol):
+    """An embedder that names who serves its model."""
+
+    @property
+    def provider(self) -> str: ...
+
+
 def identity_of(embedder: Embedder | EmbedderIdentity | str, *, dim: int | None = None) -> EmbedderIdentity:
     """The identity of ``embedder``: an :class:`EmbedderIdentity`, an embedder (its
     ``identity``, else its ``model`` and ``dim``) or a bare model name. ``dim`` (the width of
@@ -51,19 +66,18 @@ def identity_of(embedder: Embedder | EmbedderIdentity | str, *, dim: int | None 
         ident = embedder
     elif isinstance(embedder, str):
         ident = EmbedderIdentity(embedder)
+    elif isinstance(embedder, Identified) and isinstance(found := embedder.identity, EmbedderIdentity):
+        ident = found
     else:
-        found = getattr(embedder, "identity", None)
-        if isinstance(found, EmbedderIdentity):
-            ident = found
-        else:
-            model = getattr(embedder, "model", None)
-            if not isinstance(model, str) or not model:
-                raise TypeError(
-                    f"an embedder needs a model name (a .model or .identity); got {type(embedder).__name__}"
-                )
-            known = getattr(embedder, "_known_dim", None)
-            size = known() if callable(known) else getattr(embedder, "dim", 0)
-            ident = EmbedderIdentity(model, int(size or 0), str(getattr(embedder, "provider", "") or ""))
+        ident = _named(embedder)
     if dim:
         ident = EmbedderIdentity(ident.model, int(dim), ident.provider)
     return ident
+
+
+def _named(embedder: object) -> EmbedderIdentity:
+    """The identity of an embedder that does not give one: its ``model``, ``dim`` and ``provider``."""
+    if not isinstance(embedder, Embedder) or not isinstance(embedder.model, str) or not embedder.model:
+        raise TypeError(f"an embedder needs a model name (a .model or .identity); got {type(embedder).__name__}")
+    provider = embedder.provider if isinstance(embedder, Provided) else ""
+    return EmbedderIdentity(embedder.model, int(embedder.dim or 0), str(provider or ""))

@@ -41,8 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
+from ctxwin_dagster.backends.calls.cache import ResponseCache
+from ctxwin_dagster.backends.calls.null_cache import NullCache
 from ctxwin_dagster.backends.embeddings.cached import CachedEmbedder, ProgressFn
+from ctxwin_dagster.backends.embeddings.served import ServedModel, served_model
 from ctxwin_dagster.core.budget.embedding_window import EmbeddingLimits, EmbeddingTokenizer
 
 __all__ = ["LOCAL_MODEL_DIM", "LOCAL_MODEL_NAME", "PRECISIONS", "LocalEmbedder", "native_bfloat16", "resolve_precision"]
@@ -64,8 +66,6 @@ _BLOCK_BATCHES = 16
 
 _MODELS: dict[tuple[str, str, str], Any] = {}  # (folder, device, precision) -> SentenceTransformer
 _MODELS_LOCK = threading.Lock()
-# (server url, model, precision) -> _ServedModel, or None when unusable
-_SERVED: dict[tuple[str, str, str], _ServedModel | None] = {}
 
 
 def native_bfloat16() -> bool:
@@ -97,98 +97,6 @@ def resolve_precision(precision: str, device: str = "cpu") -> str:
     if precision != "auto":
         return precision
     return "bfloat16" if device == "cpu" and native_bfloat16() else "float32"
-
-
-class _ServedModel:
-    """A model on the command's embedding server, with ``SentenceTransformer.encode``'s call."""
-
-    def __init__(self, url: str, model: str, dim: int, truncate: bool, folder: Path, precision: str) -> None:
-        import httpx
-
-        self.url, self.model, self.dim, self.truncate, self.folder = url, model, dim, truncate, folder
-        self.precision = precision
-        self.gone = False
-        self._client = httpx.Client(base_url=url, timeout=httpx.Timeout(900.0, connect=5.0))
-
-    def encode(self, texts: list[str], *, batch_size: int, device: str = "cpu", **_: Any) -> np.ndarray:
-        import base64
-
-        import httpx
-
-        if not self.gone:
-            try:
-                reply = self._client.post(
-                    "/v1/embeddings",
-                    json={
-                        "model": self.model,
-                        "input": texts,
-                        "encoding_format": "base64",
-                        "batch_size": batch_size,
-                        "truncate": self.truncate,
-                        "precision": self.precision,
-                    },
-                )
-            except httpx.TransportError as exc:
-                log.warning(
-                    "the embedding server %s went away (%s: %s); loading the model in this process",
-                    self.url,
-                    type(exc).__name__,
-                    exc,
-                )
-                self.gone = True
-        if self.gone:
-            st = _load_sentence_transformer(self.folder, device, self.precision)
-            return np.asarray(
-                st.encode(texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False),
-                dtype=np.float32,
-            )
-        if reply.status_code != 200:
-            raise RuntimeError(
-                f"the embedding server {self.url} refused {len(texts)} texts: {reply.status_code} {reply.text[:500]}"
-            )
-        data = sorted(reply.json()["data"], key=lambda d: d["index"])
-        return np.stack([np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in data]).astype(np.float32)
-
-
-def _served_model(url: str, model: str, dim: int, truncate: bool, folder: Path, precision: str) -> _ServedModel | None:
-    """The server's model ``model`` (None, logged once, when the server is unreachable or
-    serves another model or size). Each request names ``precision``, which the server runs."""
-    key = (url, model, precision)
-    with _MODELS_LOCK:
-        if key in _SERVED:
-            return _SERVED[key]
-        served = None
-        try:
-            import httpx
-
-            listed = httpx.get(f"{url.rstrip('/')}/v1/models", timeout=5.0).json()["data"]
-            match = [m for m in listed if m["id"] == model]
-            if not match:
-                log.warning(
-                    "the embedding server %s does not serve %s (it serves %s); loading the model in this process",
-                    url,
-                    model,
-                    [m["id"] for m in listed],
-                )
-            elif int(match[0]["dim"]) != dim:
-                log.warning(
-                    "the embedding server %s gives %s-dim vectors for %s, not %s; loading the model in this process",
-                    url,
-                    match[0]["dim"],
-                    model,
-                    dim,
-                )
-            else:
-                served = _ServedModel(url, model, dim, truncate, folder, precision)
-        except Exception as exc:  # unreachable, or not our server
-            log.warning(
-                "the embedding server %s cannot be used (%s: %s); loading the model in this process",
-                url,
-                type(exc).__name__,
-                exc,
-            )
-        _SERVED[key] = served
-        return served
 
 
 def _default_model_path() -> Path:
@@ -242,7 +150,7 @@ def _quiet_transformers() -> Callable[[], None]:
         return lambda: None
     if not hf_logging.is_progress_bar_enabled():
         return lambda: None
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated
     return hf_logging.enable_progress_bar
 
 
@@ -356,12 +264,20 @@ class LocalEmbedder(CachedEmbedder):
         served = self._served()
         return served.url if served is not None else ""
 
-    def _served(self) -> _ServedModel | None:
+    def _served(self) -> ServedModel | None:
         url = os.environ.get(ENV_VAR, "").strip()
         if url.lower() in ("", "off", "0", "no", "none") or self.device != "cpu":
             return None
         model = LOCAL_MODEL_NAME if self.model_path is None else str(self.model_path.resolve())
-        return _served_model(url, model, self.dim, self.oversize == "truncate", self._folder(), self.precision)
+        folder, device, precision = self._folder(), self.device, self.precision
+        return served_model(
+            url,
+            model,
+            self.dim,
+            self.oversize == "truncate",
+            precision,
+            lambda: _load_sentence_transformer(folder, device, precision),
+        )
 
     def _cache_model(self) -> str:
         """The model name in cache keys: the model, marked ``@bf16`` for bfloat16 vectors."""

@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
+from ctxwin_dagster.backends.calls.cache import ResponseCache
 from ctxwin_dagster.backends.calls.endpoint import redact_key, resolve_api_key
+from ctxwin_dagster.backends.calls.null_cache import NullCache
 from ctxwin_dagster.backends.calls.retry import RetryPolicy, failure_reason, http_timeout
 from ctxwin_dagster.backends.calls.secrets import http_client
 from ctxwin_dagster.backends.embeddings.cached import CachedEmbedder, ProgressFn
@@ -25,6 +26,7 @@ from ctxwin_dagster.core.budget.embedding_window import EmbeddingLimits, Embeddi
 
 if TYPE_CHECKING:
     from openai import OpenAI
+    from openai.types import CreateEmbeddingResponse
 
 __all__ = ["OpenAIEmbedder"]
 
@@ -159,15 +161,17 @@ class OpenAIEmbedder(CachedEmbedder):
             return self._client
 
     def _request(self, texts: list[str]) -> np.ndarray:
-        kwargs: dict[str, Any] = {"model": self.model, "input": texts, "encoding_format": "float"}
-        if self._send_dimensions:
-            kwargs["dimensions"] = self._dim
+        dimensions = self._dim if self._send_dimensions else None
         attempts = 0
 
-        def create() -> Any:
+        def create() -> CreateEmbeddingResponse:
             nonlocal attempts
             attempts += 1
-            return self.client.embeddings.create(**kwargs)
+            if dimensions is None:
+                return self.client.embeddings.create(model=self.model, input=texts, encoding_format="float")
+            return self.client.embeddings.create(
+                model=self.model, input=texts, encoding_format="float", dimensions=dimensions
+            )
 
         try:
             response = self.retry.call(create)

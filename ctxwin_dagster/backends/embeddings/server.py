@@ -52,16 +52,13 @@ import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from ctxwin_dagster.backends.child import ChildServer, watch_parent
-from ctxwin_dagster.backends.embeddings.local import ENV_VAR
+from ctxwin_dagster.backends.embeddings.local import ENV_VAR, LOCAL_MODEL_NAME
+from ctxwin_dagster.backends.embeddings.model_host import ModelHost
 from ctxwin_dagster.backends.loopback import (
     LoopbackServer,
     RequestError,
@@ -71,11 +68,9 @@ from ctxwin_dagster.backends.loopback import (
     send_error,
     send_json,
 )
+from ctxwin_dagster.core.json_types import JSONObject
 
-if TYPE_CHECKING:
-    from ctxwin_dagster.backends.embeddings.local import LocalEmbedder
-
-__all__ = ["ENV_VAR", "MAX_BODY_BYTES", "READY_PREFIX", "EmbeddingService", "ModelHost", "serve", "served_models"]
+__all__ = ["ENV_VAR", "MAX_BODY_BYTES", "READY_PREFIX", "EmbeddingService", "serve", "served_models"]
 
 log = logging.getLogger(__name__)
 
@@ -84,116 +79,6 @@ READY_PREFIX = "ctxwin embedding server listening on "
 #: The largest request body read (bytes); ``CTXWIN_EMBEDDING_SERVER_MAX_BODY`` when the server starts.
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_BODY_ENV = "CTXWIN_EMBEDDING_SERVER_MAX_BODY"
-
-
-class ModelHost:
-    """The served models: loaded once (in the background), encoded one request at a time."""
-
-    def __init__(self, models: list[str], *, device: str = "cpu") -> None:
-        from ctxwin_dagster.backends.embeddings.local import LOCAL_MODEL_NAME, LocalEmbedder
-
-        self.embedders: dict[str, LocalEmbedder] = {}
-        for name in models or [LOCAL_MODEL_NAME]:
-            if name == LOCAL_MODEL_NAME:
-                emb = LocalEmbedder(device=device)
-            else:
-                folder = Path(name).expanduser().resolve()
-                if not folder.is_dir():
-                    raise SystemExit(
-                        f"embedding server: --model {name!r} is not a folder with a sentence-transformers model"
-                    )
-                emb = LocalEmbedder(model_path=folder, device=device)
-                name = str(folder)
-            self.embedders[name] = emb
-        self._lock = threading.Lock()
-        self._variants: dict[tuple[int, str], LocalEmbedder] = {}
-        self._loaded = threading.Event()
-        self.load_error: str = ""
-        self.load_seconds = 0.0
-
-    def load_in_background(self) -> None:
-        def load() -> None:
-            started = time.perf_counter()
-            try:
-                for emb in self.embedders.values():
-                    emb.load()
-                    emb.sentence_transformer.encode(["warm up"], show_progress_bar=False)
-            except Exception as exc:  # reported to every request and by /health
-                self.load_error = f"{type(exc).__name__}: {exc}"
-                log.error("embedding server: loading failed: %s", self.load_error)
-            self.load_seconds = time.perf_counter() - started
-            self._loaded.set()
-
-        threading.Thread(target=load, name="load-models", daemon=True).start()
-
-    def describe(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "id": name,
-                "object": "model",
-                "owned_by": "ctxwin",
-                "model": emb.model,
-                "dim": emb.dim,
-                "max_tokens": emb.limits.max_tokens,
-                "provider": emb.provider,
-                "precision": emb.precision,
-            }
-            for name, emb in self.embedders.items()
-        ]
-
-    def find(self, model: str, precision: str | None = None) -> LocalEmbedder:
-        """The served model ``model`` in ``precision`` (None: the one it was loaded in). A model
-        asked for in its other precision is loaded in that one too, on first use, so a request
-        gets the vectors its sender would compute itself.
-
-        Raises:
-            KeyError: a model not served here.
-            ValueError: an unknown precision.
-        """
-        emb = self.embedders.get(model)
-        if emb is None and model and os.path.isdir(model):
-            emb = self.embedders.get(str(Path(model).resolve()))
-        if emb is None:
-            raise KeyError(f"model {model!r} is not served here; served: {sorted(self.embedders)}")
-        if precision is None:
-            return emb
-        from ctxwin_dagster.backends.embeddings.local import LocalEmbedder, resolve_precision
-
-        wanted = resolve_precision(precision, emb.device)
-        if wanted == emb.precision:
-            return emb
-        with self._lock:
-            key = (id(emb), wanted)
-            other = self._variants.get(key)
-            if other is None:
-                other = LocalEmbedder(model_path=emb.model_path, device=emb.device, precision=wanted)
-                self._variants[key] = other
-        return other
-
-    def encode(
-        self, model: str, texts: list[str], *, batch_size: int, truncate: bool, precision: str | None = None
-    ) -> tuple[np.ndarray, int]:
-        """Vectors (unnormalized, as ``SentenceTransformer.encode`` gives them) and tokens read."""
-        emb = self.find(model, precision)
-        tok = emb.tokenizer
-        counts = [len(o) + tok.special_tokens for o in tok.offsets_many(texts)]  # special tokens included
-        limit = emb.limits.max_tokens
-        if not truncate:
-            for i, n in enumerate(counts):
-                if n > limit:
-                    raise ValueError(
-                        f"input[{i}] is {n} word pieces (special tokens included); {emb.model} reads at most {limit}. "
-                        "Fit it first (the ctxwin embedder does), or send truncate: true to let the model cut it"
-                    )
-        if not self._loaded.wait(600):
-            raise RuntimeError("the embedding model is still loading after 600 s")
-        if self.load_error:
-            raise RuntimeError(f"the embedding model failed to load: {self.load_error}")
-        with self._lock:
-            vecs = emb.sentence_transformer.encode(
-                texts, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False
-            )
-        return np.asarray(vecs, dtype=np.float32), int(sum(min(n, limit) for n in counts))
 
 
 class _Server(LoopbackServer):
@@ -212,7 +97,7 @@ class _Handler(BaseHTTPRequestHandler):
     # for the client's delayed ACK, about 40 ms on every request (60 ms a request instead of 10).
     disable_nagle_algorithm = True
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
         log.debug("embedding server: " + format, *args)
 
     def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
@@ -224,7 +109,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self,
                 200,
                 {
-                    "loaded": host._loaded.is_set(),
+                    "loaded": host.loaded,
                     "error": host.load_error,
                     "load_seconds": round(host.load_seconds, 2),
                     "pid": os.getpid(),
@@ -287,7 +172,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _EmbeddingsRequest:
     """The fields of one ``POST /v1/embeddings``, checked (see the module docstring)."""
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(self, body: JSONObject) -> None:
         texts = body.get("input")
         if texts is None:
             raise RequestError(400, "input is missing; send a string or a list of strings", param="input")
@@ -297,7 +182,7 @@ class _EmbeddingsRequest:
             raise RequestError(400, "input must be a string or a list of strings", param="input")
         if not texts:
             raise RequestError(400, "input is an empty list; send at least one text", param="input")
-        self.texts: list[str] = texts
+        self.texts: list[str] = [t for t in texts if isinstance(t, str)]  # all of them (checked above)
         self.model: str = check_field(body, "model", str, "the name of a served model") or ""
         batch_size = check_field(body, "batch_size", int, "a whole number >= 1")
         self.batch_size: int = 64 if batch_size is None else batch_size
@@ -345,11 +230,9 @@ def serve(
         server.server_close()
 
 
-def served_models(embeddings: Mapping[str, Any] | None) -> list[str]:
+def served_models(embeddings: Mapping[str, object] | None) -> list[str]:
     """The models a server should hold for these embeddings settings (the keys of
     ``EmbeddingsResource``): ``[model]`` for the local provider (the default), ``[]`` otherwise."""
-    from ctxwin_dagster.backends.embeddings.local import LOCAL_MODEL_NAME
-
     settings = dict(embeddings or {})
     if (settings.get("provider") or "local") != "local":
         return []

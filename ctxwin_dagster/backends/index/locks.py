@@ -25,7 +25,10 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from filelock import BaseFileLock
 
 __all__ = ["TableLockTimeout", "TableLocks", "local_folder"]
 
@@ -48,7 +51,7 @@ class TableLocks:
     def __init__(self, uri: str) -> None:
         self.uri = str(uri)
         self.folder = local_folder(self.uri)
-        self._locks: dict[str, Any] = {}
+        self._locks: dict[str, BaseFileLock] = {}
 
     @contextlib.contextmanager
     def hold(self, table: str, *, timeout_s: float = 900.0) -> Iterator[None]:

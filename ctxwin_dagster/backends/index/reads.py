@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -36,17 +36,18 @@ class VersionedReads:
 
     def __init__(self, entries: int = READ_CACHE_ENTRIES) -> None:
         self.entries = entries
-        self._kept: OrderedDict[tuple, tuple[int, Any]] = OrderedDict()
+        self._kept: OrderedDict[tuple[Hashable, ...], tuple[int, object]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, table: Any, key: tuple, read: Callable[[], T]) -> T:
-        """``read()``, or its result at the table's current version when it was read before."""
+    def get(self, table: Any, key: tuple[Hashable, ...], read: Callable[[], T]) -> T:
+        """``read()``, or its result at the table's current version when it was read before
+        (``key`` names the read, so what it keeps is what ``read`` gives)."""
         version = table.version
         with self._lock:
             hit = self._kept.get(key)
             if hit is not None and hit[0] == version:
                 self._kept.move_to_end(key)
-                return hit[1]
+                return cast(T, hit[1])
         value = read()
         with self._lock:
             self._kept[key] = (version, value)
@@ -79,7 +80,7 @@ class VersionedReads:
         q = np.asarray(vector, dtype=np.float32).reshape(-1)
         sims = mat @ (q / (float(np.linalg.norm(q)) or 1.0))
         order = np.argsort(-sims, kind="stable")[:depth]
-        hits = rows.take(pa.array(order)).to_pylist()
+        hits: list[dict[str, Any]] = rows.take(pa.array(order)).to_pylist()
         for h, i in zip(hits, order, strict=True):
             h["score"] = float(sims[i])
         return hits

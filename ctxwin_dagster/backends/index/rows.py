@@ -13,19 +13,19 @@ import pyarrow.feather as feather
 
 from ctxwin_dagster.backends.index.locks import local_folder
 from ctxwin_dagster.backends.index.schema import IndexError_
+from ctxwin_dagster.backends.index.tables import LanceTables, sql_string
 from ctxwin_dagster.backends.index.upkeep import ensure_primary_key
-from ctxwin_dagster.backends.index.vectorstore import ChunkIndex, sql_string
 
 __all__ = ["export_rows", "read_rows", "restore_rows", "set_aside", "table_version", "write_rows"]
 
 
-def table_version(index: ChunkIndex, variant: str) -> int | None:
+def table_version(index: LanceTables, variant: str) -> int | None:
     """The table's current LanceDB version (None when there is no table)."""
     table = index.lance_table(variant)
     return None if table is None else int(table.version)
 
 
-def export_rows(index: ChunkIndex, variant: str, doc_ids: Sequence[str]) -> pa.Table:
+def export_rows(index: LanceTables, variant: str, doc_ids: Sequence[str]) -> pa.Table:
     """Every row of ``doc_ids`` with all its columns (vectors included), as Arrow."""
     table = index.lance_table(variant)
     if table is None or not doc_ids:
@@ -38,7 +38,7 @@ def export_rows(index: ChunkIndex, variant: str, doc_ids: Sequence[str]) -> pa.T
         return table.search().where(where).limit(n).to_arrow()
 
 
-def restore_rows(index: ChunkIndex, variant: str, rows: pa.Table) -> int:
+def restore_rows(index: LanceTables, variant: str, rows: pa.Table) -> int:
     """Merge ``rows`` (from :func:`export_rows`) back on ``chunk_id``; returns how many."""
     if rows.num_rows == 0:
         return 0
@@ -49,7 +49,7 @@ def restore_rows(index: ChunkIndex, variant: str, rows: pa.Table) -> int:
         names = [f.name for f in table.schema if f.name in rows.schema.names]
         rows = rows.select(names).cast(pa.schema([table.schema.field(n) for n in names]))
         table.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
-    return rows.num_rows
+    return int(rows.num_rows)
 
 
 def write_rows(path: str | Path, rows: pa.Table) -> None:
@@ -61,7 +61,7 @@ def read_rows(path: str | Path) -> pa.Table:
     return feather.read_table(str(path))
 
 
-def set_aside(index: ChunkIndex, variant: str, folder: str | Path) -> Path | None:
+def set_aside(index: LanceTables, variant: str, folder: str | Path) -> Path | None:
     """Move the variant's table folder, as it is on disk (damaged or not), into ``folder``; the
     next write makes a new table. Returns where it went (None: there was no table).
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, SupportsIndex, SupportsInt
 
 import numpy as np
 import pyarrow as pa
@@ -90,7 +90,7 @@ class IndexRecord:
             text.get(_RECORD + "row_strategy", ""),
         )
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, str | int]:
         return {"model": self.model, "dim": self.dim, "provider": self.provider, "row_strategy": self.row_strategy}
 
 
@@ -119,8 +119,15 @@ def _add_missing_fields(table: Any, schema: pa.Schema) -> None:
         table.add_columns(missing)
 
 
+def _whole(value: object) -> int:
+    """``int(value)`` of a row's field, for the values ``int()`` takes."""
+    if isinstance(value, str | bytes | SupportsInt | SupportsIndex):
+        return int(value)
+    raise TypeError(f"int() argument must be a string or a number, not {type(value).__name__!r}")
+
+
 def document_batch(
-    rows: Sequence[Mapping[str, Any]], vectors: np.ndarray, *, doc_id: str, doc_sha256: str = ""
+    rows: Sequence[Mapping[str, object]], vectors: np.ndarray, *, doc_id: str, doc_sha256: str = ""
 ) -> pa.Table:
     """One document's rows and their vectors as an Arrow table of the index's schema.
 
@@ -135,17 +142,19 @@ def document_batch(
         raise ValueError(f"duplicate chunk_id in the rows of {doc_id!r}; chunk ids must be unique")
     bad_doc = {r["doc_id"] for r in rows} - {doc_id}
     if bad_doc:
-        raise ValueError(f"rows for {doc_id!r} carry other doc_ids {sorted(bad_doc)}")
+        raise ValueError(f"rows for {doc_id!r} carry other doc_ids {sorted(bad_doc, key=str)}")
     vectors = np.asarray(vectors, dtype=np.float32)
     dim = int(vectors.shape[1])
-    data: dict[str, list[Any]] = {f: [None if r.get(f) is None else str(r.get(f)) for r in rows] for f in _STR_FIELDS}
+    data: dict[str, list[str | int | None]] = {
+        f: [None if r.get(f) is None else str(r.get(f)) for r in rows] for f in _STR_FIELDS
+    }
     data["doc_sha256"] = [str(r.get("doc_sha256") or doc_sha256) for r in rows]
     for f in _INT_FIELDS:
-        data[f] = [int(r[f]) for r in rows]
+        data[f] = [_whole(r[f]) for r in rows]
     for f in _EMBED_STR_FIELDS:
         data[f] = [None if r.get(f) is None else str(r[f]) for r in rows]
     for f in _EMBED_INT_FIELDS:
-        data[f] = [None if r.get(f) is None else int(r[f]) for r in rows]
+        data[f] = [None if r.get(f) is None else _whole(r[f]) for r in rows]
     schema = table_schema(dim)
     arrays = [
         pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim)
@@ -195,9 +204,9 @@ def prepare_for_write(
     _add_missing_fields(table, schema)
 
 
-def check_search(have: IndexRecord, asking: Any, *, table: str, uri: str) -> None:
+def check_search(have: IndexRecord, asking: EmbedderIdentity, *, table: str, uri: str) -> None:
     """Refuse a search of the table ``table`` (built as ``have`` records) whose question was
-    embedded by another model (``asking``, an ``EmbedderIdentity``)."""
+    embedded by another model (``asking``)."""
     if not have.embedder.same_model(asking):
         raise EmbedderMismatchError(
             f"the index {table!r} in {uri} was built with {have.embedder.describe()}, but this "

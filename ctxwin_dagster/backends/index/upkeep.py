@@ -27,15 +27,20 @@ search and latency at 10 K-100 K rows of 384-d vectors).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
+
+from ctxwin_dagster.core.json_types import JSONObject
 
 __all__ = [
+    "AnnState",
     "IndexPolicy",
+    "IndexStats",
     "UpkeepReport",
     "ann_state",
     "ensure_fts",
@@ -47,6 +52,25 @@ __all__ = [
 _KEY = "ctxwin:ann:"
 VECTOR = "vector"
 T = TypeVar("T")
+
+
+class AnnState(TypedDict):
+    """When the ANN index was last trained, on how many rows, how many trainings, and its config."""
+
+    trained_rows: int
+    trained_at: str
+    trainings: int
+    config: str
+
+
+class IndexStats(TypedDict):
+    """LanceDB's statistics of one index."""
+
+    name: str
+    type: str
+    indexed_rows: int
+    unindexed_rows: int
+    parts: int
 
 
 @dataclass(frozen=True)
@@ -83,9 +107,16 @@ class IndexPolicy:
             raise ValueError(
                 f"retrain_growth must be > 0 (e.g. 0.5 = retrain after 50% growth); got {self.retrain_growth}"
             )
-        for name in ("max_deltas", "append_rows", "rows_per_partition", "nprobes", "refine_factor"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
+        counts = {
+            "max_deltas": self.max_deltas,
+            "append_rows": self.append_rows,
+            "rows_per_partition": self.rows_per_partition,
+            "nprobes": self.nprobes,
+            "refine_factor": self.refine_factor,
+        }
+        for name, value in counts.items():
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1; got {value}")
 
     def partitions(self, rows: int) -> int:
         return max(8, min(4096, rows // self.rows_per_partition))
@@ -107,11 +138,12 @@ class UpkeepReport:
     unindexed_rows: int
     seconds: float
 
-    def to_metadata(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_metadata(self) -> JSONObject:
+        metadata: JSONObject = asdict(self)
+        return metadata
 
 
-def retry_on_conflict(op: Callable[[], T], *, retries: int = 8, refresh: Callable[[], Any] | None = None) -> T:
+def retry_on_conflict(op: Callable[[], T], *, retries: int = 8, refresh: Callable[[], object] | None = None) -> T:
     """Run ``op``; on a commit conflict with another writer wait (jittered backoff) and retry."""
     for attempt in range(retries + 1):
         try:
@@ -161,7 +193,7 @@ def ensure_primary_key(table: Any, *, retries: int = 8) -> None:
     retry_on_conflict(mark, retries=retries, refresh=table.checkout_latest)
 
 
-def ann_state(table: Any) -> dict[str, Any]:
+def ann_state(table: Any) -> AnnState:
     """The ANN training record kept in the vector column's metadata (zeros if never trained)."""
     raw = table.schema.field(VECTOR).metadata or {}
     meta = {
@@ -207,7 +239,7 @@ def train_vector_index(table: Any, rows: int, policy: IndexPolicy) -> str:
     return config
 
 
-def _create_once(table: Any, column: str, config: Any, refresh: Callable[[], Any] | None) -> bool:
+def _create_once(table: Any, column: str, config: object, refresh: Callable[[], object] | None) -> bool:
     """Create an index that is missing; False if another writer made it meanwhile."""
     try:
         retry_on_conflict(lambda: table.create_index(column, config=config, replace=False), refresh=refresh)
@@ -222,7 +254,7 @@ def _stats(table: Any, index_name: str) -> Any:
     return table.index_stats(index_name)
 
 
-def maintain(table: Any, policy: IndexPolicy, *, refresh: Callable[[], Any] | None = None) -> UpkeepReport:
+def maintain(table: Any, policy: IndexPolicy, *, refresh: Callable[[], object] | None = None) -> UpkeepReport:
     """Bring ``table``'s indexes up to date: cheap after most writes; ``optimize()`` once every
     ``append_rows`` new rows and the rare retraining of the ANN index cost time that grows with
     the table (see the module's docstring)."""
@@ -280,7 +312,7 @@ def maintain(table: Any, policy: IndexPolicy, *, refresh: Callable[[], Any] | No
     )
 
 
-def ensure_fts(table: Any, writing: Any) -> bool:
+def ensure_fts(table: Any, writing: contextlib.AbstractContextManager[object]) -> bool:
     """Create the full-text index on ``embedded_text`` if it is missing; True if created.
     ``writing`` is the table's write lock (a context manager): the index is made once, by one
     writer, and a search that finds it made never waits for the lock."""
@@ -299,9 +331,9 @@ def ensure_fts(table: Any, writing: Any) -> bool:
     return True
 
 
-def index_stats(table: Any) -> dict[str, dict[str, Any]]:
+def index_stats(table: Any) -> dict[str, IndexStats]:
     """LanceDB's statistics of each index of ``table``, by column."""
-    out = {}
+    out: dict[str, IndexStats] = {}
     for cfg in table.list_indices():
         st = table.index_stats(cfg.name)
         out[",".join(cfg.columns)] = {

@@ -11,19 +11,14 @@ executor) are retried on commit conflicts. The URI is a local folder by default;
 URI works the same (endpoint and credentials from the environment: ``AWS_ENDPOINT``,
 ``AWS_ACCESS_KEY_ID``...).
 
-Writers of one table take turns: every write (upsert, delete, index upkeep, restore) holds the
-table's write lock (:mod:`ctxwin_dagster.backends.index.locks` says why, and what happens on an
-object store).
+Writers of one table take turns under its write lock, and damage is found and named with its fix
+(:mod:`~ctxwin_dagster.backends.index.tables`: the connection and its tables, which
+:class:`ChunkIndex` extends with the rows written and read in them).
 
 Indexes are kept up to date by :meth:`ChunkIndex.maintain` at a cost that does not grow with
 the table (see :mod:`ctxwin_dagster.backends.index.upkeep`). Search within one document is exact
 (a flat scan of its rows, held per table version: :mod:`~ctxwin_dagster.backends.index.reads`);
 search over the whole table uses the ANN index once there is one, and finds rows written since.
-
-A damaged table (a garbled or missing data file, lost newest manifests) is found and named with
-its fix by :meth:`ChunkIndex.verify`, by every open of a table (the version check) and by every
-failed read (:mod:`~ctxwin_dagster.backends.index.health`); :func:`~ctxwin_dagster.backends.index.rows.set_aside`
-moves a table out of the folder for ``ctxwin run --rebuild-index``.
 
 Each table records what built it, in its vector column's metadata (``ctxwin:embedder:*``, beside
 the ANN record): the embedding model, its dimension, its provider and the row strategy (how a
@@ -56,25 +51,15 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
-import re
-from collections.abc import Iterator, Mapping, Sequence
-from datetime import timedelta
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow.compute as pc
 
 from ctxwin_dagster.backends.embeddings.identity import EmbedderIdentity, identity_of
-from ctxwin_dagster.backends.index.health import (
-    DamagedIndexError,
-    WrittenVersions,
-    reraise_as_damage,
-    scan_problem,
-    version_problem,
-)
-from ctxwin_dagster.backends.index.locks import TableLocks
-from ctxwin_dagster.backends.index.reads import VersionedReads, fuse_rankings
+from ctxwin_dagster.backends.index.health import DamagedIndexError
+from ctxwin_dagster.backends.index.reads import fuse_rankings
 from ctxwin_dagster.backends.index.schema import (
     EmbedderMismatchError,
     IndexError_,
@@ -82,11 +67,13 @@ from ctxwin_dagster.backends.index.schema import (
     check_search,
     document_batch,
     prepare_for_write,
-    table_schema,
 )
+from ctxwin_dagster.backends.index.tables import LanceTables, sql_string
 from ctxwin_dagster.backends.index.upkeep import (
     VECTOR,
+    AnnState,
     IndexPolicy,
+    IndexStats,
     UpkeepReport,
     ann_state,
     ensure_fts,
@@ -95,7 +82,6 @@ from ctxwin_dagster.backends.index.upkeep import (
     maintain,
     retry_on_conflict,
 )
-from ctxwin_dagster.core.defaults import VARIANTS
 
 if TYPE_CHECKING:
     from ctxwin_dagster.backends.base import Embedder
@@ -111,14 +97,7 @@ __all__ = [
 ]
 
 
-def sql_string(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
-
-
-class ChunkIndex:
+class ChunkIndex(LanceTables):
     """The per-variant LanceDB tables of chunk rows and vectors.
 
     Args:
@@ -132,130 +111,11 @@ class ChunkIndex:
             :class:`DamagedIndexError` names (``ctxwin run``; another experiment's adds its home).
     """
 
-    def __init__(
-        self,
-        uri: str,
-        *,
-        storage_options: Mapping[str, str] | None = None,
-        table_suffix: str = "_chunks",
-        policy: IndexPolicy | None = None,
-        run_command: str = "ctxwin run",
-    ) -> None:
-        import lancedb  # imported here: only the index layer needs it
-
-        self.uri = str(uri)
-        # Every read checks for a newer version (another process may write), so open tables are kept.
-        self._db = lancedb.connect(
-            self.uri, storage_options=dict(storage_options or {}) or None, read_consistency_interval=timedelta(0)
-        )
-        self.table_suffix = table_suffix
-        self.policy = policy or IndexPolicy()
-        self._locks = TableLocks(self.uri)
-        self._open: dict[str, Any] = {}
-        self._reads = VersionedReads()  # one document's rows, counts and vectors per table version
-        self.run_command = run_command
-        self._written = WrittenVersions(self.uri)  # each table's version after the project's last write
-        self._scanned: dict[str, int] = {}  # table name -> the version a full scan found whole
-
-    @contextlib.contextmanager
-    def writing(self, variant: str, *, timeout_s: float = 900.0) -> Iterator[None]:
-        """Hold the variant table's write lock (see :mod:`~ctxwin_dagster.backends.index.locks`);
-        when the writes inside succeed, note the table's version they made."""
-        name = self.table_name(variant)
-        with self._locks.hold(name, timeout_s=timeout_s):
-            yield
-            table = self._open.get(name)
-            if table is not None:
-                self._written.note(name, table.version)
-
-    def table_path(self, variant: str) -> str:
-        """Where the variant's table is: its folder, or its object-store URI."""
-        return f"{self.uri.rstrip('/')}/{self.table_name(variant)}.lance"
-
-    def _damage(self, variant: str, problem: str) -> DamagedIndexError:
-        return DamagedIndexError(variant, self.table_path(variant), problem, run_command=self.run_command)
-
-    def _checked(self, variant: str, table: Any) -> Any:
-        """``table``, after checking that it is not older than the project's last write made it."""
-        written = self._written.get(table.name)  # read before the version: a writer notes after it commits
-        problem = version_problem(int(table.version), written)
-        if problem:
-            raise self._damage(variant, problem)
-        return table
-
-    def verify(self, variant: str) -> None:
-        """Check the variant's table: its version against the project's last write, then a full
-        scan of every column (once per table version in this object). Nothing to check when
-        there is no table.
-
-        Raises:
-            DamagedIndexError: naming the table, what is wrong and the fix.
-        """
-        table = self.lance_table(variant)
-        if table is None:
-            return
-        version = int(table.version)
-        if self._scanned.get(table.name) != version:
-            problem = scan_problem(table)
-            if problem:
-                raise self._damage(variant, problem)
-            self._scanned[table.name] = version
-
-    def reading(self, variant: str, table: Any):
-        """A context manager around reads of ``table``: a read that fails on a damaged table
-        raises :class:`DamagedIndexError` instead of LanceDB's error."""
-        return reraise_as_damage(table, lambda problem: self._damage(variant, problem))
-
-    def table_name(self, variant: str) -> str:
-        if not _SAFE_NAME.match(variant):
-            raise ValueError(f"variant {variant!r} must be letters, digits, '_' or '-'; e.g. one of {VARIANTS}")
-        return f"{variant}{self.table_suffix}"
-
-    def lance_table(
-        self, variant: str, dim: int | None = None, *, create: bool = False, record: IndexRecord | None = None
-    ) -> Any:
-        """The variant's LanceDB table, checked for damage (None when there is none): for the
-        index's own modules (rows set aside and restored, upkeep) and tests. With ``create`` a
-        missing table is made with ``dim``-wide vectors and ``record`` in its schema. Writes go
-        through :meth:`writing`, reads of many rows through :meth:`reading`."""
-        name = self.table_name(variant)
-        table = self._open.get(name)
-        if table is not None:
-            try:
-                table.version  # noqa: B018 - fails once another process has dropped the table
-            except Exception:
-                self._open.pop(name, None)
-            else:
-                return self._checked(variant, table)
-        if name in self._table_names():
-            table = self._checked(variant, self._db.open_table(name))
-        elif not create:
-            return None
-        elif dim is None:
-            raise ValueError("dim is needed to create a table")
-        else:
-            self._written.forget(name)  # a table made again starts at version 1
-            # A new table carries its record from its creation (in the vector field's metadata).
-            try:
-                table = self._db.create_table(name, schema=table_schema(dim, record), exist_ok=True)
-            except TypeError:  # older LanceDB without exist_ok
-                table = self._db.create_table(name, schema=table_schema(dim, record))
-        self._open[name] = table
-        return table
-
-    def _table_names(self) -> list[str]:
-        lister = getattr(self._db, "list_tables", None)
-        if lister is not None:
-            result = lister()
-            names = getattr(result, "tables", result)
-            return list(names)
-        return list(self._db.table_names())
-
     def replace_document(
         self,
         variant: str,
         doc_id: str,
-        rows: Sequence[Mapping[str, Any]],
+        rows: Sequence[Mapping[str, object]],
         vectors: np.ndarray,
         *,
         doc_sha256: str = "",
@@ -339,7 +199,7 @@ class ChunkIndex:
         where = f"doc_id = {sql_string(doc_id)}"
         with self.writing(variant):
             table.checkout_latest()
-            before = table.count_rows(where)
+            before = int(table.count_rows(where))
             if before:
                 retry_on_conflict(lambda: table.delete(where), refresh=table.checkout_latest)
         return before
@@ -349,7 +209,7 @@ class ChunkIndex:
         if table is None:
             return 0
         where = f"doc_id = {sql_string(doc_id)}" if doc_id else None
-        return self._reads.get(table, ("count", table.name, where), lambda: table.count_rows(where))
+        return self._reads.get(table, ("count", table.name, where), lambda: int(table.count_rows(where)))
 
     def counts_by_document(self, variant: str) -> dict[str, int]:
         """Rows per document, from one read of the table's ``doc_id`` column (checking every
@@ -388,7 +248,7 @@ class ChunkIndex:
                 .to_arrow()
                 .column("chunk_id")
             )
-        return len(ids) - pc.count_distinct(ids).as_py()
+        return len(ids) - int(pc.count_distinct(ids).as_py())
 
     def rows(
         self, variant: str, *, doc_id: str | None = None, columns: Sequence[str] | None = None
@@ -403,7 +263,8 @@ class ChunkIndex:
             query = table.search().where(f"doc_id = {sql_string(doc_id)}", prefilter=True) if doc_id else table.search()
             if columns:
                 query = query.select(list(columns))
-            return query.limit(None if not hasattr(query, "limit") else 10**9).to_list()
+            found: list[dict[str, Any]] = query.limit(None if not hasattr(query, "limit") else 10**9).to_list()
+            return found
 
         with self.reading(variant, table):
             if doc_id is None:
@@ -482,12 +343,6 @@ class ChunkIndex:
                 fq = fq.where(where or among, prefilter=True)
             return fuse_rankings((hits, fq.to_list()), k=k, rrf_k=rrf_k)
 
-    def record(self, variant: str) -> IndexRecord | None:
-        """What built the table (model, dimension, provider, row strategy); None when there is
-        no table, or it was made before records and no writer has named its embedder since."""
-        table = self.lance_table(variant)
-        return None if table is None else IndexRecord.from_metadata(table.schema.field(VECTOR).metadata)
-
     def check_embedder(
         self, variant: str, embedder: Embedder | EmbedderIdentity | str, *, dim: int | None = None
     ) -> IndexRecord | None:
@@ -508,25 +363,6 @@ class ChunkIndex:
             check_search(have, asking, table=self.table_name(variant), uri=self.uri)
         return have
 
-    def drop_table(self, variant: str) -> bool:
-        """Delete the variant's table and every row in it (explicit: nothing else deletes a
-        table); True if there was one."""
-        name = self.table_name(variant)
-        if name not in self._table_names():
-            return False
-        with self.writing(variant):
-            self._db.drop_table(name)
-            self.forget(name)
-        return True
-
-    def forget(self, name: str) -> None:
-        """The table ``name`` is gone (dropped, or set aside): forget what was read and noted of it;
-        a table made again under the name starts at version 1."""
-        self._open.pop(name, None)
-        self._reads.forget(name)
-        self._written.forget(name)
-        self._scanned.pop(name, None)
-
     def ensure_fts(self, variant: str) -> bool:
         """Create the full-text index on ``embedded_text`` if it is missing; True if created."""
         table = self.lance_table(variant)
@@ -546,7 +382,7 @@ class ChunkIndex:
             table.checkout_latest()
             return maintain(table, self.policy)
 
-    def ann_state(self, variant: str) -> dict[str, Any]:
+    def ann_state(self, variant: str) -> AnnState:
         """When the ANN index was last trained, on how many rows, and how many trainings."""
         table = self.lance_table(variant)
         return (
@@ -555,7 +391,7 @@ class ChunkIndex:
             else {"trained_rows": 0, "trained_at": "", "trainings": 0, "config": ""}
         )
 
-    def index_stats(self, variant: str) -> dict[str, dict[str, Any]]:
+    def index_stats(self, variant: str) -> dict[str, IndexStats]:
         """LanceDB's statistics of each index of the table, by column."""
         table = self.lance_table(variant)
         return {} if table is None else index_stats(table)

@@ -24,10 +24,10 @@ import json
 import re
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from ctxwin_dagster.backends.base import CallRecord, ChatRequest, ChatResult, Ledger
+from ctxwin_dagster.backends.base import CallRecord, ChatRequest, ChatResult, Ledger, Message
 from ctxwin_dagster.backends.chat.local_model import is_local_model
 from ctxwin_dagster.backends.planning.pricing import estimate_cost
 from ctxwin_dagster.backends.tasks.llm import LLMTasks
@@ -103,9 +103,9 @@ class DryRunChatBackend:
         self.over_limit = 0
         # Filler is cut from the document itself, so estimated outputs have its characters per token.
         self._sample = self.counter.encode(sample_text[:200_000]) if sample_text.strip() else []
-        self._recent: deque[list[Mapping[str, Any]]] = deque(maxlen=self.cache_recent)
+        self._recent: deque[list[Message]] = deque(maxlen=self.cache_recent)
 
-    def cached_tokens(self, messages: list[Mapping[str, Any]]) -> int:
+    def cached_tokens(self, messages: list[Message]) -> int:
         """Input tokens of ``messages`` a prefix-caching server would serve from its cache after
         the recent prompts; ``messages`` becomes one of them."""
         shared = max((self._shared_start(prev, messages) for prev in self._recent), default=(0, 0))
@@ -119,7 +119,7 @@ class DryRunChatBackend:
         return n // self.cache_block * self.cache_block
 
     @staticmethod
-    def _shared_start(a: list[Mapping[str, Any]], b: list[Mapping[str, Any]]) -> tuple[int, int]:
+    def _shared_start(a: list[Message], b: list[Message]) -> tuple[int, int]:
         """How two prompts start the same: the number of equal leading messages, then the
         characters at the start of the next message's content that are equal."""
         whole = 0
@@ -185,7 +185,7 @@ class DryRunChatBackend:
         return [self.complete(r) for r in requests]
 
 
-def _totals(records: list[CallRecord]) -> dict[str, Any]:
+def _totals(records: list[CallRecord]) -> dict[str, object]:
     t = Ledger.summarize(records)
     return {
         "calls": t["calls"],

@@ -23,12 +23,12 @@ import os
 import sys
 import threading
 import types
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from ctxwin_dagster.backends.base import Embedder
+from ctxwin_dagster.backends.base import Embedder
 
 __all__ = ["STRING_DISTANCES", "import_ragas", "ragas_embeddings", "string_measure"]
 
@@ -128,29 +128,31 @@ def ragas_embeddings(embedder: Embedder) -> Any:
     caches and stats keep working. Async calls run the embedder in a worker thread.
     """
     global _ADAPTER_CLASS
-    if not callable(getattr(embedder, "embed", None)):
+    if not isinstance(embedder, Embedder):
         raise TypeError(f"embedder must have embed(texts) -> array (a ctxwin Embedder); got {type(embedder).__name__}")
     r = import_ragas()
     if _ADAPTER_CLASS is None:
 
-        class CtxwinRagasEmbeddings(r.BaseRagasEmbedding):  # type: ignore[name-defined]  # ragas, imported lazily as r
+        class CtxwinRagasEmbeddings(r.BaseRagasEmbedding):  # type: ignore[name-defined, misc]  # ragas, imported lazily
             """A ctxwin embedder seen by ragas."""
 
             def __init__(self, inner: Embedder) -> None:
                 super().__init__(cache=None)
                 self.inner = inner
-                self.model = getattr(inner, "model", type(inner).__name__)
+                self.model = inner.model
 
-            def embed_text(self, text: str, **kwargs: Any) -> list[float]:
-                return np.asarray(self.inner.embed([text]), dtype=float)[0].tolist()
+            def embed_text(self, text: str, **kwargs: object) -> list[float]:
+                vector: list[float] = np.asarray(self.inner.embed([text]), dtype=float)[0].tolist()
+                return vector
 
-            async def aembed_text(self, text: str, **kwargs: Any) -> list[float]:
+            async def aembed_text(self, text: str, **kwargs: object) -> list[float]:
                 return await asyncio.to_thread(self.embed_text, text)
 
-            def embed_texts(self, texts: list[str], **kwargs: Any) -> list[list[float]]:
-                return np.asarray(self.inner.embed(list(texts)), dtype=float).tolist()
+            def embed_texts(self, texts: list[str], **kwargs: object) -> list[list[float]]:
+                vectors: list[list[float]] = np.asarray(self.inner.embed(list(texts)), dtype=float).tolist()
+                return vectors
 
-            async def aembed_texts(self, texts: list[str], **kwargs: Any) -> list[list[float]]:
+            async def aembed_texts(self, texts: list[str], **kwargs: object) -> list[list[float]]:
                 return await asyncio.to_thread(self.embed_texts, texts)
 
             def __repr__(self) -> str:
@@ -187,19 +189,21 @@ def string_measure(choice: str) -> tuple[Any, str]:
     from dataclasses import field as _field
 
     @_dc
-    class DifflibSimilarity(r.SingleTurnMetric):  # type: ignore[name-defined]  # ragas, imported lazily as r
+    class DifflibSimilarity(r.SingleTurnMetric):  # type: ignore[name-defined, misc]  # ragas, imported lazily
         """``difflib.SequenceMatcher(autojunk=False).ratio()`` of reference and response."""
 
         name: str = "difflib_similarity"
-        _required_columns: dict = _field(default_factory=lambda: {r.MetricType.SINGLE_TURN: {"reference", "response"}})
+        _required_columns: dict[object, set[str]] = _field(
+            default_factory=lambda: {r.MetricType.SINGLE_TURN: {"reference", "response"}}
+        )
 
-        def init(self, run_config: Any) -> None:
+        def init(self, run_config: object) -> None:
             pass
 
-        async def _single_turn_ascore(self, sample: Any, callbacks: Any) -> float:
+        async def _single_turn_ascore(self, sample: Any, callbacks: object) -> float:
             return _difflib_similarity(str(sample.reference or ""), str(sample.response or ""))
 
-        async def _ascore(self, row: dict, callbacks: Any) -> float:
+        async def _ascore(self, row: Mapping[str, object], callbacks: object) -> float:
             return _difflib_similarity(str(row.get("reference") or ""), str(row.get("response") or ""))
 
     return DifflibSimilarity(), "difflib"

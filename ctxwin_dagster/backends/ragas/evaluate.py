@@ -35,12 +35,14 @@ Example (no judge)::
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import threading
+import types
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,11 +55,14 @@ from ctxwin_dagster.backends.ragas.outcomes import Outcomes
 from ctxwin_dagster.core.evaluation.metrics.aggregation import aggregate, metric_names
 from ctxwin_dagster.core.evaluation.metrics.scoring import (
     DEFAULT_KS,
+    Catalog,
+    ChunkSource,
     chunk_catalog,
     reference_chunk_ids,
     reference_spans,
     score_answers,
 )
+from ctxwin_dagster.core.evaluation.record_values import as_int, mappings
 
 __all__ = ["NON_LLM_METRICS", "RagasEvaluation", "aevaluate_records", "evaluate_records"]
 
@@ -71,6 +76,9 @@ NON_LLM_METRICS: tuple[str, ...] = (
 _TEXT_METRICS = NON_LLM_METRICS[:2]
 _ID_METRICS = NON_LLM_METRICS[2:]
 _NO_CHUNK_TEXTS = "no chunk catalog with chunk texts (pass chunks= with 'text')"
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass
@@ -89,9 +97,9 @@ class RagasEvaluation:
         judge: the judge model (None without one); ``judge_usage``: requests and tokens.
     """
 
-    rows: list[dict[str, Any]]
-    summary: list[dict[str, Any]]
-    failures: list[dict[str, Any]]
+    rows: list[dict[str, object]]
+    summary: list[dict[str, Any]]  # read as numbers by its consumers
+    failures: list[dict[str, object]]
     metric_names: list[str]
     string_distance: str
     judge: str | None = None
@@ -114,16 +122,16 @@ class RagasEvaluation:
         for s in self.summary:
             if s["metric"] == metric and (variant is None or s["variant"] == variant):
                 for k in ("n_population", "n", "n_nan", "n_failed", "n_skipped", "n_missing"):
-                    out[k] += int(s.get(k) or 0)
+                    out[k] += as_int(s.get(k) or 0)
         if not out:
             raise KeyError(f"no metric {metric!r} in this evaluation; known: {self.metric_names}")
         return dict(out)
 
 
 async def aevaluate_records(
-    records: Iterable[Mapping[str, Any]],
+    records: Iterable[Mapping[str, object]],
     *,
-    chunks: Any = None,
+    chunks: ChunkSource = None,
     judge: JudgeConfig | None = None,
     embedder: Embedder | None = None,
     string_distance: str = "auto",
@@ -133,7 +141,23 @@ async def aevaluate_records(
     n_boot: int = 2_000,
     seed: int = 0,
 ) -> RagasEvaluation:
-    """Async :func:`evaluate_records` (use it inside a running event loop)."""
+    """Evaluate answer records with ragas (and ctxwin's metrics); see the module docstring.
+
+    Args:
+        records: answer records (see :mod:`ctxwin_dagster.core.evaluation.metrics.scoring`).
+        chunks: a chunk catalog (``{doc_id: [{"chunk_id", "start", "end", "text"}]}`` or chunk
+            rows with ``doc_id``): needed for ID-based recall and the non-LLM text metrics.
+        judge: a :class:`JudgeConfig` for the paper's metrics (None: non-LLM metrics only).
+        embedder: a ctxwin embedder for answer relevancy / correctness.
+        string_distance: ``"auto"``, ``"levenshtein"`` (rapidfuzz) or ``"difflib"``.
+        threshold: similarity above which a retrieved text matches a reference text.
+        ks: ``hit@k`` cut-offs.
+        include_unanswerable: run the judge metrics on unanswerable questions too.
+        n_boot, seed: the bootstrap CIs of the summary.
+
+    A coroutine, for a running event loop; :func:`evaluate_records` is the same call from plain
+    code.
+    """
     records = [dict(r) for r in records]
     if not 0 <= threshold <= 1:
         raise ValueError(f"threshold must be in [0, 1]; got {threshold}")
@@ -166,7 +190,7 @@ async def aevaluate_records(
     )
 
 
-def _non_llm_metrics(r: Any, measure: Any, threshold: float) -> dict[str, Any]:
+def _non_llm_metrics(r: types.SimpleNamespace, measure: Any, threshold: float) -> dict[str, Any]:
     """ragas's metric of each of :data:`NON_LLM_METRICS` (texts compared by ``measure``)."""
     return {
         "non_llm_context_precision_with_reference": r.NonLLMContextPrecisionWithReference(
@@ -179,14 +203,19 @@ def _non_llm_metrics(r: Any, measure: Any, threshold: float) -> dict[str, Any]:
 
 
 def _non_llm_samples(
-    r: Any, i: int, rec: Mapping[str, Any], row: Mapping[str, Any], catalog: Any, outcomes: Outcomes
+    r: types.SimpleNamespace,
+    i: int,
+    rec: Mapping[str, object],
+    row: Mapping[str, object],
+    catalog: Catalog | None,
+    outcomes: Outcomes,
 ) -> dict[str, Any]:
     """ragas's sample of each non-LLM metric that applies to record ``i`` (``row``: its scored
     row); a metric that does not is put in ``outcomes`` as skipped (or NaN) with the reason."""
     if not row["answerable"]:
         outcomes.skip(i, NON_LLM_METRICS, "unanswerable question")
         return {}
-    retrieved = list(rec.get("retrieved") or [])
+    retrieved = mappings(rec.get("retrieved"))
     if not retrieved:
         outcomes.skip(i, NON_LLM_METRICS, "no retrieved chunks")
         return {}
@@ -197,7 +226,9 @@ def _non_llm_samples(
     if ref_ids is None:
         # Precision only asks which retrieved chunks are relevant: the relevant retrieved ids suffice.
         relevant = [
-            str(h["chunk_id"]) for h in retrieved if any(int(h["start"]) < e and s < int(h["end"]) for s, e in spans)
+            str(h["chunk_id"])
+            for h in retrieved
+            if any(as_int(h["start"]) < e and s < as_int(h["end"]) for s, e in spans)
         ]
         sample = r.SingleTurnSample(retrieved_context_ids=ret_ids, reference_context_ids=relevant)
         outcomes.skip(i, ("id_based_context_recall",), "no chunk catalog (pass chunks=) nor reference_chunk_ids")
@@ -218,7 +249,7 @@ def _non_llm_samples(
 
 
 async def _score_samples(
-    i: int, row: Mapping[str, Any], samples: Mapping[str, Any], metrics: Mapping[str, Any], outcomes: Outcomes
+    i: int, row: Mapping[str, object], samples: Mapping[str, Any], metrics: Mapping[str, Any], outcomes: Outcomes
 ) -> None:
     """Score record ``i``'s ``samples`` with their ``metrics`` into ``outcomes``."""
     for m, sample in samples.items():
@@ -231,7 +262,7 @@ async def _score_samples(
 
 
 def _summary(
-    base_rows: list[dict[str, Any]],
+    base_rows: Sequence[Mapping[str, object]],
     outcomes: Outcomes,
     names: Sequence[str],
     ragas_metrics: Sequence[str],
@@ -239,7 +270,7 @@ def _summary(
     *,
     n_boot: int,
     seed: int,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """ctxwin's own metrics summarized per variant, then each of ``ragas_metrics`` per variant
     over its population (``all`` questions or the ``answerable`` ones)."""
     summary = []
@@ -247,7 +278,7 @@ def _summary(
     for s in aggregate(base_rows, metrics=own, n_boot=n_boot, seed=seed):
         s.update(source="ctxwin", n_failed=0, n_skipped=0, skip_reasons={})
         summary.append(s)
-    variants = list(dict.fromkeys(row["variant"] for row in base_rows))
+    variants = list(dict.fromkeys(str(row["variant"]) for row in base_rows))
     for variant in variants:
         idx = [i for i, row in enumerate(base_rows) if row["variant"] == variant]
         for m in ragas_metrics:
@@ -258,63 +289,41 @@ def _summary(
     return summary
 
 
-def evaluate_records(
-    records: Iterable[Mapping[str, Any]],
-    *,
-    chunks: Any = None,
-    judge: JudgeConfig | None = None,
-    embedder: Embedder | None = None,
-    string_distance: str = "auto",
-    threshold: float = 0.5,
-    ks: Sequence[int] = DEFAULT_KS,
-    include_unanswerable: bool = False,
-    n_boot: int = 2_000,
-    seed: int = 0,
-) -> RagasEvaluation:
-    """Evaluate answer records with ragas (and ctxwin's metrics); see the module docstring.
+def _in_own_loop(fn: Callable[P, Coroutine[object, object, R]], *, name: str, doc: str) -> Callable[P, R]:
+    """``fn`` made synchronous, called ``name`` and documented by ``doc``: each call runs its own
+    event loop (in a worker thread when the caller's thread already runs one)."""
 
-    Args:
-        records: answer records (see :mod:`ctxwin_dagster.core.evaluation.metrics.scoring`).
-        chunks: a chunk catalog (``{doc_id: [{"chunk_id", "start", "end", "text"}]}`` or chunk
-            rows with ``doc_id``): needed for ID-based recall and the non-LLM text metrics.
-        judge: a :class:`JudgeConfig` for the paper's metrics (None: non-LLM metrics only).
-        embedder: a ctxwin embedder for answer relevancy / correctness.
-        string_distance: ``"auto"``, ``"levenshtein"`` (rapidfuzz) or ``"difflib"``.
-        threshold: similarity above which a retrieved text matches a reference text.
-        ks: ``hit@k`` cut-offs.
-        include_unanswerable: run the judge metrics on unanswerable questions too.
-        n_boot, seed: the bootstrap CIs of the summary.
-
-    Synchronous: runs its own event loop (in a worker thread when one is already running).
-    """
-    kwargs = dict(
-        chunks=chunks,
-        judge=judge,
-        embedder=embedder,
-        string_distance=string_distance,
-        threshold=threshold,
-        ks=ks,
-        include_unanswerable=include_unanswerable,
-        n_boot=n_boot,
-        seed=seed,
-    )
-    records = list(records)
-    coro_factory = lambda: aevaluate_records(records, **kwargs)  # noqa: E731
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro_factory())
-    box: dict[str, Any] = {}
-
-    def run() -> None:
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            box["result"] = asyncio.run(coro_factory())
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = exc
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(fn(*args, **kwargs))
+        results: list[R] = []
+        errors: list[BaseException] = []
 
-    t = threading.Thread(target=run, name="ctxwin-ragas-eval")
-    t.start()
-    t.join()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
+        def in_thread() -> None:
+            try:
+                results.append(asyncio.run(fn(*args, **kwargs)))
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                errors.append(exc)
+
+        t = threading.Thread(target=in_thread, name="ctxwin-ragas-eval")
+        t.start()
+        t.join()
+        if errors:
+            raise errors[0]
+        return results[0]
+
+    run.__name__ = run.__qualname__ = name
+    run.__doc__ = doc
+    return run
+
+
+evaluate_records = _in_own_loop(
+    aevaluate_records,
+    name="evaluate_records",
+    doc="""Evaluate answer records with ragas (and ctxwin's metrics): :func:`aevaluate_records` (see
+    its arguments) from plain code. It runs its own event loop (in a worker thread when one is
+    already running).""",
+)

@@ -19,7 +19,8 @@ import asyncio
 import json
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+import types
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,8 +30,10 @@ from ctxwin_dagster.backends.chat.local_model import is_local_model
 from ctxwin_dagster.backends.ragas.compat import import_ragas, ragas_embeddings
 from ctxwin_dagster.backends.ragas.outcomes import Outcomes
 from ctxwin_dagster.core.evaluation.metrics.answers import reference_answers
+from ctxwin_dagster.core.evaluation.record_values import items
 
 if TYPE_CHECKING:
+    import httpx
     from openai import AsyncOpenAI
 
     from ctxwin_dagster.backends.base import Embedder
@@ -140,7 +143,7 @@ class JudgeUsage:
         self.input_tokens = 0
         self.output_tokens = 0
 
-    async def hook(self, response: Any) -> None:
+    async def hook(self, response: httpx.Response) -> None:
         if "/chat/completions" not in str(response.request.url):
             return
         self.requests += 1
@@ -178,28 +181,29 @@ _NEEDS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _tightened(kwargs: dict[str, Any], max_tokens: int) -> dict[str, Any]:
+def _tightened(kwargs: dict[str, object], max_tokens: int) -> dict[str, object]:
     """The judge's request for a small local model: its schema (instructor's JSON_SCHEMA mode puts
     it beside ``json_object``) tightened so that the verdict's JSON closes within the reply's
     tokens (:func:`~ctxwin_dagster.backends.chat.local_server.decoding_schema`), which llama.cpp
     then decodes under as a grammar."""
     from ctxwin_dagster.backends.chat.local_server import decoding_schema
 
-    schema = decoding_schema(kwargs.get("response_format"), int(kwargs.get("max_tokens") or max_tokens))
+    asked = kwargs.get("max_tokens")
+    schema = decoding_schema(kwargs.get("response_format"), asked if isinstance(asked, int) and asked else max_tokens)
     if schema is None:
         return kwargs
     return {**kwargs, "response_format": {"type": "json_object", "schema": dict(schema.schema)}}
 
 
-def _has_text(value: Any) -> bool:
+def _has_text(value: object) -> bool:
     return bool(str(value or "").strip())
 
 
 async def run_judge(
     judge: JudgeConfig,
     embedder: Embedder | None,
-    records: Sequence[Mapping[str, Any]],
-    base_rows: list[dict[str, Any]],
+    records: Sequence[Mapping[str, object]],
+    base_rows: Sequence[Mapping[str, object]],
     include_unanswerable: bool,
     outcomes: Outcomes,
     usage: JudgeUsage,
@@ -290,7 +294,7 @@ def _judge_client(judge: JudgeConfig, base_url: str | None, usage: JudgeUsage, *
 
     from ctxwin_dagster.backends.calls.secrets import async_http_client
 
-    http_client = async_http_client(event_hooks={"response": [usage.hook]})  # error bodies with the key masked
+    http_client = async_http_client(response_hooks=[usage.hook])  # error bodies with the key masked
     client = AsyncOpenAI(
         base_url=base_url,
         api_key=resolve_api_key(None, base_url, what=f"the judge {judge.model!r}", env=judge.api_key_env),
@@ -299,18 +303,18 @@ def _judge_client(judge: JudgeConfig, base_url: str | None, usage: JudgeUsage, *
         http_client=http_client,
     )
     policy = RetryPolicy(max_retries=judge.max_retries)
-    create = client.chat.completions.create
+    create: Callable[..., Coroutine[object, object, object]] = client.chat.completions.create
 
-    async def create_with_retries(*args: Any, **kwargs: Any) -> Any:
+    async def create_with_retries(*args: object, **kwargs: object) -> object:
         if tighten:
             kwargs = _tightened(kwargs, judge.max_tokens)
         return await policy.async_retrying()(create, *args, **kwargs)
 
-    client.chat.completions.create = create_with_retries  # type: ignore[method-assign]
+    client.chat.completions.create = create_with_retries  # type: ignore[method-assign, assignment]
     return client
 
 
-def _judge_llm(r: Any, judge: JudgeConfig, client: AsyncOpenAI, is_local: bool) -> Any:
+def _judge_llm(r: types.SimpleNamespace, judge: JudgeConfig, client: AsyncOpenAI, is_local: bool) -> Any:
     """ragas's LLM of the judge on ``client``."""
     # Extra model args reach instructor's create(): max_retries there is its number of attempts.
     llm = r.llm_factory(
@@ -331,7 +335,7 @@ def _judge_llm(r: Any, judge: JudgeConfig, client: AsyncOpenAI, is_local: bool) 
     return llm
 
 
-def _metric_objects(r: Any, judge: JudgeConfig, llm: Any, emb: Any) -> dict[str, Any]:
+def _metric_objects(r: types.SimpleNamespace, judge: JudgeConfig, llm: Any, emb: Any) -> dict[str, Any]:
     """ragas's metric of each of the judge's metrics."""
     make: dict[str, Callable[[], Any]] = {
         "faithfulness": lambda: r.Faithfulness(llm=llm),
@@ -348,8 +352,8 @@ def _metric_objects(r: Any, judge: JudgeConfig, llm: Any, emb: Any) -> dict[str,
 
 
 def _metric_inputs(
-    metric: str, rec: Mapping[str, Any], row: Mapping[str, Any], include_unanswerable: bool
-) -> dict[str, Any]:
+    metric: str, rec: Mapping[str, object], row: Mapping[str, object], include_unanswerable: bool
+) -> dict[str, str | list[str]]:
     """The arguments of ``metric``'s ``ascore`` for a record (``row``: its scored row).
 
     Raises:
@@ -358,7 +362,7 @@ def _metric_inputs(
     question = str(rec.get("question") or "")
     answer = str(rec.get("answer") or "")
     reference = next((x for x in reference_answers(rec.get("reference_answer")) if x.strip()), "")
-    contexts = [str(c) for c in (rec.get("contexts") or []) if _has_text(c)]
+    contexts = [str(c) for c in items(rec, "contexts") if _has_text(c)]
     if not row["answerable"] and not include_unanswerable:
         raise _Skip("unanswerable question")
     if not _has_text(question):
@@ -370,7 +374,7 @@ def _metric_inputs(
         raise _Skip("no contexts given to the model")
     if "reference" in needs and not _has_text(reference):
         raise _Skip("no reference answer")
-    args: dict[str, Any] = {"user_input": question}
+    args: dict[str, str | list[str]] = {"user_input": question}
     if "answer" in needs:
         args["response"] = answer
     if "contexts" in needs:
@@ -380,7 +384,7 @@ def _metric_inputs(
     return args
 
 
-async def _verdict(scorer: Any, metric: str, args: Mapping[str, Any]) -> float:
+async def _verdict(scorer: Any, metric: str, args: Mapping[str, str | list[str]]) -> float:
     """``metric``'s score of one record by its ragas ``scorer`` (NaN when ragas gives NaN).
 
     Raises:

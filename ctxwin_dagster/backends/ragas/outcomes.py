@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -38,7 +37,7 @@ class Outcomes:
         self.status: dict[tuple[int, str], tuple[str, str]] = {}  # (row, metric) -> (state, detail)
         self.values: dict[tuple[int, str], float | None] = {}
         #: ``{question_id, variant, metric, error}`` of every metric that raised.
-        self.failures: list[dict[str, Any]] = []
+        self.failures: list[dict[str, object]] = []
 
     def put(self, i: int, metric: str, state: str, value: float | None, detail: str = "") -> None:
         """Keep what became of ``metric`` for record ``i``."""
@@ -54,7 +53,7 @@ class Outcomes:
         for metric in metrics:
             self.put(i, metric, "skipped", None, reason)
 
-    def fail(self, i: int, row: Mapping[str, Any], metric: str, exc: Exception) -> None:
+    def fail(self, i: int, row: Mapping[str, object], metric: str, exc: Exception) -> None:
         """``metric`` raised ``exc`` for record ``i`` (``row``: its scored row): NaN, and a failure."""
         message = f"{type(exc).__name__}: {exc}"
         self.put(i, metric, "failed", math.nan, message)
@@ -62,13 +61,13 @@ class Outcomes:
             {"question_id": row["question_id"], "variant": row["variant"], "metric": metric, "error": message[:500]}
         )
 
-    def rows(self, base_rows: Sequence[Mapping[str, Any]], metrics: Sequence[str]) -> list[dict[str, Any]]:
+    def rows(self, base_rows: Sequence[Mapping[str, object]], metrics: Sequence[str]) -> list[dict[str, object]]:
         """``base_rows`` with a column for each of ``metrics``: its value (None when skipped)."""
         return [{**base, **{m: self.values.get((i, m)) for m in metrics}} for i, base in enumerate(base_rows)]
 
     def summary(
         self, variant: str, metric: str, population: str, members: Sequence[int], *, source: str, n_boot: int, seed: int
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """The summary of ``metric`` over the records ``members`` (the ``population`` of
         ``variant``): counts by state, the reasons for skipping, and the mean of the scores with
         its bootstrap CI."""

@@ -14,8 +14,9 @@ Three small protocols (:class:`~.results.Summarizer`, :class:`~.results.Contextu
   (sentence index and MMR in :mod:`~ctxwin_dagster.backends.tasks.selection`). Deterministic, no
   network, cost 0, and labelled ``engine="extractive"`` everywhere.
 
-Each class holds its engine's settings and the tasks' interface; the work is in one module per
-task, both engines side by side with what they share: :mod:`.summaries`, :mod:`.cc_contexts`
+Each class holds its engine's settings; the tasks' interface, one for both, is
+:mod:`.interface`'s, and the work is in one module per task, both engines side by side with what
+they share: :mod:`.summaries`, :mod:`.cc_contexts`
 (CC-RAG), :mod:`.swb_contexts` (SWB-RAG) and :mod:`.answers`. What the tasks of one engine have
 in common is :mod:`.llm_calls`'s (requests, waves of calls, prompts fitted to the model) or
 :mod:`.extractive_work`'s (embeddings, sentence indexes, records, the memo of :mod:`.memo`). The

@@ -17,8 +17,10 @@ from collections.abc import Sequence
 from ctxwin_dagster.backends.base import CallTags
 from ctxwin_dagster.backends.tasks.answering import AnswerRule, answer_from_passages
 from ctxwin_dagster.backends.tasks.extractive_work import ExtractiveWork
+from ctxwin_dagster.backends.tasks.interface import Question
 from ctxwin_dagster.backends.tasks.llm_calls import LLMCalls
 from ctxwin_dagster.backends.tasks.results import STAGE_ANSWER, AnswerResult
+from ctxwin_dagster.core.evaluation.record_values import as_float, items
 from ctxwin_dagster.core.methods.prompts import (
     PromptTemplate,
     detect_language,
@@ -43,8 +45,19 @@ def answer_template(
 class LLMAnswers(LLMCalls):
     """The LLM engine's answers."""
 
-    def _answer_many(self, items: Sequence[tuple[str, Sequence[tuple[str, str]], str]]) -> list[AnswerResult]:
-        """Every question's call at once, for :meth:`~ctxwin_dagster.backends.tasks.llm.LLMTasks.answer_many`."""
+    def _answer(
+        self, question: str, passages: Sequence[tuple[str, str]], doc_id: str, starts: Sequence[int | None] | None
+    ) -> AnswerResult:
+        """An answer from ``passages`` citing their chunk ids, or ``NOT_IN_DOCUMENTS``.
+
+        Passages that do not fit the model are dropped from the end (the least relevant when
+        they come ranked) and counted in ``stats["answer_passages_dropped"]``. The model reads
+        the passages themselves, so ``starts`` is not used.
+        """
+        return self._answer_many([(question, passages, doc_id)])[0]
+
+    def _answer_many(self, items: Sequence[Question]) -> list[AnswerResult]:
+        """Every question's call at once (concurrent calls)."""
         requests = []
         metas = []
         for question, given, doc_id in items:
@@ -83,18 +96,22 @@ class ExtractiveAnswers(ExtractiveWork):
     def _answer(
         self, question: str, passages: Sequence[tuple[str, str]], doc_id: str, starts: Sequence[int | None] | None
     ) -> AnswerResult:
-        """The answer from the memo, or selected (:meth:`_select_answer`) and kept."""
+        """The passage sentences that answer the question (see
+        :func:`~ctxwin_dagster.backends.tasks.answering.answer_from_passages`), citing their chunk
+        ids; ``starts``, the passages' offsets in their documents, tell a document's opening.
+        From the memo, or selected (:meth:`_select_answer`) and kept."""
         passages, lang, tpl = answer_template(question, passages)
         offsets = list(starts) if starts is not None else None
         key = self.memo.key("answer", question, passages, tpl.id, offsets)
         hit = self.memo.get(key)
         if hit is not None:
-            if hit["not_found"]:
+            not_found, score = bool(hit["not_found"]), hit["score"]
+            if not_found:
                 self.stats["answers_not_found"] += 1
             recs = self._replay(hit["records"], doc_id)
-            return AnswerResult(
-                hit["text"], hit["cited"], hit["not_found"], recs, self.engine, self.model, tpl.id, [], hit["score"]
-            )
+            cited = [str(c) for c in items(hit, "cited")]
+            best = None if score is None else as_float(score)
+            return AnswerResult(str(hit["text"]), cited, not_found, recs, self.engine, self.model, tpl.id, [], best)
         result = self._select_answer(question, passages, doc_id, tpl, english=lang == "en", starts=offsets)
         self._keep(
             key,
@@ -106,12 +123,16 @@ class ExtractiveAnswers(ExtractiveWork):
         )
         return result
 
+    def _answer_many(self, items: Sequence[Question]) -> list[AnswerResult]:
+        """Each question's answer, one after the other."""
+        return [self._answer(q, p, d, None) for q, p, d in items]
+
     def _select_answer(
         self,
         question: str,
         passages: list[tuple[str, str]],
         doc_id: str,
-        tpl,
+        tpl: PromptTemplate,
         *,
         english: bool,
         starts: Sequence[int | None] | None = None,

@@ -18,7 +18,7 @@ import numpy as np
 from ctxwin_dagster.backends.base import CallRecord, CallTags
 from ctxwin_dagster.backends.tasks.extractive_work import ExtractiveWork, text_sha
 from ctxwin_dagster.backends.tasks.llm_calls import LLMCalls
-from ctxwin_dagster.backends.tasks.memo import chunk_parts
+from ctxwin_dagster.backends.tasks.memo import chunk_parts, section_of
 from ctxwin_dagster.backends.tasks.results import STAGE_CONTEXT, ContextResult
 from ctxwin_dagster.core.budget.fit import ContextOverflowError
 from ctxwin_dagster.core.methods.prompts import PromptTemplate, detect_language, get_template
@@ -63,8 +63,16 @@ def cc_result(
 class LLMCCContexts(LLMCalls):
     """The LLM engine's CC-RAG contexts."""
 
-    def _contextualize_cc(self, document_text: str, chunks: list[ChunkLike], doc_id: str) -> list[ContextResult]:
-        """Every chunk's call, in waves, for :meth:`~ctxwin_dagster.backends.tasks.llm.LLMTasks.contextualize_cc`."""
+    def _contextualize_cc(
+        self, document_text: str, chunks: list[ChunkLike], doc_id: str, title: str | None
+    ) -> list[ContextResult]:
+        """One call per chunk with the whole document (Anthropic's contextual retrieval), in
+        waves; ``title`` is not in the prompt.
+
+        Raises:
+            ContextOverflowError: the document does not fit the model — nothing is cut, since
+                CC-RAG is defined by the whole document; the message names the fixes.
+        """
         check_chunks(document_text, chunks)
         if not chunks:
             return []
@@ -100,7 +108,9 @@ class ExtractiveCCContexts(ExtractiveWork):
     def _contextualize_cc(
         self, document_text: str, chunks: list[ChunkLike], doc_id: str, title: str | None
     ) -> list[ContextResult]:
-        """The contexts from the memo, or selected (:meth:`_select_cc`) and kept."""
+        """Per chunk: the most related sentences of the whole document (not the chunk's own),
+        after ``title`` and the chunk's section; from the memo, or selected (:meth:`_select_cc`)
+        and kept."""
         check_chunks(document_text, chunks)
         if not chunks:
             return []
@@ -110,7 +120,15 @@ class ExtractiveCCContexts(ExtractiveWork):
             key, doc_id, lambda: self._select_cc(document_text, chunks, doc_id, title, lang, tpl)
         )
 
-    def _select_cc(self, document_text, chunks, doc_id, title, lang, tpl) -> list[ContextResult]:
+    def _select_cc(
+        self,
+        document_text: str,
+        chunks: list[ChunkLike],
+        doc_id: str,
+        title: str | None,
+        lang: str,
+        tpl: PromptTemplate,
+    ) -> list[ContextResult]:
         t0 = time.perf_counter()
         idx = self._index_text(document_text)
         queries = self._embed([c.text for c in chunks])
@@ -121,7 +139,7 @@ class ExtractiveCCContexts(ExtractiveWork):
             ts = time.perf_counter()
             relevance = idx.vectors @ q + base_rel
             relevance[idx.overlapping(c.start, c.end)] = -np.inf  # never the chunk's own sentences
-            prefix = self._prefix(lang, title, getattr(c, "section", None))
+            prefix = self._prefix(lang, title, section_of(c))
             rows = sorted(self._pick_context(idx.vectors, relevance, idx.tokens, prefix))  # document order
             ctx = self._with_prefix(prefix, " ".join(idx.texts[r] for r in rows))
             msgs = tpl.render(document=document_text, chunk=c.text)

@@ -6,9 +6,10 @@ LLM engine would send — the SWB batch prompts come from
 :func:`~ctxwin_dagster.core.methods.swb.swb_batch_prompts`, the function the LLM engine sends — so
 input volumes (tokens, characters) are reported the same way offline.
 
-:class:`ExtractiveTasks` holds the settings and the tasks' interface; the work of each task is in
-its module, beside the LLM engine's (:mod:`.summaries`, :mod:`.cc_contexts`, :mod:`.swb_contexts`,
-:mod:`.answers`), and what the tasks have in common is :mod:`.extractive_work`'s.
+:class:`ExtractiveTasks` holds the settings (the tasks' interface is :mod:`.interface`'s); the
+work of each task is in its module, beside the LLM engine's (:mod:`.summaries`,
+:mod:`.cc_contexts`, :mod:`.swb_contexts`, :mod:`.answers`), and what the tasks have in common is
+:mod:`.extractive_work`'s.
 
 Example (offline)::
 
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -31,16 +31,15 @@ from ctxwin_dagster.backends.tasks.answer_signals import NOT_FOUND_MODEL
 from ctxwin_dagster.backends.tasks.answering import AnswerRule
 from ctxwin_dagster.backends.tasks.answers import ExtractiveAnswers
 from ctxwin_dagster.backends.tasks.cc_contexts import ExtractiveCCContexts
+from ctxwin_dagster.backends.tasks.interface import EngineTasks
 from ctxwin_dagster.backends.tasks.memo import TaskMemo, extractive_record
-from ctxwin_dagster.backends.tasks.results import AnswerResult, ContextResult, SummaryResult
 from ctxwin_dagster.backends.tasks.summaries import ExtractiveSummaries
 from ctxwin_dagster.backends.tasks.swb_contexts import ExtractiveSWBContexts
 from ctxwin_dagster.core.budget.tokens import PromptMeter, TokenCounter, get_token_counter
-from ctxwin_dagster.core.defaults import PAPER
-from ctxwin_dagster.core.methods.swb import ChunkLike
 
 if TYPE_CHECKING:
-    from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
+    from ctxwin_dagster.backends.calls.cache import ResponseCache
+    from ctxwin_dagster.backends.calls.null_cache import NullCache
 
 __all__ = ["DEFAULT_ANSWER_THRESHOLD", "ExtractiveTasks", "extractive_record"]
 
@@ -56,7 +55,7 @@ __all__ = ["DEFAULT_ANSWER_THRESHOLD", "ExtractiveTasks", "extractive_record"]
 DEFAULT_ANSWER_THRESHOLD = 0.40
 
 
-class ExtractiveTasks(ExtractiveSummaries, ExtractiveCCContexts, ExtractiveSWBContexts, ExtractiveAnswers):
+class ExtractiveTasks(ExtractiveSummaries, ExtractiveCCContexts, ExtractiveSWBContexts, ExtractiveAnswers, EngineTasks):
     """The tasks done by selecting sentences with an embedding model (offline, deterministic).
 
     * **summarize** — sentences split and embedded once per document; per segment the
@@ -163,65 +162,9 @@ class ExtractiveTasks(ExtractiveSummaries, ExtractiveCCContexts, ExtractiveSWBCo
                 NOT_FOUND_MODEL,
                 mmr_lambda,
                 self.counter.info.name,
-                getattr(embedder, "model", type(embedder).__name__),
+                embedder.model,
             ],
         )
 
     def __repr__(self) -> str:
         return f"ExtractiveTasks(model={self.model!r}, answer_threshold={self.answer_threshold})"
-
-    # ----------------------------------------------------------------- summary
-    def summarize(
-        self,
-        text: str,
-        *,
-        doc_id: str,
-        max_tokens: int = PAPER.summary_max_tokens,
-        segment_chars: int = PAPER.summary_segment_chars,
-        language: str | None = None,
-    ) -> SummaryResult:
-        """Central, diverse document sentences within ``max_tokens``, in document order."""
-        return self._summarize(text, doc_id, max_tokens, segment_chars, language)
-
-    # ----------------------------------------------------------------- contexts
-    def contextualize_cc(
-        self, document_text: str, chunks: Sequence[ChunkLike], *, doc_id: str, title: str | None = None
-    ) -> list[ContextResult]:
-        """Per chunk: the most related sentences of the whole document (not the chunk's own)."""
-        return self._contextualize_cc(document_text, list(chunks), doc_id, title)
-
-    def contextualize_swb(
-        self,
-        document_text: str,
-        chunks: Sequence[ChunkLike],
-        summary: str,
-        *,
-        doc_id: str,
-        batch_size: int = PAPER.swb_batch_size,
-        window_chars: int = PAPER.swb_window_chars,
-        title: str | None = None,
-    ) -> list[ContextResult]:
-        """Per chunk: the most related sentences of the summary and the batch's ±window.
-
-        Each batch is metered as the prompt :func:`~ctxwin_dagster.core.methods.swb.swb_batch_prompts`
-        builds for it, the prompt the LLM engine sends for the same batch.
-        """
-        return self._contextualize_swb(document_text, list(chunks), summary, doc_id, batch_size, window_chars, title)
-
-    # ----------------------------------------------------------------- answer
-    def answer(
-        self,
-        question: str,
-        passages: Sequence[tuple[str, str]],
-        *,
-        doc_id: str = "",
-        starts: Sequence[int | None] | None = None,
-    ) -> AnswerResult:
-        """The passage sentences that answer the question (see
-        :func:`~ctxwin_dagster.backends.tasks.answering.answer_from_passages`), citing their chunk
-        ids; ``starts``, the passages' offsets in their documents, tell a document's opening."""
-        return self._answer(question, passages, doc_id, starts)
-
-    def answer_many(self, items: Sequence[tuple[str, Sequence[tuple[str, str]], str]]) -> list[AnswerResult]:
-        """:meth:`answer` for many ``(question, passages, doc_id)``."""
-        return [self.answer(q, p, doc_id=d) for q, p, d in items]

@@ -14,8 +14,7 @@ import dataclasses
 import hashlib
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from ctxwin_dagster.backends.tasks.memo import TaskMemo, extractive_record, reco
 from ctxwin_dagster.backends.tasks.results import ContextResult
 from ctxwin_dagster.backends.tasks.selection import SentenceIndex, top_rows
 from ctxwin_dagster.core.budget.tokens import PromptMeter, TokenCounter
+from ctxwin_dagster.core.evaluation.record_values import mappings
 from ctxwin_dagster.core.text.sentences import split_sentences
 
 __all__ = ["ExtractiveWork", "text_sha"]
@@ -114,7 +114,7 @@ class ExtractiveWork:
         doc_id: str,
         variant: str,
         tpl_id: str,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, str]],
         output: str,
         latency: float,
     ) -> CallRecord:
@@ -124,10 +124,10 @@ class ExtractiveWork:
         self.ledger.add(rec)
         return rec
 
-    def _replay(self, stored: Sequence[dict[str, Any]], doc_id: str) -> list[CallRecord]:
-        """Stored records as this call's cache hits, in the ledger."""
+    def _replay(self, stored: object, doc_id: str) -> list[CallRecord]:
+        """Stored records (the list :meth:`_keep` wrote) as this call's cache hits, in the ledger."""
         out = []
-        for data in stored:
+        for data in mappings(stored):
             rec = record_from_dict(data)
             rec = dataclasses.replace(rec, tags=CallTags(rec.tags.stage, doc_id, rec.tags.variant))
             self.ledger.add(rec)
@@ -135,7 +135,7 @@ class ExtractiveWork:
         self.stats["cache_hits"] += len(out)
         return out
 
-    def _keep(self, key: str | None, records: Sequence[CallRecord], **fields: Any) -> None:
+    def _keep(self, key: str | None, records: Sequence[CallRecord], **fields: object) -> None:
         """A task's result (``fields``, JSON) and the records of its work, in the memo under ``key``."""
         self.memo.put(key, {**fields, "records": [record_to_dict(r) for r in records]})
 
@@ -158,12 +158,14 @@ class ExtractiveWork:
     def _with_prefix(prefix: str, body: str) -> str:
         return f"{prefix} {body}".strip() if prefix else body
 
-    def _memo_contexts(self, key: str | None, doc_id: str, compute) -> list[ContextResult]:
+    def _memo_contexts(
+        self, key: str | None, doc_id: str, compute: Callable[[], list[ContextResult]]
+    ) -> list[ContextResult]:
         """Contexts from the memo (as cache hits), or computed and stored."""
         hit = self.memo.get(key)
         if hit is not None:
             self._replay(hit["records"], doc_id)
-            return [ContextResult(**{**c, "cached": True}) for c in hit["contexts"]]
+            return [ContextResult.from_dict({**c, "cached": True}) for c in mappings(hit["contexts"])]
         mark = len(self.ledger)
         results = compute()
         self._keep(key, self.ledger.since(mark), contexts=[c.to_dict() for c in results])

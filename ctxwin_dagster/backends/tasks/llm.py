@@ -8,9 +8,10 @@ to fit the model (or refused with an error naming the fix), SWB replies are pars
 retried once and, failing that, replaced per chunk by a single-chunk call over the batch's
 window — every retry and fallback counted (:attr:`LLMTasks.stats`) and marked on the result.
 
-:class:`LLMTasks` holds the settings and the tasks' interface; the work of each task is in its
-module, beside the extractive engine's (:mod:`.summaries`, :mod:`.cc_contexts`,
-:mod:`.swb_contexts`, :mod:`.answers`), and the calls they make are :mod:`.llm_calls`'s.
+:class:`LLMTasks` holds the settings (the tasks' interface is :mod:`.interface`'s); the work of
+each task is in its module, beside the extractive engine's (:mod:`.summaries`,
+:mod:`.cc_contexts`, :mod:`.swb_contexts`, :mod:`.answers`), and the calls they make are
+:mod:`.llm_calls`'s.
 
 Example::
 
@@ -24,18 +25,16 @@ Example::
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 
-from ctxwin_dagster.backends.base import ChatBackend, Ledger
+from ctxwin_dagster.backends.base import ChatBackend, Ledger, chat_concurrency, chat_limits
 from ctxwin_dagster.backends.tasks.answers import LLMAnswers
 from ctxwin_dagster.backends.tasks.cc_contexts import LLMCCContexts
-from ctxwin_dagster.backends.tasks.results import AnswerResult, ContextResult, SummaryResult
+from ctxwin_dagster.backends.tasks.interface import EngineTasks
 from ctxwin_dagster.backends.tasks.summaries import LLMSummaries
 from ctxwin_dagster.backends.tasks.swb_contexts import LLMSWBContexts
-from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
+from ctxwin_dagster.core.budget.limits import ModelLimits
 from ctxwin_dagster.core.budget.tokens import PromptMeter, TokenCounter, get_token_counter
 from ctxwin_dagster.core.defaults import PAPER
-from ctxwin_dagster.core.methods.swb import ChunkLike
 
 __all__ = ["LLMTasks", "check_sampling"]
 
@@ -48,7 +47,7 @@ def check_sampling(temperature: float, top_p: float) -> None:
         raise ValueError(f"top_p must be in (0, 1]; got {top_p}")
 
 
-class LLMTasks(LLMSummaries, LLMCCContexts, LLMSWBContexts, LLMAnswers):
+class LLMTasks(LLMSummaries, LLMCCContexts, LLMSWBContexts, LLMAnswers, EngineTasks):
     """Summaries, CC/SWB contexts and answers from a chat model.
 
     Args:
@@ -98,13 +97,13 @@ class LLMTasks(LLMSummaries, LLMCCContexts, LLMSWBContexts, LLMAnswers):
         self.model = chat.model
         self.temperature = temperature
         self.top_p = top_p
-        self.limits = limits or getattr(chat, "limits", None) or get_model_limits(chat.model)
+        self.limits = chat_limits(chat, limits)
         if not isinstance(self.limits, ModelLimits):
             raise TypeError(f"limits must be a ModelLimits; got {type(self.limits).__name__}")
         self.max_tokens = min(max_tokens, self.limits.max_completion_tokens)
         self.counter = counter or get_token_counter(chat.model)
         self.meter = PromptMeter(self.counter)
-        self.wave_size = wave_size or max(16, 4 * int(getattr(chat, "max_concurrency", 8)))
+        self.wave_size = wave_size or max(16, 4 * chat_concurrency(chat))
         self.stats = Counter()
 
     @property
@@ -114,77 +113,3 @@ class LLMTasks(LLMSummaries, LLMCCContexts, LLMSWBContexts, LLMAnswers):
 
     def __repr__(self) -> str:
         return f"LLMTasks(model={self.model!r}, temperature={self.temperature}, top_p={self.top_p}, max_tokens={self.max_tokens})"
-
-    # ----------------------------------------------------------------- summary
-    def summarize(
-        self,
-        text: str,
-        *,
-        doc_id: str,
-        max_tokens: int = PAPER.summary_max_tokens,
-        segment_chars: int = PAPER.summary_segment_chars,
-        language: str | None = None,
-    ) -> SummaryResult:
-        """Map (one summary per segment of ≤ ``segment_chars``), then reduce to an overview of ≤ ``max_tokens``.
-
-        A document of one segment needs one call. A segment too long for the model is cut in
-        its middle to fit, and the cut is listed in ``notes``; an overview longer than
-        ``max_tokens`` is cut at its end (also noted).
-        """
-        return self._summarize(text, doc_id, max_tokens, segment_chars, language)
-
-    # ----------------------------------------------------------------- CC
-    def contextualize_cc(self, document_text: str, chunks: Sequence[ChunkLike], *, doc_id: str) -> list[ContextResult]:
-        """One call per chunk with the whole document (Anthropic's contextual retrieval).
-
-        Raises:
-            ContextOverflowError: the document does not fit the model — nothing is cut, since
-                CC-RAG is defined by the whole document; the message names the fixes.
-        """
-        return self._contextualize_cc(document_text, list(chunks), doc_id)
-
-    # ----------------------------------------------------------------- SWB
-    def contextualize_swb(
-        self,
-        document_text: str,
-        chunks: Sequence[ChunkLike],
-        summary: str,
-        *,
-        doc_id: str,
-        batch_size: int = PAPER.swb_batch_size,
-        window_chars: int = PAPER.swb_window_chars,
-    ) -> list[ContextResult]:
-        """One call per batch of ``batch_size`` chunks with the summary and ±``window_chars``.
-
-        Replies are parsed as JSON (code fences, prose around the object, a bare list and ids
-        abbreviated to a unique prefix or given as the chunk's number are repaired). A batch
-        whose reply is still unusable is retried once with a reminder (and a new prompt version,
-        so the cache cannot return the same reply); chunks still without a context then get a
-        single-chunk ``cc_context`` call over the batch's window (not the whole document), with
-        ``fallback=True`` and the reason in ``error``. All of it is counted in :attr:`stats`.
-
-        The batch prompts are :func:`~ctxwin_dagster.core.methods.swb.swb_batch_prompts`'s, sent as
-        they are unless one does not fit the model: then its windows are cut (far ends first).
-        """
-        return self._contextualize_swb(document_text, list(chunks), summary, doc_id, batch_size, window_chars)
-
-    # ----------------------------------------------------------------- answer
-    def answer(
-        self,
-        question: str,
-        passages: Sequence[tuple[str, str]],
-        *,
-        doc_id: str = "",
-        starts: Sequence[int | None] | None = None,
-    ) -> AnswerResult:
-        """An answer from ``passages`` citing their chunk ids, or ``NOT_IN_DOCUMENTS``.
-
-        Passages that do not fit the model are dropped from the end (the least relevant when
-        they come ranked) and counted in ``stats["answer_passages_dropped"]``. The model reads
-        the passages themselves, so ``starts`` is not used.
-        """
-        return self.answer_many([(question, passages, doc_id)])[0]
-
-    def answer_many(self, items: Sequence[tuple[str, Sequence[tuple[str, str]], str]]) -> list[AnswerResult]:
-        """:meth:`answer` for many ``(question, passages, doc_id)`` at once (concurrent calls)."""
-        return self._answer_many(items)

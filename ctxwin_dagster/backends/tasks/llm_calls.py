@@ -12,10 +12,9 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from ctxwin_dagster.backends.base import CallTags, ChatBackend, ChatRequest, ChatResult
+from ctxwin_dagster.backends.base import CallTags, ChatBackend, ChatRequest, ChatResult, Message, decodes_any_schema
 from ctxwin_dagster.core.budget.fit import ContextOverflowError, ensure_fit, truncate_text
 from ctxwin_dagster.core.budget.limits import ModelLimits
 from ctxwin_dagster.core.budget.tokens import PromptMeter, TokenCounter
@@ -45,7 +44,7 @@ class LLMCalls:
 
     def _request(
         self,
-        messages: Sequence[Mapping[str, Any]],
+        messages: Sequence[Message],
         tpl_id: str,
         tags: CallTags,
         *,
@@ -68,7 +67,7 @@ class LLMCalls:
         """The schema of an SWB batch reply. A backend that decodes any schema (the local model)
         gets each chunk's id fixed at its place and a length cap per context, so that the whole
         JSON fits the reply's tokens; a server gets the strict-mode subset."""
-        if not getattr(self.chat, "decodes_any_schema", False):
+        if not decodes_any_schema(self.chat):
             return swb_contexts_schema(ids)
         entries = [{"number": n, "context": ""} for n in range(1, len(ids) + 1)]
         skeleton = json.dumps({"contexts": entries}, separators=(",", ":"))

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ctxwin_dagster.backends.base import CallRecord, CallTags
 from ctxwin_dagster.core.budget.tokens import PromptMeter
+from ctxwin_dagster.core.json_types import JSONObject
 from ctxwin_dagster.core.methods.swb import ChunkLike
 
 if TYPE_CHECKING:
-    from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
+    from ctxwin_dagster.backends.calls.cache import ResponseCache
+    from ctxwin_dagster.backends.calls.null_cache import NullCache
 
 #: Bump when the extractive selection changes, so cached results are not reused.
 ALGORITHM_VERSION = "1"
@@ -31,7 +33,7 @@ def extractive_record(
     model: str,
     tags: CallTags,
     version: str,
-    messages: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, str]],
     output: str,
     latency: float,
 ) -> CallRecord:
@@ -52,13 +54,14 @@ def extractive_record(
     )
 
 
-def record_to_dict(rec: CallRecord) -> dict[str, Any]:
-    return dataclasses.asdict(rec)
+def record_to_dict(rec: CallRecord) -> JSONObject:
+    stored: JSONObject = dataclasses.asdict(rec)
+    return stored
 
 
-def record_from_dict(data: dict[str, Any]) -> CallRecord:
+def record_from_dict(data: Mapping[str, object]) -> CallRecord:
     """A stored record replayed as a cache hit (no time spent, nothing paid)."""
-    fields = dict(data)
+    fields: dict[str, Any] = dict(data)  # the fields as record_to_dict wrote them
     tags = CallTags(**fields.pop("tags"))
     fields.update(cache_hit=True, latency_s=0.0)
     return CallRecord(tags=tags, **fields)
@@ -67,25 +70,40 @@ def record_from_dict(data: dict[str, Any]) -> CallRecord:
 class TaskMemo:
     """Get or store a task's JSON result under a content key; no cache: always a miss."""
 
-    def __init__(self, cache: ResponseCache | NullCache | None, settings: Sequence[Any]) -> None:
+    def __init__(self, cache: ResponseCache | NullCache | None, settings: Sequence[object]) -> None:
         self.cache = cache
         self.settings = [ALGORITHM_VERSION, *settings]
 
-    def key(self, task: str, *parts: Any) -> str | None:
+    def key(self, task: str, *parts: object) -> str | None:
         if self.cache is None:
             return None
         return self.cache.make_key("extractive", task, self.settings, *parts)
 
-    def get(self, key: str | None) -> Any | None:
+    def get(self, key: str | None) -> JSONObject | None:
+        """The result stored under ``key`` (a JSON object), or None."""
         if key is None or self.cache is None:
             return None
-        return self.cache.get(key)
+        value = self.cache.get(key)
+        return value if isinstance(value, dict) else None
 
-    def put(self, key: str | None, value: Any) -> None:
+    def put(self, key: str | None, value: Mapping[str, object]) -> None:
         if key is not None and self.cache is not None:
             self.cache.put(key, value)
 
 
+@runtime_checkable
+class _Sectioned(Protocol):
+    """A chunk that knows its section (a :class:`~ctxwin_dagster.core.text.splitting.Chunk`)."""
+
+    @property
+    def section(self) -> str | None: ...
+
+
+def section_of(chunk: ChunkLike) -> str | None:
+    """The chunk's section (the heading path in force at its start), None when it has none."""
+    return chunk.section if isinstance(chunk, _Sectioned) else None
+
+
 def chunk_parts(chunks: Sequence[ChunkLike]) -> list[tuple[str, int, int, str, str]]:
     """What of the chunks a context depends on (ids, offsets, text, section)."""
-    return [(c.chunk_id, c.start, c.end, c.text, getattr(c, "section", None) or "") for c in chunks]
+    return [(c.chunk_id, c.start, c.end, c.text, section_of(c) or "") for c in chunks]

@@ -35,12 +35,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from ctxwin_dagster.backends.base import CallTags, ChatBackend, ChatRequest, ChatResult
+from ctxwin_dagster.backends.base import CallTags, ChatBackend, ChatRequest, ChatResult, chat_limits, decodes_any_schema
 from ctxwin_dagster.backends.tasks.llm import check_sampling
 from ctxwin_dagster.backends.tasks.question_drafts import Draft, read_draft, reply_fields
-from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
+from ctxwin_dagster.core.budget.limits import ModelLimits
 from ctxwin_dagster.core.budget.tokens import TokenCounter, get_token_counter
 from ctxwin_dagster.core.evaluation.qa.generation import (
     KINDS,
@@ -58,6 +57,7 @@ from ctxwin_dagster.core.evaluation.qa.generation import (
     spread,
 )
 from ctxwin_dagster.core.evaluation.qa.items import QAItem
+from ctxwin_dagster.core.json_types import JSONObject
 from ctxwin_dagster.core.methods.prompts.schemas import CHARS_PER_TOKEN_FLOOR, ReplySchema, qa_schema
 from ctxwin_dagster.core.methods.prompts.tables import NOT_IN_DOCUMENTS, QA_TEMPLATES
 from ctxwin_dagster.core.text.sentences import split_sentences
@@ -110,9 +110,9 @@ class QuestionWriter:
         self.temperature = temperature
         self.top_p = top_p
         self.closed_book = closed_book
-        self.limits = limits or getattr(chat, "limits", None) or get_model_limits(chat.model)
+        self.limits = chat_limits(chat, limits)
         self.counter = counter or get_token_counter(chat.model)
-        self.local = bool(getattr(chat, "decodes_any_schema", False))
+        self.local = decodes_any_schema(chat)
 
     def __repr__(self) -> str:
         return f"QuestionWriter(model={self.model!r}, temperature={self.temperature}, closed_book={self.closed_book})"
@@ -141,7 +141,7 @@ class QuestionWriter:
     def _request(
         self,
         template: str,
-        values: Mapping[str, Any],
+        values: Mapping[str, object],
         schema: ReplySchema,
         max_tokens: int,
         doc_id: str,
@@ -179,7 +179,7 @@ class QuestionWriter:
                 schema, budget = self._schema(
                     "qa_single", {"quote": self._options(p, text)}, ["answer", "question"], answer_within="quote"
                 )
-                values: dict[str, Any] = {"title": title, "text": p.text(text)}
+                values: dict[str, object] = {"title": title, "text": p.text(text)}
                 out.append(self._request("qa_single", values, schema, budget, doc_id, draft=True))
             elif kind == "two_passages":
                 a, b = group
@@ -324,7 +324,7 @@ class QuestionWriter:
         return GeneratedQuestions([self._item(doc_id, d) for d in kept], report)
 
     def _item(self, doc_id: str, d: Draft) -> QAItem:
-        meta: dict[str, Any] = {
+        meta: JSONObject = {
             "source": SOURCE,
             "kind": d.kind,
             "model": self.model,

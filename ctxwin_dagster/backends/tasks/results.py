@@ -11,14 +11,16 @@ OpenAI-compatible server or the local GGUF model behind its chat backend) and
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from ctxwin_dagster.backends.base import CallRecord, ChatBackend, Embedder, Ledger
 from ctxwin_dagster.core.budget.limits import ModelLimits
 from ctxwin_dagster.core.budget.tokens import TokenCounter
 from ctxwin_dagster.core.defaults import PAPER
+from ctxwin_dagster.core.evaluation.record_values import as_int
+from ctxwin_dagster.core.json_types import JSONObject
 from ctxwin_dagster.core.methods.swb import ChunkLike
 
 __all__ = [
@@ -78,8 +80,27 @@ class ContextResult:
     fallback: bool = False
     error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> JSONObject:
+        data: JSONObject = asdict(self)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> ContextResult:
+        """The result :meth:`to_dict` gave."""
+        error = data.get("error")
+        return cls(
+            str(data["chunk_id"]),
+            str(data["context"]),
+            str(data["engine"]),
+            str(data["model"]),
+            str(data["prompt_version"]),
+            as_int(data["input_tokens"]),
+            as_int(data["output_tokens"]),
+            as_int(data["input_chars"]),
+            bool(data["cached"]),
+            bool(data.get("fallback", False)),
+            None if error is None else str(error),
+        )
 
 
 @dataclass(frozen=True, slots=True)

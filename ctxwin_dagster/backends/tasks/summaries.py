@@ -25,6 +25,7 @@ from ctxwin_dagster.backends.tasks.llm_calls import LLMCalls
 from ctxwin_dagster.backends.tasks.results import STAGE_SUMMARY, SummaryResult
 from ctxwin_dagster.backends.tasks.selection import SentenceIndex, central_rows
 from ctxwin_dagster.core.budget.fit import truncate_text
+from ctxwin_dagster.core.evaluation.record_values import as_int, items
 from ctxwin_dagster.core.methods.prompts import detect_language, format_summaries, get_template
 from ctxwin_dagster.core.methods.swb import split_segments
 
@@ -47,7 +48,13 @@ class LLMSummaries(LLMCalls):
     def _summarize(
         self, text: str, doc_id: str, max_tokens: int, segment_chars: int, language: str | None
     ) -> SummaryResult:
-        """Map then reduce, for :meth:`~ctxwin_dagster.backends.tasks.llm.LLMTasks.summarize`."""
+        """Map (one summary per segment of ≤ ``segment_chars``), then reduce to an overview of ≤
+        ``max_tokens``.
+
+        A document of one segment needs one call. A segment too long for the model is cut in
+        its middle to fit, and the cut is listed in ``notes``; an overview longer than
+        ``max_tokens`` is cut at its end (also noted).
+        """
         check_summary_input(text, doc_id, max_tokens)
         lang = language or detect_language(text)
         tags = CallTags(STAGE_SUMMARY, doc_id)
@@ -98,15 +105,17 @@ class ExtractiveSummaries(ExtractiveWork):
     def _summarize(
         self, text: str, doc_id: str, max_tokens: int, segment_chars: int, language: str | None
     ) -> SummaryResult:
-        """The summary from the memo, or selected (:meth:`_select_summary`) and kept."""
+        """Central, diverse document sentences within ``max_tokens``, in document order: from the
+        memo, or selected (:meth:`_select_summary`) and kept."""
         lang = language or detect_language(text)
         tpl_ids = [get_template(n, lang).id for n in ("summarize_segment", "summarize_overview")]
         key = self.memo.key("summarize", text_sha(text), max_tokens, segment_chars, lang, tpl_ids)
         hit = self.memo.get(key)
         if hit is not None:
             records = self._replay(hit["records"], doc_id)
+            segments = [str(s) for s in items(hit, "segments")]
             return SummaryResult(
-                hit["text"], hit["segments"], records, lang, self.engine, self.model, hit["n_tokens"], []
+                str(hit["text"]), segments, records, lang, self.engine, self.model, as_int(hit["n_tokens"]), []
             )
         result = self._select_summary(text, doc_id, max_tokens, segment_chars, lang)
         self._keep(key, result.records, text=result.text, segments=result.segments, n_tokens=result.n_tokens)

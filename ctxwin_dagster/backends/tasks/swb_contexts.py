@@ -27,13 +27,14 @@ import numpy as np
 from ctxwin_dagster.backends.base import CallRecord, CallTags, ChatResult
 from ctxwin_dagster.backends.chat.structured import ENFORCED
 from ctxwin_dagster.backends.tasks.extractive_work import ExtractiveWork, text_sha
+from ctxwin_dagster.backends.tasks.interface import SWBJob
 from ctxwin_dagster.backends.tasks.llm_calls import LLMCalls
-from ctxwin_dagster.backends.tasks.memo import chunk_parts
+from ctxwin_dagster.backends.tasks.memo import chunk_parts, section_of
 from ctxwin_dagster.backends.tasks.results import STAGE_CONTEXT, ContextResult
 from ctxwin_dagster.core.methods.prompts import PromptOutputError, PromptTemplate, get_template, parse_swb_contexts
 from ctxwin_dagster.core.methods.prompts.schemas import ReplySchema
 from ctxwin_dagster.core.methods.prompts.tables import SWB_RETRY_NOTE
-from ctxwin_dagster.core.methods.swb import ChunkLike, SWBPrompts, batch_shares, swb_batch_prompts
+from ctxwin_dagster.core.methods.swb import ChunkLike, SWBPrompts, batch_shares
 
 __all__ = ["ExtractiveSWBContexts", "LLMSWBContexts", "in_chunk_order"]
 
@@ -73,25 +74,33 @@ class _BatchReplies:
 class LLMSWBContexts(LLMCalls):
     """The LLM engine's SWB-RAG contexts."""
 
-    def _contextualize_swb(
-        self, document_text: str, chunks: list[ChunkLike], summary: str, doc_id: str, batch_size: int, window_chars: int
-    ) -> list[ContextResult]:
-        """The four steps of :meth:`~ctxwin_dagster.backends.tasks.llm.LLMTasks.contextualize_swb`."""
-        swb = swb_batch_prompts(document_text, chunks, summary, batch_size=batch_size, window_chars=window_chars)
-        if not swb.batches:
-            return []
+    def _contextualize_swb(self, job: SWBJob) -> list[ContextResult]:
+        """One call per batch of ``batch_size`` chunks with the summary and ±``window_chars``, in
+        the four steps of the module docstring (``title`` is not in the prompt).
+
+        Replies are parsed as JSON (code fences, prose around the object, a bare list and ids
+        abbreviated to a unique prefix or given as the chunk's number are repaired). A batch
+        whose reply is still unusable is retried once with a reminder (and a new prompt version,
+        so the cache cannot return the same reply); chunks still without a context then get a
+        single-chunk ``cc_context`` call over the batch's window (not the whole document), with
+        ``fallback=True`` and the reason in ``error``. All of it is counted in ``stats``.
+
+        The batch prompts are :func:`~ctxwin_dagster.core.methods.swb.swb_batch_prompts`'s, sent as
+        they are unless one does not fit the model: then its windows are cut (far ends first).
+        """
+        swb, doc_id = job.swb, job.doc_id
         cc_tpl = get_template("cc_context", swb.language)
         calls = self._swb_calls(swb, doc_id)
         replies = self._ask_swb_batches(calls)
         if replies.errors:
             self._retry_swb_batches(calls, replies, doc_id)
-        fallbacks = self._swb_fallbacks(document_text, swb, cc_tpl, calls, replies, doc_id)
+        fallbacks = self._swb_fallbacks(job.document_text, swb, cc_tpl, calls, replies, doc_id)
         results = [
             result
             for k, batch in enumerate(calls.batches)
             for result in self._swb_batch_results(k, batch, calls.template, cc_tpl, replies, fallbacks)
         ]
-        return in_chunk_order(results, chunks)
+        return in_chunk_order(results, job.chunks)
 
     def _swb_calls(self, swb: SWBPrompts, doc_id: str) -> _SWBCalls:
         """The batches' calls: each prompt as built, or with its windows cut to fit the model."""
@@ -272,39 +281,30 @@ def _lenient(text: str, ids: Sequence[str]) -> dict[str, str]:
 class ExtractiveSWBContexts(ExtractiveWork):
     """The extractive engine's SWB-RAG contexts."""
 
-    def _contextualize_swb(
-        self,
-        document_text: str,
-        chunks: list[ChunkLike],
-        summary: str,
-        doc_id: str,
-        batch_size: int,
-        window_chars: int,
-        title: str | None,
-    ) -> list[ContextResult]:
-        """The contexts from the memo, or selected (:meth:`_select_swb`) and kept."""
-        swb = swb_batch_prompts(document_text, chunks, summary, batch_size=batch_size, window_chars=window_chars)
-        if not swb.batches:
-            return []
+    def _contextualize_swb(self, job: SWBJob) -> list[ContextResult]:
+        """Per chunk: the most related sentences of the summary and the batch's ±window, after
+        ``title`` and the chunk's section; from the memo, or selected (:meth:`_select_swb`) and
+        kept. Each batch is metered as the prompt
+        :func:`~ctxwin_dagster.core.methods.swb.swb_batch_prompts` builds for it, the prompt the
+        LLM engine sends for the same batch."""
         key = self.memo.key(
             "swb",
-            text_sha(document_text),
-            chunk_parts(chunks),
-            text_sha(summary),
-            batch_size,
-            window_chars,
-            title,
-            swb.template.id,
+            text_sha(job.document_text),
+            chunk_parts(job.chunks),
+            text_sha(job.swb.summary),
+            job.batch_size,
+            job.window_chars,
+            job.title,
+            job.swb.template.id,
         )
-        return self._memo_contexts(
-            key, doc_id, lambda: self._select_swb(document_text, chunks, summary, swb, doc_id, title)
-        )
+        return self._memo_contexts(key, job.doc_id, lambda: self._select_swb(job))
 
-    def _select_swb(self, document_text, chunks, summary, swb, doc_id, title) -> list[ContextResult]:
+    def _select_swb(self, job: SWBJob) -> list[ContextResult]:
+        swb, doc_id, title = job.swb, job.doc_id, job.title
         lang, tpl = swb.language, swb.template
-        idx = self._index_text(document_text)
-        sum_idx = self._index_text(summary) if summary.strip() else None
-        queries = dict(zip((c.chunk_id for c in chunks), self._embed([c.text for c in chunks]), strict=True))
+        idx = self._index_text(job.document_text)
+        sum_idx = self._index_text(swb.summary) if swb.summary.strip() else None
+        queries = dict(zip((c.chunk_id for c in job.chunks), self._embed([c.text for c in job.chunks]), strict=True))
         results: list[ContextResult] = []
         for b in swb.batches:
             ts = time.perf_counter()
@@ -330,7 +330,7 @@ class ExtractiveSWBContexts(ExtractiveWork):
                 relevance = vecs @ queries[c.chunk_id] if len(texts) else np.zeros(0, np.float32)
                 own = np.isin(window_rows, idx.overlapping(c.start, c.end))
                 relevance[n_sum:][own] = -np.inf  # never the chunk's own sentences
-                prefix = self._prefix(lang, title, getattr(c, "section", None))
+                prefix = self._prefix(lang, title, section_of(c))
                 picked = sorted(self._pick_context(vecs, relevance, toks, prefix))  # summary first, then document order
                 contexts.append((c.chunk_id, self._with_prefix(prefix, " ".join(texts[j] for j in picked))))
                 if not contexts[-1][1]:
@@ -344,4 +344,4 @@ class ExtractiveSWBContexts(ExtractiveWork):
                 results.append(
                     ContextResult(cid, ctx, self.engine, self.model, tpl.id, in_tok, out_tok, in_chars, False)
                 )
-        return in_chunk_order(results, chunks)
+        return in_chunk_order(results, job.chunks)

@@ -30,23 +30,33 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
-from ctxwin_dagster.backends.base import CallRecord, CallTags, ChatBackend, ChatRequest, Embedder, Ledger
+from ctxwin_dagster.backends.base import (
+    CallRecord,
+    CallTags,
+    ChatBackend,
+    Embedder,
+    Ledger,
+    chat_limits,
+    decodes_any_schema,
+)
 from ctxwin_dagster.backends.chat.structured import ENFORCED
 from ctxwin_dagster.backends.tasks.answering import AnswerRule, answer_from_passages
 from ctxwin_dagster.backends.tasks.extractive import DEFAULT_ANSWER_THRESHOLD
 from ctxwin_dagster.backends.tasks.llm import check_sampling
+from ctxwin_dagster.backends.tasks.llm_calls import LLMCalls
 from ctxwin_dagster.backends.tasks.memo import extractive_record
-from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
+from ctxwin_dagster.backends.tasks.window_prompts import WindowPrompt, WindowReading
+from ctxwin_dagster.core.budget.limits import ModelLimits
 from ctxwin_dagster.core.budget.tokens import PromptMeter, TokenCounter, get_token_counter
 from ctxwin_dagster.core.methods.prompts import (
     NO_ANSWER,
-    SYNTHESIZE_TEMPLATES,
     WINDOW_RETRY_NOTE,
     PromptOutputError,
+    PromptTemplate,
+    WindowAnswer,
     detect_language,
     get_template,
     parse_window_answer,
@@ -57,7 +67,6 @@ from ctxwin_dagster.core.methods.sliding_qa import (
     Synthesis,
     WindowFinding,
     best_supported,
-    format_findings,
     locate_evidence,
     no_answer_finding,
     parse_synthesis,
@@ -70,11 +79,7 @@ __all__ = ["ExtractiveWindowReader", "LLMWindowReader"]
 _STAGE = "sliding_qa"
 
 
-def _synth_template(language: str):
-    return SYNTHESIZE_TEMPLATES.get(language, SYNTHESIZE_TEMPLATES["en"])
-
-
-class LLMWindowReader:
+class LLMWindowReader(WindowReading, LLMCalls):
     """Window answers and their merge from a chat model (see the module docstring).
 
     Args:
@@ -112,7 +117,7 @@ class LLMWindowReader:
             raise ValueError(f"max_tokens must be >= 16 (a JSON answer needs room); got {max_tokens}")
         self.chat = chat
         self.model = chat.model
-        self.limits = limits or getattr(chat, "limits", None) or get_model_limits(chat.model)
+        self.limits = chat_limits(chat, limits)
         self.max_tokens = min(max_tokens, self.limits.max_completion_tokens)
         self.temperature = temperature
         self.top_p = top_p
@@ -125,26 +130,10 @@ class LLMWindowReader:
     def __repr__(self) -> str:
         return f"LLMWindowReader(model={self.model!r}, max_tokens={self.max_tokens})"
 
-    def _lang(self, question: str, text: str) -> str:
-        return self.language or detect_language(question + "\n" + text[:20_000])
-
-    def _request(self, messages: list[dict[str, str]], version: str, *, json_mode: bool) -> ChatRequest:
-        """A window answer (``json_mode``: held to :func:`window_answer_schema`) or a synthesis."""
-        return ChatRequest(
-            messages=tuple(messages),
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_tokens=self.max_tokens,
-            json_mode=json_mode,
-            prompt_version=version,
-            tags=self.tags,
-            schema=self._schema() if json_mode else None,
-        )
-
     def _schema(self) -> ReplySchema:
         """The window answer's schema; with its strings capped to the reply's tokens for a backend
         that decodes any schema (the local model), so the JSON is never cut."""
-        return window_answer_schema(self.max_tokens if getattr(self.chat, "decodes_any_schema", False) else None)
+        return window_answer_schema(self.max_tokens if decodes_any_schema(self.chat) else None)
 
     def window_token_limit(self, *, summary: str | None = None, question: str = "") -> int:
         """The most tokens a window may hold so that its prompt fits the model."""
@@ -155,27 +144,15 @@ class LLMWindowReader:
         )
         return self.limits.available_prompt_tokens(self.max_tokens) - self.meter.count_messages(frame) - 16
 
-    def read(
-        self,
-        question: str,
-        windows: Sequence[Window],
-        *,
-        numbers: Sequence[int],
-        total: int,
-        summary: str | None = None,
+    def _read(
+        self, question: str, windows: Sequence[Window], numbers: Sequence[int], prompts: list[WindowPrompt]
     ) -> list[WindowFinding]:
         """One ``window_answer`` call per window, all of the wave at once."""
-        prompts = []
-        for w, n in zip(windows, numbers, strict=True):
-            lang = self._lang(question, w.text)
-            tpl = get_template("window_answer", lang)
-            msgs = tpl.render(
-                summary_block=summary_block(summary, lang), window=n, windows=total, text=w.text, question=question
-            )
-            prompts.append((tpl, lang, msgs))
         self.stats["windows"] += len(prompts)
-        first = self.chat.complete_many([self._request(m, t.id, json_mode=True) for t, _, m in prompts])
-        parsed: dict[int, Any] = {}
+        first = self.chat.complete_many(
+            [self._request(m, t.id, self.tags, schema=self._schema()) for t, _, m in prompts]
+        )
+        parsed: dict[int, WindowAnswer] = {}
         errors: dict[int, str] = {}
         records: dict[int, list[CallRecord]] = {i: [r.record] for i, r in enumerate(first)}
         for i, res in enumerate(first):
@@ -193,7 +170,7 @@ class LLMWindowReader:
                 tpl, lang, msgs = prompts[i]
                 msgs = [dict(m) for m in msgs]
                 msgs[-1]["content"] += WINDOW_RETRY_NOTE.get(lang, WINDOW_RETRY_NOTE["en"])
-                reqs.append(self._request(msgs, f"{tpl.id}+retry1", json_mode=True))
+                reqs.append(self._request(msgs, f"{tpl.id}+retry1", self.tags, schema=self._schema()))
             self.stats["retried"] += len(reqs)
             for i, res in zip(retry, self.chat.complete_many(reqs), strict=True):
                 records[i].append(res.record)
@@ -230,20 +207,17 @@ class LLMWindowReader:
             )
         return out
 
-    def synthesize(self, question: str, findings: Sequence[WindowFinding], *, summary: str | None = None) -> Synthesis:
+    def _synthesize(
+        self, findings: Sequence[WindowFinding], tpl: PromptTemplate, msgs: list[dict[str, str]]
+    ) -> Synthesis:
         """One ``window_synthesize`` call over the answers; citations ``[W<n>]`` name the windows."""
-        lang = self.language or detect_language(question + "\n" + " ".join(f.answer for f in findings))
-        tpl = _synth_template(lang)
-        msgs = tpl.render(
-            summary_block=summary_block(summary, lang), question=question, answers=format_findings(findings)
-        )
         self.stats["syntheses"] += 1
-        res = self.chat.complete(self._request(msgs, tpl.id, json_mode=False))
+        res = self.chat.complete(self._request(msgs, tpl.id, self.tags))
         parsed = parse_synthesis(res.text, [f.window for f in findings])
         return Synthesis(parsed.text, parsed.windows, (res.record,), parsed.not_found)
 
 
-class ExtractiveWindowReader:
+class ExtractiveWindowReader(WindowReading):
     """Window answers by sentence selection with an embedding model (see the module docstring).
 
     Args:
@@ -316,14 +290,8 @@ class ExtractiveWindowReader:
         self.ledger.add(rec)
         return rec
 
-    def read(
-        self,
-        question: str,
-        windows: Sequence[Window],
-        *,
-        numbers: Sequence[int],
-        total: int,
-        summary: str | None = None,
+    def _read(
+        self, question: str, windows: Sequence[Window], numbers: Sequence[int], prompts: list[WindowPrompt]
     ) -> list[WindowFinding]:
         """Per window: the extractive answer (:mod:`.answering`'s rule) or ``NO_ANSWER``."""
         t0 = time.perf_counter()
@@ -333,13 +301,8 @@ class ExtractiveWindowReader:
         self._embed(texts)  # one batch for every window; each window's answer reads the cache
         embed_s = (time.perf_counter() - t0) / max(1, len(windows))
         out: list[WindowFinding] = []
-        for w, n in zip(windows, numbers, strict=True):
+        for w, n, (tpl, lang, msgs) in zip(windows, numbers, prompts, strict=True):
             ts = time.perf_counter()
-            lang = detect_language(question + "\n" + w.text[:20_000])
-            tpl = get_template("window_answer", lang)
-            msgs = tpl.render(
-                summary_block=summary_block(summary, lang), window=n, windows=total, text=w.text, question=question
-            )
             found = answer_from_passages(
                 question, [(f"W{n}", w.text)], self._embed, rule=self.rule, english=lang == "en", starts=[w.start]
             )
@@ -360,16 +323,13 @@ class ExtractiveWindowReader:
             )
         return out
 
-    def synthesize(self, question: str, findings: Sequence[WindowFinding], *, summary: str | None = None) -> Synthesis:
+    def _synthesize(
+        self, findings: Sequence[WindowFinding], tpl: PromptTemplate, msgs: list[dict[str, str]]
+    ) -> Synthesis:
         """The best-supported answer (highest similarity, then agreement); records the merge
         prompt the LLM reader would send."""
         ts = time.perf_counter()
         best, support = best_supported(findings)
-        lang = detect_language(question + "\n" + " ".join(f.answer for f in findings))
-        tpl = _synth_template(lang)
-        msgs = tpl.render(
-            summary_block=summary_block(summary, lang), question=question, answers=format_findings(findings)
-        )
         windows = tuple(f.window for f in support)
         text = f"{best.answer} " + "[" + ", ".join(f"W{n}" for n in windows) + "]"
         rec = self._record(msgs, tpl.id, text, time.perf_counter() - ts)

@@ -19,9 +19,9 @@ from ctxwin_dagster.backends.chat.errors import ChatBackendError, chat_error
 from ctxwin_dagster.backends.embeddings.openai import OpenAIEmbedder
 from ctxwin_dagster.backends.planning.preflight import EndpointError, check_endpoint
 from ctxwin_dagster.core.budget.limits import get_model_limits
-from ctxwin_dagster.defs.resources import ChatModelResource, EmbeddingsResource
-from ctxwin_dagster.defs.staleness import resource_versions
-from ctxwin_dagster.runner.runs import run_warnings
+from ctxwin_dagster.defs.model_resources import ChatModelResource, EmbeddingsResource
+from ctxwin_dagster.defs.versions import resource_versions
+from ctxwin_dagster.runner.run_events import run_warnings
 from ctxwin_dagster.testing import FakeOpenAIServer
 from ctxwin_dagster.testing.chat import TEST_MODEL, chat_request, loopback_chat
 

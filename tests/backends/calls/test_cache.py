@@ -19,7 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxwin_dagster.backends.calls.cache import NullCache, ResponseCache
+from ctxwin_dagster.backends.calls.cache import ResponseCache
+from ctxwin_dagster.backends.calls.null_cache import NullCache
 
 
 @pytest.fixture

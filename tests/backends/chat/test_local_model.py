@@ -33,13 +33,8 @@ from ctxwin_dagster.core.budget.limits import get_model_limits
 from ctxwin_dagster.core.budget.tokens import PromptMeter, get_token_counter
 from ctxwin_dagster.core.methods.prompts import get_template
 from ctxwin_dagster.definitions import INDEXING_ASSETS
-from ctxwin_dagster.defs.resources import (
-    ChatModelResource,
-    EmbeddingsResource,
-    LanceDBResource,
-    PipelineSettings,
-    ProjectSettings,
-)
+from ctxwin_dagster.defs.model_resources import ChatModelResource, EmbeddingsResource
+from ctxwin_dagster.defs.resources import LanceDBResource, PipelineSettings, ProjectSettings
 
 pytestmark = pytest.mark.slow
 

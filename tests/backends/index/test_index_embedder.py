@@ -182,7 +182,7 @@ def test_asker_open_builds_the_configured_embedder_through_the_factory(tmp_path,
 
 
 def test_embeddings_resource_builds_through_the_factory(tmp_path):
-    from ctxwin_dagster.defs.resources import EmbeddingsResource
+    from ctxwin_dagster.defs.model_resources import EmbeddingsResource
 
     res = EmbeddingsResource(
         provider="openai", model="text-embedding-3-large", api_key="sk-test", batch_size=5, cache_dir=str(tmp_path)

@@ -135,8 +135,9 @@ def test_index_asset_and_ctxwin_ask_on_s3(s3, tmp_path, capsys):
     from ctxwin_dagster.cli import main
     from ctxwin_dagster.defs.indexes.assets import t_rag_index
     from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
+    from ctxwin_dagster.defs.model_resources import EmbeddingsResource
     from ctxwin_dagster.defs.partitions import documents_partitions
-    from ctxwin_dagster.defs.resources import EmbeddingsResource, LanceDBResource, ProjectSettings
+    from ctxwin_dagster.defs.resources import LanceDBResource, ProjectSettings
 
     uri = s3.uri()
     docs = tmp_path / "documents"

@@ -376,7 +376,8 @@ def test_nan_heavy_scores_fail_the_asset_check(tmp_path):
 
     from ctxwin_dagster.core.text.splitting import Chunk
     from ctxwin_dagster.defs.evaluation.scores import t_rag_ragas_scores
-    from ctxwin_dagster.defs.resources import EmbeddingsResource, EvaluationSettings, JudgeResource
+    from ctxwin_dagster.defs.model_resources import EmbeddingsResource, JudgeResource
+    from ctxwin_dagster.defs.resources import EvaluationSettings
 
     chunks = [Chunk(c["chunk_id"], "d", i, c["start"], c["end"], c["text"]) for i, c in enumerate(CATALOG["d"])]
     heavy = [rec(f"n{i}", "t_rag", [0, 1], [[900, 950]]) for i in range(5)] + [rec("ok", "t_rag", [1], [[210, 250]])]
