@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import dagster as dg
 
@@ -26,19 +25,22 @@ from ctxwin_dagster.defs.evaluation.scores import cc_rag_ragas_scores, swb_rag_r
 from ctxwin_dagster.defs.indexes.assets import cc_rag_index, swb_rag_index, t_rag_index
 from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
 from ctxwin_dagster.defs.jobs import EXECUTOR, REQUEST_JOBS, VARIANT_JOBS, all_assets_job
-from ctxwin_dagster.defs.questions.assets import generated_questions
-from ctxwin_dagster.defs.resources import (
+from ctxwin_dagster.defs.model_resources import (
     ChatModelResource,
     EmbeddingsResource,
-    EvaluationSettings,
     JudgeResource,
-    LanceDBResource,
-    PipelineSettings,
-    ProjectSettings,
     QuestionWriterResource,
 )
+from ctxwin_dagster.defs.questions.assets import generated_questions
+from ctxwin_dagster.defs.resources import (
+    EvaluationSettings,
+    LanceDBResource,
+    PipelineSettings,
+    ProjectResources,
+    ProjectSettings,
+)
 from ctxwin_dagster.defs.sensors import documents_sensor
-from ctxwin_dagster.defs.staleness import with_settings_versions
+from ctxwin_dagster.defs.versions import with_settings_versions
 
 #: The assets that build the three indexes of a document: text, chunks, summary, contexts, embeddings.
 INDEXING_ASSETS = [
@@ -61,7 +63,7 @@ EVALUATION_ASSETS = [
 REQUEST_ASSETS = [generated_questions]
 
 
-def default_resources(experiment: Experiment | None = None, home: str | Path | None = None) -> dict[str, Any]:
+def default_resources(experiment: Experiment | None = None, home: str | Path | None = None) -> ProjectResources:
     """The resources of ``experiment`` (default: the sample's embedded defaults: no chat model,
     so the extractive engine; local embeddings; local LanceDB). With ``home``, the documents'
     ids are remembered in that Dagster home, so an id never changes because another file did."""
@@ -121,7 +123,7 @@ def home_definitions(home: str | Path | None = None, executor: dg.ExecutorDefini
     return build_definitions(executor, experiment=home_experiment(folder), home=folder or None)
 
 
-def home_resources(home: str | Path | None = None) -> dict[str, Any]:
+def home_resources(home: str | Path | None = None) -> ProjectResources:
     """The resources of the experiment of the Dagster home ``home`` (default ``$DAGSTER_HOME``)."""
     folder = home if home is not None else os.environ.get("DAGSTER_HOME")
     return default_resources(home_experiment(folder), folder or None)

@@ -64,7 +64,8 @@ def folder_resources(tmp_path):
     defaults) pointed at a documents folder, the sample's questions, and this test's own cache and
     index folders."""
     from ctxwin_dagster import definitions
-    from ctxwin_dagster.defs.resources import EmbeddingsResource, LanceDBResource, ProjectSettings
+    from ctxwin_dagster.defs.model_resources import EmbeddingsResource
+    from ctxwin_dagster.defs.resources import LanceDBResource, ProjectSettings
 
     def make(documents: Path, evaluation) -> dict:
         return {

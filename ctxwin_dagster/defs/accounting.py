@@ -1,12 +1,11 @@
 """Turning call records into the metadata a user reads in the Dagster UI."""
 
 from collections.abc import Iterable
-from typing import Any
 
-from ctxwin_dagster.backends.base import CallRecord, Ledger
+from ctxwin_dagster.backends.base import CallRecord, Ledger, Totals
 
 
-def call_metadata(records: Iterable[CallRecord], runtime_s: float) -> dict[str, Any]:
+def call_metadata(records: Iterable[CallRecord], runtime_s: float) -> Totals:
     """Counts, tokens, characters, costs and cache hits of ``records`` (never the key or prompts).
 
     ``cost_usd`` is the cost of the work (a cache hit counts at the cost of the call it reuses),

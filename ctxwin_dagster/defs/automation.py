@@ -22,24 +22,23 @@ evaluation for every document and asset.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
 from ctxwin_dagster.defs.jobs import ON_REQUEST_ASSETS
-from ctxwin_dagster.defs.staleness import (
+from ctxwin_dagster.defs.run_reasons import (
     DOCUMENTS_TAG,
     ON_REQUEST,
     REASON_TAG,
-    StalenessChecker,
     combined_reason,
     documents_label,
     short_reason,
-    stale_documents,
 )
+from ctxwin_dagster.defs.staleness import AssetGraph, StalenessChecker, stale_documents
 
 if TYPE_CHECKING:
-    from ctxwin_dagster.defs.resources import LanceDBResource, ProjectSettings
+    from ctxwin_dagster.defs.resources import LanceDBResource, ProjectResources, ProjectSettings
 
 #: When stale documents are rerun (hourly, on the hour, UTC).
 CRON = "0 * * * *"
@@ -72,7 +71,7 @@ class StaleByProjectRules(dg.AutomationCondition):
     def requires_cursor(self) -> bool:
         return False
 
-    def stale_partitions(self, instance: dg.DagsterInstance, graph: Any) -> dict[dg.AssetKey, set[str]]:
+    def stale_partitions(self, instance: dg.DagsterInstance, graph: AssetGraph) -> dict[dg.AssetKey, set[str]]:
         """asset key -> the documents for which it needs a run now."""
         job_keys = {
             k
@@ -89,7 +88,9 @@ class StaleByProjectRules(dg.AutomationCondition):
                     out.setdefault(key, set()).add(doc_id)
         return out
 
-    def run_reason(self, instance: dg.DagsterInstance, graph: Any, keys: set[dg.AssetKey], doc_ids: list[str]) -> str:
+    def run_reason(
+        self, instance: dg.DagsterInstance, graph: AssetGraph, keys: set[dg.AssetKey], doc_ids: list[str]
+    ) -> str:
         """Why a run of the assets ``keys`` over ``doc_ids`` runs now, worded as ``ctxwin run``
         words its own runs' reasons (``ctxwin_dagster.runner.runs``), or :data:`ON_REQUEST`."""
         stale, _ = stale_documents(instance, graph, self.settings, self.lancedb.index(), keys, doc_ids)
@@ -169,7 +170,7 @@ def tag_run_reason(context: dg.AssetExecutionContext) -> None:
     context.instance.add_run_tags(context.run_id, tags)
 
 
-def with_stale_reruns(assets: list[dg.AssetsDefinition], resources: dict[str, Any]) -> list[dg.AssetsDefinition]:
+def with_stale_reruns(assets: list[dg.AssetsDefinition], resources: ProjectResources) -> list[dg.AssetsDefinition]:
     """``assets`` with :func:`stale_rerun_condition` on the per-document ones (not on those run
     on request, which keep their own condition)."""
     condition = stale_rerun_condition(resources["settings"], resources["lancedb"])

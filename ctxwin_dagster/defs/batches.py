@@ -9,6 +9,8 @@ and the declarative automation, a :class:`~dagster.BackfillPolicy` that puts up 
 :data:`MAX_DOCUMENTS_PER_RUN` partitions in each run. This module makes the per-document assets
 serve such runs:
 
+* :func:`document_asset` declares a per-document asset (partitioned by document, its body
+  wrapped in :func:`per_document`).
 * :func:`per_document` wraps an asset body written for one document (it reads
   ``context.partition_key`` and one document's inputs). In a run of one partition the body runs
   as it is. In a run of several, it runs once per document, with that document's inputs and a
@@ -45,18 +47,19 @@ import inspect
 import json
 import pickle
 import traceback
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence, Set
 
 import dagster as dg
 from upath import UPath
 
 from ctxwin_dagster.defs.automation import tag_run_reason
+from ctxwin_dagster.defs.partitions import documents_partitions
 
 __all__ = [
     "FAILED_DOCUMENTS",
     "MAX_DOCUMENTS_PER_RUN",
     "DocumentsIOManager",
+    "document_asset",
     "documents_backfill_policy",
     "failed_documents_error",
     "per_document",
@@ -87,7 +90,7 @@ class _OneDocument:
     def partition_keys(self) -> list[str]:
         return [self._key]
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self._context, name)
 
 
@@ -101,9 +104,9 @@ def failed_documents_error(failed: Mapping[str, BaseException], *, total: int) -
     )
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """A metadata value as JSON can hold it."""
-    raw = getattr(value, "value", value)
+    raw = value.value if isinstance(value, dg.MetadataValue) else value
     try:
         json.dumps(raw)
     except (TypeError, ValueError):
@@ -126,7 +129,7 @@ def _merged_checks(by_document: Mapping[str, Sequence[dg.AssetCheckResult]]) -> 
             if any(r.severity == dg.AssetCheckSeverity.ERROR for _, r in failing)
             else items[0][1].severity
         )
-        metadata: dict[str, Any] = {
+        metadata: dict[str, dg.MetadataValue | str | int] = {
             "documents": len(items),
             "failing_documents": ", ".join(k for k, _ in failing) or "none",
         }
@@ -148,7 +151,7 @@ def per_document(fn: Callable[..., dg.MaterializeResult]) -> Callable[..., dg.Ma
     """
 
     @functools.wraps(fn)
-    def run(context: dg.AssetExecutionContext, **kwargs: Any) -> dg.MaterializeResult:
+    def run(context: dg.AssetExecutionContext, **kwargs: object) -> dg.MaterializeResult:
         tag_run_reason(context)  # a run from the UI or the automation gets the reason ctxwin run gives its own
         # A run of one partition (the UI, a direct call in a test) is the body as it is; only a
         # run over a range lists its documents (listing reads the instance's partitions).
@@ -161,7 +164,7 @@ def per_document(fn: Callable[..., dg.MaterializeResult]) -> Callable[..., dg.Ma
         results: dict[str, dg.MaterializeResult] = {}
         failed: dict[str, BaseException] = {}
         for key in keys:
-            one = {name: (value[key] if name in inputs else value) for name, value in kwargs.items()}
+            one = {name: (_of_document(value, key) if name in inputs else value) for name, value in kwargs.items()}
             try:
                 results[key] = fn(_OneDocument(context, key), **one)
             except Exception as exc:  # noqa: BLE001 - one document's error must not stop the others
@@ -190,7 +193,49 @@ def per_document(fn: Callable[..., dg.MaterializeResult]) -> Callable[..., dg.Ma
     return run
 
 
-def _is_resource(annotation: Any) -> bool:
+def document_asset(
+    *,
+    group_name: str,
+    code_version: str,
+    description: str,
+    kinds: Set[str] = frozenset({"python"}),
+    name: str | None = None,
+    ins: Mapping[str, dg.AssetIn] | None = None,
+    deps: Sequence[str] | None = None,
+    checks: Mapping[str, str] | None = None,
+    automation_condition: dg.AutomationCondition | None = None,
+) -> Callable[[Callable[..., dg.MaterializeResult]], dg.AssetsDefinition]:
+    """A per-document asset: one partition per document, its body written for one document and
+    run for each document of a run (:func:`per_document`); ``checks`` are its asset checks (name:
+    description), the other arguments :func:`dagster.asset`'s."""
+
+    def declare(fn: Callable[..., dg.MaterializeResult]) -> dg.AssetsDefinition:
+        asset = name or fn.__name__
+        specs = [dg.AssetCheckSpec(c, asset=asset, description=text) for c, text in checks.items()] if checks else None
+        return dg.asset(
+            name=name,
+            ins=ins,
+            deps=deps,
+            partitions_def=documents_partitions,
+            group_name=group_name,
+            kinds=set(kinds),
+            code_version=code_version,
+            description=description,
+            check_specs=specs,
+            automation_condition=automation_condition,
+        )(per_document(fn))
+
+    return declare
+
+
+def _of_document(value: object, key: str) -> object:
+    """The value of one document of an input of several (``{doc_id: value}``)."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"an input of a run of several documents is {{doc_id: value}}; got {type(value).__name__}")
+    return value[key]
+
+
+def _is_resource(annotation: object) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, dg.ConfigurableResource)
 
 
@@ -203,15 +248,15 @@ class _PickleFiles(dg.UPathIOManager):
         self.root = UPath(base_dir)
         super().__init__(base_path=self.root)
 
-    def dump_to_path(self, context: dg.OutputContext, obj: Any, path: UPath) -> None:
+    def dump_to_path(self, context: dg.OutputContext, obj: object, path: UPath) -> None:
         with path.open("wb") as fh:
             pickle.dump(obj, fh, pickle.HIGHEST_PROTOCOL)
 
-    def load_from_path(self, context: dg.InputContext, path: UPath) -> Any:
+    def load_from_path(self, context: dg.InputContext, path: UPath) -> object:
         with path.open("rb") as fh:
             return pickle.load(fh)
 
-    def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
+    def handle_output(self, context: dg.OutputContext, obj: object) -> None:
         keys = list(context.asset_partition_keys) if context.has_asset_partitions else []
         if len(keys) <= 1:
             return super().handle_output(context, obj)

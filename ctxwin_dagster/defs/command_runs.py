@@ -29,11 +29,12 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import dagster as dg
 
+from ctxwin_dagster.core.json_types import JSONObject, JSONValue
 from ctxwin_dagster.defs.jobs import VARIANT_JOBS, all_assets_job
+from ctxwin_dagster.defs.materializations import plain_metadata
 
 #: The tag that named the ``ctxwin`` command (``host:pid``) of a run, in homes written before the
 #: command went into the run key (:func:`command_of`); a run carries only the tags a person reads.
@@ -95,7 +96,7 @@ class CommandRequest:
     assets: list[str] | None = None
     checks: list[str] | None = None
     tags: dict[str, str] = field(default_factory=dict)
-    run_config: dict[str, Any] = field(default_factory=dict)
+    run_config: JSONObject = field(default_factory=dict)
     created: float = 0.0
 
     def run_request(self) -> dg.RunRequest:
@@ -137,7 +138,7 @@ def write_request(
     assets: Iterable[dg.AssetKey] | None = None,
     checks: Iterable[dg.AssetCheckKey] | None = None,
     tags: Mapping[str, str] | None = None,
-    run_config: Mapping[str, Any] | None = None,
+    run_config: Mapping[str, JSONValue] | None = None,
     command: str | None = None,
 ) -> CommandRequest:
     """Record a request for one run in ``instance``'s event log; returns it."""
@@ -166,7 +167,7 @@ def withdraw_requests(instance: dg.DagsterInstance, ids: Iterable[str]) -> None:
         _observe(instance, {"withdrawn": ids}, f"{len(ids)} request(s) withdrawn")
 
 
-def _observe(instance: dg.DagsterInstance, payload: dict[str, Any], text: str) -> None:
+def _observe(instance: dg.DagsterInstance, payload: Mapping[str, object], text: str) -> None:
     instance.report_runless_asset_event(
         dg.AssetObservation(
             asset_key=REQUESTS_ASSET, description=text, metadata={"ctxwin": dg.MetadataValue.json(payload)}
@@ -193,8 +194,9 @@ def read_requests(
     withdrawn: set[str] = set()
     for record in records:
         observation = record.asset_observation
-        meta = observation.metadata.get("ctxwin") if observation is not None else None
-        payload = getattr(meta, "value", None) or {}
+        payload = plain_metadata(observation.metadata).get("ctxwin") if observation is not None else None
+        if not isinstance(payload, dict):
+            continue
         if "request" in payload:
             try:
                 requests.append(CommandRequest(**payload["request"]))

@@ -7,8 +7,7 @@ public ``fetch_materializations``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 import dagster as dg
 
@@ -45,12 +44,29 @@ def latest_materializations(
     return out
 
 
+def plain_metadata(metadata: Mapping[str, object]) -> dict[str, object]:
+    """The plain values of Dagster metadata entries (a ``MetadataValue``'s ``value``; any other
+    entry as it is).
+
+    >>> plain_metadata({"n": dg.MetadataValue.int(3), "by_doc": dg.MetadataValue.json({"a": 1}), "raw": "x"})
+    {'n': 3, 'by_doc': {'a': 1}, 'raw': 'x'}
+    """
+    return {k: v.value if isinstance(v, dg.MetadataValue) else v for k, v in metadata.items()}
+
+
+def metadata_entry(record: dg.EventLogRecord | None, name: str) -> object:
+    """The plain value of the metadata entry ``name`` of a materialization record (None when the
+    record, or the entry, is missing)."""
+    materialization = record.asset_materialization if record is not None else None
+    return plain_metadata(materialization.metadata or {}).get(name) if materialization is not None else None
+
+
 def latest_metadata(
     instance: dg.DagsterInstance, key: dg.AssetKey | str, partition: str | None = None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The plain values of that materialization's metadata (empty if there is none)."""
     record = latest_materialization(instance, key, partition)
     materialization = record.asset_materialization if record is not None else None
     if materialization is None:
         return {}
-    return {k: getattr(v, "value", v) for k, v in (materialization.metadata or {}).items()}
+    return plain_metadata(materialization.metadata or {})

@@ -12,7 +12,8 @@ An asset partition is up to date when its latest materialization was made
   so a changed file changes everything downstream of it),
 * with the same settings: the code location folds a hash of the settings an asset's resources
   hold that change results (models, chunking, retrieval; not keys, caches or timeouts) into the
-  asset's code version (:func:`with_settings_versions`: ``2+settings.1a2b3c4d``), so Dagster
+  asset's code version (:func:`~ctxwin_dagster.defs.versions.with_settings_versions`:
+  ``2+settings.1a2b3c4d``), so Dagster
   itself records them with every materialization, whoever launched it — ``ctxwin run``, the UI,
   the hourly automation — and the UI marks the asset changed when the experiment's settings change; and
   ``qa_sets`` records the hash of its document's questions in its metadata (``qa_version``).
@@ -24,40 +25,21 @@ downstream of it in the job with it.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import dagster as dg
 
-from ctxwin_dagster.defs.materializations import latest_materialization, latest_materializations
+from ctxwin_dagster.defs.materializations import latest_materialization, latest_materializations, metadata_entry
+from ctxwin_dagster.defs.run_reasons import ON_REQUEST, short_reason
+from ctxwin_dagster.defs.versions import file_sha256, qa_versions
 
 if TYPE_CHECKING:
     from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
-    from ctxwin_dagster.core.text.folder import DocumentFolder
     from ctxwin_dagster.defs.resources import ProjectSettings
 
-#: A run's tag naming why it was launched.
-REASON_TAG = "ctxwin/reason"
-#: The tag of a run of several documents that names them as a person reads them (the range's own
-#: tags, ``dagster/asset_partition_range_*``, are hidden in the UI's list of runs).
-DOCUMENTS_TAG = "ctxwin/documents"
-#: Resource fields that never change a result (keys, caches, transport).
-NOT_RESULT_FIELDS = frozenset(
-    {
-        "api_key",
-        "cache_dir",
-        "max_concurrency",
-        "max_retries",
-        "timeout_s",
-        "connect_timeout_s",
-        "deadline_s",
-        "batch_size",
-    }
-)
 #: Inputs an asset reads outside Dagster, per asset key: {name: the metadata entry that records
 #: its version}; the caller passes the current versions as ``extra``.
 EXTRA_INPUTS = {"qa_sets": {"qa": "qa_version"}}
@@ -73,102 +55,40 @@ _DATA_VERSION = "dagster/data_version"
 _CODE_VERSION = "dagster/code_version"
 
 
-def documents_label(keys: Sequence[str]) -> str:
-    """The documents of a run, as the console and the run's tag name them.
+class AssetNode(Protocol):
+    """What the staleness rules read of one asset of Dagster's asset graph."""
 
-    >>> documents_label(["a", "b", "c"])
-    'a … c (3 documents)'
-    >>> documents_label(["a"])
-    'a'
-    """
-    return f"{keys[0]} … {keys[-1]} ({len(keys)} documents)" if len(keys) > 1 else "".join(keys)
+    @property
+    def is_partitioned(self) -> bool: ...
 
+    @property
+    def code_version(self) -> str | None: ...
 
-def _digest(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    @property
+    def parent_keys(self) -> Set[dg.AssetKey]: ...
 
-
-def resource_versions(defaults: Mapping[str, Any]) -> dict[str, str]:
-    """resource key -> hash of the settings that change results (``defaults``: the resource
-    objects of the :class:`~dagster.Definitions`)."""
-    out: dict[str, str] = {}
-    for key, resource in defaults.items():
-        fields = getattr(type(resource), "model_fields", {})
-        values = {name: getattr(resource, name, None) for name in fields}
-        out[key] = _digest({k: v for k, v in values.items() if k not in NOT_RESULT_FIELDS})
-    return out
+    @property
+    def child_keys(self) -> Set[dg.AssetKey]: ...
 
 
-def with_settings_versions(
-    assets: Iterable[dg.AssetsDefinition], resources: Mapping[str, Any]
-) -> list[dg.AssetsDefinition]:
-    """``assets`` with the hash of the settings of the resources each one uses added to its code
-    version (``"2"`` -> ``"2+settings.1a2b3c4d"``). Dagster then records the settings with every
-    materialization, and "code version changed" is also "settings changed"."""
-    versions = resource_versions(resources)
-    out = []
-    for asset in assets:
-        used = sorted(set(asset.required_resource_keys) & set(versions))
-        digest = _digest({k: versions[k] for k in used})[:8]
+class AssetGraph(Protocol):
+    """What the staleness rules read of Dagster's asset graph (``Definitions.resolve_asset_graph()``,
+    a repository's or an automation context's ``asset_graph``)."""
 
-        def versioned(spec: dg.AssetSpec, d: str = digest) -> dg.AssetSpec:
-            return spec.replace_attributes(code_version=f"{spec.code_version or '0'}+settings.{d}")
+    def get(self, key: dg.AssetKey) -> AssetNode: ...
 
-        out.append(asset.map_asset_specs(versioned))
-    return out
+    def get_all_asset_keys(self) -> Set[dg.AssetKey]: ...
+
+    @property
+    def toposorted_asset_keys(self) -> Sequence[dg.AssetKey]: ...
 
 
-def qa_version(items: Iterable[Mapping[str, Any]]) -> str:
-    """Hash of a document's question set (what ``qa_sets`` reads besides its inputs)."""
-    return _digest(sorted((dict(i) for i in items), key=lambda i: str(i.get("question_id"))))
-
-
-def qa_versions(
-    folder: Path, doc_ids: Iterable[str], documents: DocumentFolder | None = None
-) -> tuple[dict[str, str], dict[str, bool]]:
-    """Per document: the :func:`qa_version` of its questions in ``folder``, and whether it has any.
-
-    ``documents`` (a :class:`~ctxwin_dagster.core.text.folder.DocumentFolder`) resolves the
-    names questions give their documents (a file name, a stem) to doc_ids, as ``qa_sets`` does.
-
-    A folder that does not load gives every document the same marker version (its ``qa_sets``
-    fails with the loader's message when it runs).
-    """
-    from ctxwin_dagster.core.evaluation.qa.items import load_qa_folder
-
-    doc_ids = list(doc_ids)
-    try:
-        items = load_qa_folder(folder) if folder.is_dir() else []
-    except Exception as exc:
-        return {k: f"unreadable: {exc}"[:60] for k in doc_ids}, dict.fromkeys(doc_ids, True)
-    by_doc: dict[str, list[dict]] = {}
-    if documents is not None:
-        from ctxwin_dagster.core.evaluation.qa.resolve import resolve_questions
-
-        for doc_id, qs in resolve_questions(items, documents).by_doc.items():
-            by_doc[doc_id] = [q.to_dict() for q in qs]
-    else:
-        for q in items:
-            by_doc.setdefault(q.doc_id, []).append(q.to_dict())
-    return {k: qa_version(by_doc.get(k, [])) for k in doc_ids}, {k: bool(by_doc.get(k)) for k in doc_ids}
-
-
-def _file_hash(materialization: Any, tags: Mapping[str, str]) -> str | None:
+def _file_hash(record: dg.EventLogRecord, tags: Mapping[str, str]) -> str | None:
     """The file hash a ``raw_documents`` materialization recorded: its ``sha256`` metadata (a run
     of several documents records it per document; the data version is one per step), else the
     data version (runs made before the metadata held it)."""
-    recorded = getattr((materialization.metadata or {}).get("sha256"), "value", None)
+    recorded = metadata_entry(record, "sha256")
     return recorded if isinstance(recorded, str) else tags.get(_DATA_VERSION)
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes (``raw_documents``' data version)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass
@@ -199,73 +119,22 @@ class Staleness:
         return short_reason(key.to_user_string(), why)
 
 
-def short_reason(asset: str, why: str) -> str:
-    """A reason as a run's tag shows it: the cause first, in a few words, then the asset it
-    starts at (the UI's list of runs clips a tag at about 40 characters).
-
-    >>> short_reason("raw_documents", "never materialized")
-    'new document'
-    >>> short_reason("chunks", "code version 1 -> 2 (chunk ids now include the document id)")
-    'code changed: chunks'
-    >>> short_reason("t_rag_ragas_scores", "upstream t_rag_answers rematerialized since")
-    't_rag_answers rematerialized'
-    >>> short_reason("qa_sets", "qa changed")
-    'questions changed: qa_sets'
-    """
-    if asset == "raw_documents" and why == "never materialized":
-        return "new document"
-    if why == "document changed":
-        return why
-    if why.startswith("upstream ") and why.endswith(" rematerialized since"):
-        return f"{why.removeprefix('upstream ').removesuffix(' since')}"
-    if why.startswith("upstream ") and why.endswith(" reruns"):
-        return f"{why.removeprefix('upstream ').removesuffix(' reruns')} reruns"
-    words = {
-        "code version": "code changed",
-        "settings changed": "settings changed",
-        "settings unknown": "settings unknown",
-        "qa changed": "questions changed",
-        "qa unknown": "questions unknown",
-        "never materialized": "never materialized",
-    }
-    cause = next((short for long, short in words.items() if why.startswith(long)), why)
-    return f"{cause}: {asset}"
-
-
-#: The reason of a run of documents that are up to date, launched on request (the UI, a backfill).
-ON_REQUEST = "up to date; run on request"
-
-
-def combined_reason(reasons: Iterable[str]) -> str:
-    """One reason for a run of several documents: the first, and how many others there are.
-
-    >>> combined_reason(["document changed", "document changed", "new document"])
-    'document changed (+1 other reason)'
-    >>> combined_reason(["new document", "document changed", "code changed: chunks"])
-    'new document (+2 other reasons)'
-    """
-    distinct = list(dict.fromkeys(reasons))
-    if len(distinct) <= 1:
-        return distinct[0] if distinct else ""
-    more = len(distinct) - 1
-    return f"{distinct[0]} (+{more} other reason{'s' if more > 1 else ''})"
-
-
 class StalenessChecker:
     """Compares the instance's latest materializations with what a run would use now.
 
     Args:
         instance: the Dagster instance.
         graph: the project's asset graph (``Definitions.resolve_asset_graph()``), whose code
-            versions carry the settings (:func:`with_settings_versions`).
+            versions carry the settings (:func:`~ctxwin_dagster.defs.versions.with_settings_versions`).
     """
 
-    def __init__(self, instance: dg.DagsterInstance, graph: Any) -> None:
+    def __init__(self, instance: dg.DagsterInstance, graph: AssetGraph) -> None:
         self.instance = instance
         self.graph = graph
-        self._known: dict[tuple[dg.AssetKey, str | None], Any] = {}  # prefetched: (key, partition) -> record or None
+        # prefetched: (key, partition) -> record or None
+        self._known: dict[tuple[dg.AssetKey, str | None], dg.EventLogRecord | None] = {}
 
-    def latest(self, key: dg.AssetKey, partition: str | None):
+    def latest(self, key: dg.AssetKey, partition: str | None) -> dg.EventLogRecord | None:
         """The latest materialization record of ``key`` (in ``partition``), prefetched or queried."""
         if (key, partition) in self._known:
             return self._known[(key, partition)]
@@ -311,13 +180,22 @@ class StalenessChecker:
                 out.reasons[key] = why
         return out
 
-    def _reason(self, key, partition, versions, document_sha256, stale, rerun, current) -> str | None:
+    def _reason(
+        self,
+        key: dg.AssetKey,
+        partition: str | None,
+        versions: Mapping[str, str],
+        document_sha256: str | None,
+        stale: Mapping[dg.AssetKey, str],
+        rerun: Set[dg.AssetKey],
+        current: dict[dg.AssetKey, int | None],
+    ) -> str | None:
         parents = [p for p in self.graph.get(key).parent_keys]
         for parent in parents:
             if parent in stale or parent in rerun:
                 return f"upstream {parent.to_user_string()} reruns"
         rec = self.latest(key, partition if self.graph.get(key).is_partitioned else None)
-        if rec is None:
+        if rec is None or rec.asset_materialization is None:
             return "never materialized"
         tags = rec.asset_materialization.tags or {}
         current[key] = rec.storage_id
@@ -336,13 +214,13 @@ class StalenessChecker:
         if (
             key.to_user_string() == "raw_documents"
             and document_sha256 is not None
-            and _file_hash(rec.asset_materialization, tags) != document_sha256
+            and _file_hash(rec, tags) != document_sha256
         ):
             return "document changed"
         for name, recorded_key in EXTRA_INPUTS.get(key.to_user_string(), {}).items():
-            recorded = getattr((rec.asset_materialization.metadata or {}).get(recorded_key), "value", None)
-            if name in versions and recorded != versions[name]:
-                return f"{name} changed" if recorded else f"{name} unknown (materialized before it was recorded)"
+            entry = metadata_entry(rec, recorded_key)
+            if name in versions and entry != versions[name]:
+                return f"{name} changed" if entry else f"{name} unknown (materialized before it was recorded)"
         for parent in parents:
             parent_partitioned = self.graph.get(parent).is_partitioned
             if parent_partitioned and not self.graph.get(key).is_partitioned:
@@ -350,7 +228,8 @@ class StalenessChecker:
             if parent not in current:
                 prec = self.latest(parent, partition if parent_partitioned else None)
                 current[parent] = prec.storage_id if prec else None
-            if current[parent] is None or current[parent] > rec.storage_id:
+            then = current[parent]
+            if then is None or then > rec.storage_id:
                 return f"upstream {parent.to_user_string()} rematerialized since"
         return None
 
@@ -411,9 +290,7 @@ def missing_rows(
     wanted = index_variants(job_keys)
     if not wanted:
         return {}
-    record = checker.latest(dg.AssetKey("chunks"), partition)
-    meta = (record.asset_materialization.metadata or {}) if record is not None else {}
-    expected = getattr(meta.get("n_chunks"), "value", None)
+    expected = metadata_entry(checker.latest(dg.AssetKey("chunks"), partition), "n_chunks")
     if not isinstance(expected, int):
         return {}
     out = {}
@@ -426,7 +303,7 @@ def missing_rows(
 
 def stale_documents(
     instance: dg.DagsterInstance,
-    graph: Any,
+    graph: AssetGraph,
     settings: ProjectSettings,
     index: ChunkIndex,
     job_keys: Iterable[dg.AssetKey],
@@ -451,7 +328,7 @@ def stale_documents(
     checker.prefetch(job_keys | {dg.AssetKey("chunks")}, doc_ids)
     variants = index_variants(job_keys) if index is not None else {}
     counts = {variant: index.counts_by_document(variant) for variant in variants.values()}
-    out = {}
+    out: dict[str, Staleness] = {}
     for doc_id in doc_ids:
         try:
             path = folder.path_of(doc_id)

@@ -81,7 +81,7 @@ class Planned:
     @property
     def name(self) -> str:
         """How the console names the run: its document, or the batch's first and last."""
-        from ctxwin_dagster.defs.staleness import documents_label
+        from ctxwin_dagster.defs.run_reasons import documents_label
 
         return documents_label(self.documents) if self.documents else self.partition or ""
 
@@ -96,7 +96,7 @@ class Planned:
         if len(runs) == 1:
             return runs[0]
         first = runs[0]
-        from ctxwin_dagster.defs.staleness import DOCUMENTS_TAG, REASON_TAG, combined_reason, documents_label
+        from ctxwin_dagster.defs.run_reasons import DOCUMENTS_TAG, REASON_TAG, combined_reason, documents_label
 
         reason = combined_reason(p.reason for p in runs)
         documents = [d for p in runs for d in p.documents]
@@ -114,7 +114,7 @@ class Planned:
 
     def single(self, document: str) -> Planned:
         """The run of one of this run's documents alone."""
-        from ctxwin_dagster.defs.staleness import DOCUMENTS_TAG
+        from ctxwin_dagster.defs.run_reasons import DOCUMENTS_TAG
 
         tags = {k: v for k, v in self.tags.items() if k not in (RANGE_START_TAG, RANGE_END_TAG, DOCUMENTS_TAG)}
         return Planned(document, self.selection, self.reason, tags, sizes={document: self.sizes.get(document, 0)})

@@ -1,6 +1,7 @@
 """Which document partitions need a run, launching those runs on the instance, and following
 them on the console (documents done of total, the stage each running document is at, an ETA,
-one line per failed document, a summary); and setting a damaged index aside to build it again
+one line per failed document, a summary: :mod:`.console`, from the runs' events:
+:mod:`.run_events`); and setting a damaged index aside to build it again
 (``ctxwin run --rebuild-index VARIANT``)."""
 
 from __future__ import annotations
@@ -9,36 +10,36 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TextIO
 
+from ctxwin_dagster.core.json_types import JSONValue
 from ctxwin_dagster.runner.batches import Planned, after_failure, batch_limits, launch_order, make_batches
-from ctxwin_dagster.runner.launch import TERMINAL, Launcher, stop_runs, workspace_file
+from ctxwin_dagster.runner.console import (
+    failed_batch_line,
+    progress_line,
+    reason_lines,
+    summary_lines,
+    ui_command,
+)
+from ctxwin_dagster.runner.endpoints import Endpoint, model_endpoints, preflight, resource_config
+from ctxwin_dagster.runner.home_setup import workspace_file
+from ctxwin_dagster.runner.launch import TERMINAL, Launcher, stop_runs
+from ctxwin_dagster.runner.run_events import add_totals, current_stage, failed_documents, failure_message, run_warnings
 
 if TYPE_CHECKING:
     from types import FrameType
 
     import dagster as dg
 
+    from ctxwin_dagster.backends.index.vectorstore import ChunkIndex
     from ctxwin_dagster.defs.resources import ProjectSettings
+    from ctxwin_dagster.defs.staleness import StalenessChecker
 
 #: The home's folder of what was set aside rather than deleted (``ctxwin prune`` uses it too).
 TRASH = "ctxwin_trash"
-
-#: Materialization metadata summed per asset for the summary.
-SUMMARY_FIELDS = (
-    "n_chunks",
-    "n_rows",
-    "n_chars",
-    "n_tokens",
-    "input_tokens",
-    "input_chars",
-    "calls",
-    "cache_hits",
-    "cost_usd",
-    "paid_usd",
-    "runtime_s",
-)
 
 
 class _Stopped(Exception):
@@ -49,91 +50,6 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise _Stopped()
 
 
-def _root_message(error: Any) -> str:
-    """The user's exception message under Dagster's wrappers, on one line."""
-    while error is not None and getattr(error, "cause", None) is not None:
-        error = error.cause
-    text = (getattr(error, "message", "") or "").strip()
-    return " ".join(text.split())
-
-
-def failure_message(instance: dg.DagsterInstance, run_id: str) -> str:
-    """``step: message`` of the run's first failed step (or of the run's failure)."""
-    from dagster import DagsterEventType
-
-    steps = instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_FAILURE, limit=1).records
-    if steps:
-        event = steps[0].event_log_entry.dagster_event
-        if event is not None:
-            return f"{event.step_key}: {_root_message(event.step_failure_data.error)}"
-    runs = instance.get_records_for_run(run_id, of_type=DagsterEventType.RUN_FAILURE, limit=1).records
-    if runs:
-        entry = runs[0].event_log_entry
-        data = entry.dagster_event.event_specific_data if entry.dagster_event else None
-        return _root_message(getattr(data, "error", None)) or " ".join((entry.message or "run failed").split())
-    return "run failed (no step failed; see the run in the Dagster UI)"
-
-
-def materialization_metadata(instance: dg.DagsterInstance, run_id: str) -> list[tuple[str, dict[str, Any]]]:
-    """(asset key, metadata) of each materialization in ``run_id`` (one per document of a batch);
-    the entries of a ``figures`` JSON entry (the comparison's) count as the metadata's own."""
-    from dagster import DagsterEventType
-
-    out: list[tuple[str, dict[str, Any]]] = []
-    for rec in instance.get_records_for_run(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION).records:
-        mat = rec.event_log_entry.asset_materialization
-        if mat is not None:
-            meta = {k: getattr(v, "value", v) for k, v in mat.metadata.items()}
-            figures = meta.get("figures")
-            out.append((mat.asset_key.to_user_string(), {**meta, **(figures if isinstance(figures, dict) else {})}))
-    return out
-
-
-def failed_documents(instance: dg.DagsterInstance, run_id: str) -> dict[str, str]:
-    """``{doc_id: message}`` of the documents a batch run's failed step named (empty: none named)."""
-    from dagster import DagsterEventType
-
-    from ctxwin_dagster.defs.batches import FAILED_DOCUMENTS
-
-    out: dict[str, str] = {}
-    for rec in instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_FAILURE).records:
-        event = rec.event_log_entry.dagster_event
-        data = getattr(event.event_specific_data, "user_failure_data", None) if event is not None else None
-        named = getattr((getattr(data, "metadata", None) or {}).get(FAILED_DOCUMENTS), "value", None)
-        if isinstance(named, dict):
-            out.update({str(k): str(v) for k, v in named.items()})
-    return out
-
-
-def current_stage(instance: dg.DagsterInstance, run_id: str) -> tuple[str, int]:
-    """(the step the run started last, how many steps it finished)."""
-    from dagster import DagsterEventType
-
-    recs = instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_START, limit=1, ascending=False).records
-    done = len(instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_SUCCESS).records)
-    event = recs[0].event_log_entry.dagster_event if recs else None
-    return ((event.step_key or "") if event is not None else "", done)
-
-
-def run_warnings(instance: dg.DagsterInstance, run_id: str, cursor: str | None) -> tuple[list[str], str | None]:
-    """The messages logged at WARNING or above in the run (a model call being retried, a step's
-    warning) after ``cursor``, as ``step: message``, and the cursor after them."""
-    import logging
-
-    def level(value: str | int) -> int:  # Dagster keeps a level as its number or its name
-        return value if isinstance(value, int) else logging.getLevelNamesMapping().get(value.upper(), 0)
-
-    got = instance.get_records_for_run(run_id, cursor=cursor)
-    lines = [
-        f"{e.step_key or 'run'}: {e.user_message}"
-        for e in (r.event_log_entry for r in got.records)
-        if not e.is_dagster_event
-        and level(e.level) >= logging.WARNING
-        and not e.user_message.startswith("Dependencies for step")  # a step skipped after a failure: said once
-    ]
-    return lines, got.cursor or cursor
-
-
 def _file_size(path: Path | None) -> int:
     """Bytes of a document's file (0 when it is gone or unreadable: its run reports that)."""
     try:
@@ -142,11 +58,7 @@ def _file_size(path: Path | None) -> int:
         return 0
 
 
-def _duration(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-
+@dataclass(eq=False)
 class RunPlanner:
     """Plans, launches and follows the runs of one ``ctxwin run`` / ``ctxwin evaluate``.
 
@@ -162,47 +74,41 @@ class RunPlanner:
             :data:`~ctxwin_dagster.defs.batches.MAX_DOCUMENTS_PER_RUN`; 1: a run per document).
     """
 
-    def __init__(
-        self,
-        instance: dg.DagsterInstance,
-        defs: dg.Definitions,
-        *,
-        home: Path,
-        settings: ProjectSettings,
-        run_config: dict[str, Any],
-        workers: int,
-        workspace: Path | None = None,
-        batch_size: int | None = None,
-    ) -> None:
+    instance: dg.DagsterInstance
+    defs: dg.Definitions
+    _: KW_ONLY
+    home: Path
+    settings: ProjectSettings
+    run_config: Mapping[str, JSONValue]
+    workers: int
+    workspace: Path | None = None
+    batch_size: int | None = None
+    index: ChunkIndex = field(init=False)
+    checker: StalenessChecker = field(init=False)
+    totals: dict[str, dict[str, float]] = field(init=False, default_factory=dict)
+    _has_questions: dict[str, bool] = field(init=False, default_factory=dict)
+    out: TextIO = field(init=False, default_factory=lambda: sys.stdout)
+    launched: list[Planned] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
         from ctxwin_dagster.backends.index.health import run_command_for
         from ctxwin_dagster.defs.staleness import StalenessChecker
 
-        if workers < 1:
-            raise SystemExit(f"ctxwin: --workers must be at least 1; got {workers}")
-        if batch_size is not None and batch_size < 1:
-            raise SystemExit(f"ctxwin: --batch-size must be at least 1; got {batch_size}")
-        self.batch_size = batch_size
-        self.instance = instance
-        self.defs = defs
-        self.home = home
-        self.settings = settings
-        self.run_config = run_config
-        self.workers = workers
-        self.workspace = workspace
-        self.index = (defs.resources or {})["lancedb"].index()
-        self.index.run_command = run_command_for(home)  # what the fix of a damaged table names
-        self.checker = StalenessChecker(instance, defs.resolve_asset_graph())
-        self.totals: dict[str, dict[str, float]] = {}
-        self._has_questions: dict[str, bool] = {}
-        self.out = sys.stdout
-        self.launched: list[Planned] = []
+        if self.workers < 1:
+            raise SystemExit(f"ctxwin: --workers must be at least 1; got {self.workers}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise SystemExit(f"ctxwin: --batch-size must be at least 1; got {self.batch_size}")
+        self.index = (self.defs.resources or {})["lancedb"].index()
+        self.index.run_command = run_command_for(self.home)  # what the fix of a damaged table names
+        self.checker = StalenessChecker(self.instance, self.defs.resolve_asset_graph())
 
     # ------------------------------------------------------------------ planning
     def plan(self, job_name: str, keys: list[str], *, force: bool) -> tuple[list[Planned], list[str]]:
         """(runs to launch, partitions up to date). A damaged index stops the command here,
         naming the table and the fix, before anything runs."""
         from ctxwin_dagster.backends.index.health import DamagedIndexError
-        from ctxwin_dagster.defs.staleness import REASON_TAG, stale_documents
+        from ctxwin_dagster.defs.run_reasons import REASON_TAG
+        from ctxwin_dagster.defs.staleness import stale_documents
 
         job_keys = set(self.defs.resolve_job_def(job_name).asset_layer.executable_asset_keys)
         try:
@@ -247,7 +153,7 @@ class RunPlanner:
 
         from ctxwin_dagster.defs.materializations import latest_metadata
         from ctxwin_dagster.defs.partitions import DOCUMENTS_PARTITION
-        from ctxwin_dagster.defs.staleness import REASON_TAG, short_reason
+        from ctxwin_dagster.defs.run_reasons import REASON_TAG, short_reason
 
         key = dg.AssetKey("experiment_comparison")
         st = self.checker.check([key], None)
@@ -258,7 +164,8 @@ class RunPlanner:
         if not reason and ran_any:
             reason, label = "documents ran now (their answers and scores are new)", "documents ran now"
         if not reason:
-            recorded = set(latest_metadata(self.instance, key).get("doc_ids") or [])
+            doc_ids = latest_metadata(self.instance, key).get("doc_ids")
+            recorded = {str(d) for d in doc_ids} if isinstance(doc_ids, list) else set()
             now = set(self.instance.get_dynamic_partitions(DOCUMENTS_PARTITION))
             if recorded - now:
                 reason = f"documents removed since: {', '.join(sorted(recorded - now))}"
@@ -281,7 +188,7 @@ class RunPlanner:
                 "use the job that does (all_assets_job, or the variant's own job)"
             )
         trash = self.home / TRASH / time.strftime("%Y%m%d-%H%M%S")
-        moved = {}
+        moved: dict[str, list[str | None]] = {}
         for variant in variants:
             try:
                 where = set_aside(self.index, variant, trash / "lancedb")
@@ -308,7 +215,8 @@ class RunPlanner:
             f"{n_docs} of {len(keys)} documents to run{in_runs} ({len(fresh)} up to date, skipped)"
             + ("; --force" if force else "")
         )
-        self._print_reasons(planned)
+        for line in reason_lines(planned):
+            self.print(line)
         if planned:
             self.preflight()
         failed: list[str] = []
@@ -340,41 +248,10 @@ class RunPlanner:
             if launcher is not None:
                 launcher.__exit__(None, None, None)
         ok = [d for p in self.launched if p.status == "SUCCESS" and p.partition is not None for d in p.documents]
-        from ctxwin_dagster.core.experiment import default_home, home_experiment
-
-        name = home_experiment(self.home).name
-        ui = "ctxwin dev" if name == "sample" else f"ctxwin dev {name}"
-        if Path(self.home).resolve() != default_home(name).resolve():
-            ui += f" --dagster-home {self.home}"
-        self.print(
-            f"\nSummary ({time.perf_counter() - started:.1f}s; {len(ok)} ran, {len(fresh)} up to date, {len(failed)} failed; "
-            f"the runs are in the Dagster UI: {ui}):"
-        )
-        for asset, agg in self.totals.items():
-            shown = ", ".join(
-                f"{k}={v:,.3f}" if isinstance(v, float) and not v.is_integer() else f"{k}={int(v):,}"
-                for k, v in agg.items()
-            )
-            self.print(f"  {asset:<22} {shown}")
-        if failed:
-            self.print(
-                f"failed: {', '.join(failed)} (the messages are above; tracebacks in the runs' logs in the Dagster UI)"
-            )
+        ui = ui_command(self.home)
+        for line in summary_lines(time.perf_counter() - started, len(ok), len(fresh), failed, ui, self.totals):
+            self.print(line)
         return 1 if failed else 0
-
-    def _print_reasons(self, planned: list[Planned], most: int = 20) -> None:
-        """Why each document runs: one line per document, or per reason when there are many."""
-        docs = [(d, p.reason) for p in planned for d in p.documents]
-        if len(docs) <= most:
-            for doc, reason in docs:
-                self.print(f"  {doc}: {reason}")
-            return
-        by_reason: dict[str, list[str]] = {}
-        for doc, reason in docs:
-            by_reason.setdefault(reason, []).append(doc)
-        for reason, names in sorted(by_reason.items(), key=lambda kv: -len(kv[1])):
-            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-            self.print(f"  {len(names)} documents ({shown}): {reason}")
 
     def _comparison(self, keys: list[str], ran_any: bool, force: bool) -> Planned | None:
         """The comparison's run, or None (up to date, or no questions to compare)."""
@@ -389,63 +266,19 @@ class RunPlanner:
         from ctxwin_dagster.backends.chat.local_model import is_local_model
         from ctxwin_dagster.backends.embeddings.server import served_models
 
-        models = served_models(self._resource_config("embeddings"))
+        models = served_models(resource_config(self.defs, self.run_config, "embeddings"))
         chat = [model.strip() for _, model, _, _ in self.endpoints() if is_local_model(model)]
         return Launcher(
             self.instance, workspace, log=self.home / "ctxwin-daemon.log", embedding_models=models, chat_models=chat
         ).__enter__()
 
-    def _resource_config(self, key: str) -> dict[str, Any]:
-        """A resource's settings for these runs: the code location's defaults and the run config."""
-        overrides = self.run_config.get("resources") or {}
-        default = (self.defs.resources or {}).get(key)
-        values = {n: getattr(default, n, None) for n in getattr(type(default), "model_fields", {})}
-        return {**values, **((overrides.get(key) or {}).get("config") or {})}
-
-    def endpoints(self) -> list[tuple[str, str, str | None, str | None]]:
+    def endpoints(self) -> list[Endpoint]:
         """(role, model, base_url, api_key) of every model endpoint the runs would call."""
-        import os
-
-        conf = self._resource_config
-
-        def key_of(value: Any) -> str | None:
-            if isinstance(value, dict) and "env" in value:
-                return os.environ.get(value["env"])
-            return getattr(value, "get_value", lambda: value)() if value else None
-
-        out = []
-        for role in ("contextualizer", "answerer"):
-            c = conf(role)
-            if (c.get("model") or "").strip():
-                out.append((role, c["model"], c.get("base_url") or None, key_of(c.get("api_key"))))
-        judge = conf("judge")
-        if (judge.get("model") or "").strip():
-            out.append(
-                (
-                    "judge",
-                    judge["model"],
-                    judge.get("base_url") or None,
-                    os.environ.get(judge.get("api_key_env") or "OPENAI_API_KEY"),
-                )
-            )
-        emb = conf("embeddings")
-        if emb.get("provider") == "openai":
-            out.append(("embeddings", emb["model"], emb.get("base_url") or None, key_of(emb.get("api_key"))))
-        return out
+        return model_endpoints(self.defs, self.run_config)
 
     def preflight(self) -> None:
         """Check each configured endpoint once; stop with that one error before any run."""
-        from ctxwin_dagster.backends.planning.preflight import EndpointError, check_endpoint
-
-        seen = set()
-        for role, model, base_url, api_key in self.endpoints():
-            if (model, base_url) in seen:
-                continue
-            seen.add((model, base_url))
-            try:
-                self.print(f"checked {check_endpoint(role, model, base_url, api_key)}")
-            except EndpointError as exc:
-                raise SystemExit(f"ctxwin: {exc}; nothing was run") from None
+        preflight(self.endpoints(), self.print)
 
     def print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -457,9 +290,9 @@ class RunPlanner:
         documents (or ``label`` for the unpartitioned run). A batch that fails is followed by
         its other documents again and each failed document alone (:func:`after_failure`)."""
         graph = self.defs.resolve_asset_graph()
-        job_keys = set(self.defs.resolve_job_def(job_name).asset_layer.executable_asset_keys)
+        job_size = len(set(self.defs.resolve_job_def(job_name).asset_layer.executable_asset_keys))
         for p in planned:
-            p.steps = len(p.selection) if p.selection is not None else len(job_keys)
+            p.steps = len(p.selection) if p.selection is not None else job_size
         pending = list(planned)
         runs = list(planned)  # every run of this call, those that follow failed batches included
         active: list[Planned] = []
@@ -475,17 +308,8 @@ class RunPlanner:
                 checks = None
                 if p.selection is not None:
                     checks = [c for c in graph.asset_check_keys if c.asset_key in p.selection]
-                p.request = launcher.submit(
-                    job_name,
-                    partition=p.partition_for_run,
-                    run_config=self.run_config,
-                    tags=p.tags,
-                    asset_selection=p.selection,
-                    asset_check_selection=checks,
-                )
-                p.submitted = time.perf_counter()
-                self.launched.append(p)
-                p.steps = len(p.selection) if p.selection is not None else len(job_keys)
+                self._submit(launcher, job_name, p, checks)
+                p.steps = len(p.selection) if p.selection is not None else job_size
                 active.append(p)
             if not note:
                 note = launcher.ensure_daemon()
@@ -496,63 +320,65 @@ class RunPlanner:
                 status = launcher.status(p.request)
                 p.run_id = launcher.run_ids.get(p.request, "")  # found by status() above
                 if status not in TERMINAL:
-                    stage = status.lower()
-                    if status == "STARTED":
-                        stage, p.steps_done = current_stage(self.instance, p.run_id)
-                        warnings, p.log_cursor = run_warnings(self.instance, p.run_id, p.log_cursor)
-                        for line in warnings:  # e.g. the retries of a model server that does not answer
-                            self.print(f"  {p.name or label}: {line}")
-                    changed |= stage != p.stage
-                    p.stage = stage
+                    changed |= self._note_stage(p, status, label)
                     continue
                 active.remove(p)
                 p.status, p.finished, p.steps_done = status, time.perf_counter(), p.steps
                 if status != "SUCCESS" and len(p.documents) > 1 and status != "CANCELED":
-                    named = failed_documents(self.instance, p.run_id)
-                    following = after_failure(p, named, self._order(), len(p.documents))
+                    following = self._after_failed_batch(p)
                     pending[:0] = following
                     runs += following
-                    why = "; ".join(f"{d}: {m}" for d, m in named.items()) or failure_message(self.instance, p.run_id)
-                    alone = [f.name for f in following if not named or f.documents[0] in named]
-                    again = [f.name for f in following if f.name not in alone]
-                    self.print(
-                        f"  {p.name}: a document failed ({why}); "
-                        + (f"run again without it: {', '.join(again)}; " if again else "")
-                        + f"each alone: {', '.join(alone)}"
-                    )
                     continue
                 done += max(1, len(p.documents))
-                name = p.name or label
-                if status == "SUCCESS":
-                    self._add_totals(p.run_id)
-                    self.print(f"[{done}/{n_docs}] {name}: ok in {p.finished - p.submitted:.1f}s")
-                else:
-                    failed.extend(p.documents or [name])
-                    self.print(f"[{done}/{n_docs}] {name}: FAILED: {failure_message(self.instance, p.run_id)}")
+                failed += self._ended(p, status, f"[{done}/{n_docs}]", p.name or label)
             now = time.perf_counter()
             if active and (changed and now - last_report > 2 or now - last_report > 15):
                 last_report = now
-                steps_done = sum(p.steps_done for p in runs)
-                steps_left = sum(p.steps for p in runs) - steps_done
-                eta = (
-                    f"ETA {_duration((now - began) * steps_left / steps_done)}"
-                    if steps_done
-                    else "ETA after the first step"
-                )
-                stages = ", ".join(f"{p.name or label} {p.stage or 'queued'}" for p in active[:4])
-                more = f" and {len(active) - 4} more" if len(active) > 4 else ""
-                self.print(
-                    f"  {done}/{n_docs} done ({total - n_docs} up to date), {_duration(now - began)} elapsed, {eta}; "
-                    f"running: {stages}{more}"
-                )
+                self.print(progress_line(done, n_docs, total, now - began, runs, active, label))
             if not launcher.daemon_running() and any(p.stage in ("requested", "queued") for p in active):
                 self.print(launcher.ensure_daemon())
         return failed
 
-    def _add_totals(self, run_id: str) -> None:
-        for asset, meta in materialization_metadata(self.instance, run_id):
-            agg = self.totals.setdefault(asset, {})
-            for name in SUMMARY_FIELDS:
-                value = meta.get(name)
-                if isinstance(value, int | float):
-                    agg[name] = agg.get(name, 0) + value
+    def _submit(self, launcher: Launcher, job_name: str, p: Planned, checks: list[dg.AssetCheckKey] | None) -> None:
+        """Ask for the run of ``p`` (its assets and their ``checks``, or the whole job)."""
+        p.request = launcher.submit(
+            job_name,
+            partition=p.partition_for_run,
+            run_config=self.run_config,
+            tags=p.tags,
+            asset_selection=p.selection,
+            asset_check_selection=checks,
+        )
+        p.submitted = time.perf_counter()
+        self.launched.append(p)
+
+    def _note_stage(self, p: Planned, status: str, label: str) -> bool:
+        """Note the stage of a run that has not ended, printing the warnings its log gained (e.g.
+        the retries of a model server that does not answer); whether its stage changed."""
+        stage = status.lower()
+        if status == "STARTED":
+            stage, p.steps_done = current_stage(self.instance, p.run_id)
+            warnings, p.log_cursor = run_warnings(self.instance, p.run_id, p.log_cursor)
+            for line in warnings:
+                self.print(f"  {p.name or label}: {line}")
+        changed = stage != p.stage
+        p.stage = stage
+        return changed
+
+    def _after_failed_batch(self, p: Planned) -> list[Planned]:
+        """The runs that follow the failed batch ``p`` (:func:`after_failure`), said on the console."""
+        named = failed_documents(self.instance, p.run_id)
+        following = after_failure(p, named, self._order(), len(p.documents))
+        why = "; ".join(f"{d}: {m}" for d, m in named.items()) or failure_message(self.instance, p.run_id)
+        self.print(failed_batch_line(p, named, why, following))
+        return following
+
+    def _ended(self, p: Planned, status: str, place: str, name: str) -> list[str]:
+        """Say how the run ``p`` ended (``place``: documents done of total) and add up its
+        figures; returns its documents (or ``name``) when it failed."""
+        if status == "SUCCESS":
+            add_totals(self.totals, self.instance, p.run_id)
+            self.print(f"{place} {name}: ok in {p.finished - p.submitted:.1f}s")
+            return []
+        self.print(f"{place} {name}: FAILED: {failure_message(self.instance, p.run_id)}")
+        return p.documents or [name]

@@ -23,13 +23,8 @@ from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts
 from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
 from ctxwin_dagster.defs.jobs import all_assets_job, comparison_job
-from ctxwin_dagster.defs.resources import (
-    ChatModelResource,
-    EmbeddingsResource,
-    EvaluationSettings,
-    PipelineSettings,
-    ProjectSettings,
-)
+from ctxwin_dagster.defs.model_resources import ChatModelResource, EmbeddingsResource
+from ctxwin_dagster.defs.resources import EvaluationSettings, PipelineSettings, ProjectSettings
 from ctxwin_dagster.defs.sensors import documents_sensor
 from ctxwin_dagster.testing import FakeOpenAIServer
 

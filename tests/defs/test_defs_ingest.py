@@ -127,7 +127,8 @@ def test_missing_document_file_error_names_the_fix(tmp_path):
 
 @pytest.mark.slow
 def test_stale_documents_follow_the_document_hash_and_the_settings(tmp_path):
-    from ctxwin_dagster.defs.staleness import stale_documents, with_settings_versions
+    from ctxwin_dagster.defs.staleness import stale_documents
+    from ctxwin_dagster.defs.versions import with_settings_versions
 
     docs = tmp_path / "docs"
     docs.mkdir()

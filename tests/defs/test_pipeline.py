@@ -15,13 +15,8 @@ from ctxwin_dagster.backends.chat.capabilities import PROBE_REQUESTS
 from ctxwin_dagster.core.budget.limits import ModelLimits, default_registry
 from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.definitions import INDEXING_ASSETS, defs
-from ctxwin_dagster.defs.resources import (
-    ChatModelResource,
-    EmbeddingsResource,
-    LanceDBResource,
-    PipelineSettings,
-    ProjectSettings,
-)
+from ctxwin_dagster.defs.model_resources import ChatModelResource, EmbeddingsResource
+from ctxwin_dagster.defs.resources import LanceDBResource, PipelineSettings, ProjectSettings
 from ctxwin_dagster.defs.sensors import partition_changes
 from ctxwin_dagster.testing import FakeOpenAIServer
 

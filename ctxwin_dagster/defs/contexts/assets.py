@@ -1,7 +1,8 @@
 """Contextualization stage: global summaries, CC-RAG contexts and SWB-RAG contexts."""
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
@@ -9,14 +10,13 @@ from ctxwin_dagster.core.budget.limits import get_model_limits
 from ctxwin_dagster.core.text.documents import Document
 from ctxwin_dagster.core.text.splitting import Chunk
 from ctxwin_dagster.defs.accounting import call_metadata
-from ctxwin_dagster.defs.batches import per_document
-from ctxwin_dagster.defs.partitions import documents_partitions
-from ctxwin_dagster.defs.resources import (
-    ChatModelResource,
-    EmbeddingsResource,
-    PipelineSettings,
-    build_tasks,
-)
+from ctxwin_dagster.defs.batches import document_asset
+from ctxwin_dagster.defs.model_resources import ChatModelResource, EmbeddingsResource
+from ctxwin_dagster.defs.resources import PipelineSettings, build_tasks
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.backends.base import CallRecord
+    from ctxwin_dagster.backends.tasks.results import ContextResult, TaskEngine
 
 
 def _limit_check(name: str, records, chat: ChatModelResource, pipeline: PipelineSettings) -> dg.AssetCheckResult:
@@ -54,7 +54,7 @@ def _contexts_result(contexts, chunks, records, tasks, chat, pipeline, started: 
     )
 
 
-def _endpoint(chat: ChatModelResource) -> dict[str, Any]:
+def _endpoint(chat: ChatModelResource) -> dict[str, dg.MetadataValue]:
     """What the chat model's endpoint can do (asked once per home; none for the extractive engine)."""
     found = chat.capabilities() if chat.configured else {}
     return {"endpoint": dg.MetadataValue.json(found)} if found else {}
@@ -73,25 +73,39 @@ def _context_checks(chunks: list[Chunk], contexts, records, chat, pipeline) -> l
     ]
 
 
-def _context_specs(asset: str) -> list[dg.AssetCheckSpec]:
-    return [
-        dg.AssetCheckSpec("every_chunk_has_context", asset=asset, description="every chunk got a non-empty context"),
-        dg.AssetCheckSpec(
-            "prompts_within_model_limit",
-            asset=asset,
-            description="no prompt exceeded the model's available prompt tokens",
-        ),
-    ]
+#: The checks of a contexts asset.
+_CONTEXT_CHECKS = {
+    "every_chunk_has_context": "every chunk got a non-empty context",
+    "prompts_within_model_limit": "no prompt exceeded the model's available prompt tokens",
+}
 
 
-@dg.asset(
-    partitions_def=documents_partitions,
+def _contexts_asset(description: str) -> Callable[[Callable[..., dg.MaterializeResult]], dg.AssetsDefinition]:
+    """A contexts asset of the contextualize group, with the checks of :data:`_CONTEXT_CHECKS`."""
+    return document_asset(group_name="contextualize", code_version="1", description=description, checks=_CONTEXT_CHECKS)
+
+
+def _contextualized(
+    contextualizer: ChatModelResource,
+    embeddings: EmbeddingsResource,
+    pipeline: PipelineSettings,
+    contextualize: "Callable[[TaskEngine], list[ContextResult]]",
+) -> "tuple[list[ContextResult], list[CallRecord], TaskEngine]":
+    """The contexts ``contextualize`` makes with the role's task engine, the records of its calls,
+    and the engine."""
+    with build_tasks(contextualizer, embeddings, pipeline) as tasks:
+        ledger = tasks.ledger
+        mark = len(ledger)
+        contexts = contextualize(tasks)
+        records = ledger.since(mark)
+    return contexts, records, tasks
+
+
+@document_asset(
     group_name="contextualize",
-    kinds={"python"},
     code_version="1",
     description="Global summary (SWB-RAG): segments of ≤ 1,000,000 chars summarized, then one overview of ≤ 4,000 tokens.",
 )
-@per_document
 def global_summaries(
     context: dg.AssetExecutionContext,
     raw_documents: Document,
@@ -126,15 +140,7 @@ def global_summaries(
     )
 
 
-@dg.asset(
-    partitions_def=documents_partitions,
-    group_name="contextualize",
-    kinds={"python"},
-    code_version="1",
-    description="CC-RAG: every chunk situated with the whole document (one call per chunk).",
-    check_specs=_context_specs("cc_rag_contexts"),
-)
-@per_document
+@_contexts_asset("CC-RAG: every chunk situated with the whole document (one call per chunk).")
 def cc_rag_contexts(
     context: dg.AssetExecutionContext,
     raw_documents: Document,
@@ -144,23 +150,18 @@ def cc_rag_contexts(
     pipeline: PipelineSettings,
 ):
     started = time.perf_counter()
-    with build_tasks(contextualizer, embeddings, pipeline) as tasks:
-        ledger = tasks.ledger
-        mark = len(ledger)
-        contexts = tasks.contextualize_cc(raw_documents.text, chunks, doc_id=raw_documents.doc_id)
-        records = ledger.since(mark)
+    contexts, records, tasks = _contextualized(
+        contextualizer,
+        embeddings,
+        pipeline,
+        lambda tasks: tasks.contextualize_cc(raw_documents.text, chunks, doc_id=raw_documents.doc_id),
+    )
     return _contexts_result(contexts, chunks, records, tasks, contextualizer, pipeline, started)
 
 
-@dg.asset(
-    partitions_def=documents_partitions,
-    group_name="contextualize",
-    kinds={"python"},
-    code_version="1",
-    description="SWB-RAG: batches of 5 chunks situated with the global summary and +/-20,000 characters around the batch.",
-    check_specs=_context_specs("swb_rag_contexts"),
+@_contexts_asset(
+    "SWB-RAG: batches of 5 chunks situated with the global summary and +/-20,000 characters around the batch."
 )
-@per_document
 def swb_rag_contexts(
     context: dg.AssetExecutionContext,
     raw_documents: Document,
@@ -171,18 +172,19 @@ def swb_rag_contexts(
     pipeline: PipelineSettings,
 ):
     started = time.perf_counter()
-    with build_tasks(contextualizer, embeddings, pipeline) as tasks:
-        ledger = tasks.ledger
-        mark = len(ledger)
-        contexts = tasks.contextualize_swb(
+    contexts, records, tasks = _contextualized(
+        contextualizer,
+        embeddings,
+        pipeline,
+        lambda tasks: tasks.contextualize_swb(
             raw_documents.text,
             chunks,
             global_summaries.text,
             doc_id=raw_documents.doc_id,
             batch_size=pipeline.swb_batch_size,
             window_chars=pipeline.swb_window_chars,
-        )
-        records = ledger.since(mark)
+        ),
+    )
     fallbacks = sum(1 for c in contexts if c.fallback)
     if fallbacks:
         context.log.warning(f"{fallbacks} chunks of {raw_documents.doc_id} fell back to single-chunk calls")

@@ -1,19 +1,19 @@
 """``<variant>_answers``: every question of a document answered from one variant's index, as ``ctxwin ask`` answers."""
 
 import time
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, cast
 
 import dagster as dg
 
 from ctxwin_dagster.core.defaults import VARIANTS
+from ctxwin_dagster.core.json_types import JSONObject
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 from ctxwin_dagster.core.text.splitting import Chunk
-from ctxwin_dagster.defs.batches import per_document
+from ctxwin_dagster.defs.batches import document_asset
 from ctxwin_dagster.defs.evaluation.result_files import write_jsonl
-from ctxwin_dagster.defs.partitions import documents_partitions
+from ctxwin_dagster.defs.model_resources import ChatModelResource, EmbeddingsResource
 from ctxwin_dagster.defs.resources import (
-    ChatModelResource,
-    EmbeddingsResource,
     EvaluationSettings,
     LanceDBResource,
     PipelineSettings,
@@ -24,6 +24,7 @@ from ctxwin_dagster.defs.resources import (
 if TYPE_CHECKING:
     from ctxwin_dagster.ask import Asker
     from ctxwin_dagster.ask.results import AskResult
+    from ctxwin_dagster.backends.tasks.results import TaskEngine
 
 #: Answer record fields summed over a document's answers as they are (counts of calls, tokens, characters).
 COUNTED_FIELDS = ("input_tokens", "input_chars", "calls", "cache_hits")
@@ -34,11 +35,10 @@ PRICED_FIELDS = ("cost_usd", "paid_usd")
 def _answers_asset(variant: str):
     name = f"{variant}_answers"
 
-    @dg.asset(
+    @document_asset(
         name=name,
         ins={"qa_sets": dg.AssetIn()},
         deps=[f"{variant}_index"],
-        partitions_def=documents_partitions,
         group_name="evaluation",
         kinds={"python", "lancedb"},
         code_version="4",  # 4: the extractive answer ranks sentences with a model (backends/tasks/answering.py)
@@ -46,15 +46,11 @@ def _answers_asset(variant: str):
             f"Every question of the document answered from the {variant} index with ctxwin ask's "
             f"retrieval and enhancement (or the experiment's), with citations."
         ),
-        check_specs=[
-            dg.AssetCheckSpec(
-                "questions_within_embedding_window",
-                asset=name,
-                description="no token of any question was cut by the embedding model's window (counted with its own tokenizer)",
-            )
-        ],
+        checks={
+            "questions_within_embedding_window": "no token of any question was cut by the embedding model's window "
+            "(counted with its own tokenizer)"
+        },
     )
-    @per_document
     def _asset(
         context: dg.AssetExecutionContext,
         settings: ProjectSettings,
@@ -112,7 +108,7 @@ def _answers_asset(variant: str):
 
 def _answer_questions(
     asker: "Asker", variant: str, doc_id: str, questions: list[dict], retrieval: RetrievalSettings
-) -> list[dict[str, Any]]:
+) -> list[JSONObject]:
     """The answer record of each of ``questions``, asked of the ``variant`` index within ``doc_id``."""
     # The chunks as the index holds them (the asset's upstream is the index, not the chunks asset).
     by_id = {c.chunk_id: c for c in asker.indexed_chunks(variant, doc_id)}
@@ -123,7 +119,7 @@ def _answer_questions(
     return records
 
 
-def _answer_record(variant: str, question: dict, result: "AskResult", by_id: dict[str, Chunk]) -> dict[str, Any]:
+def _answer_record(variant: str, question: dict, result: "AskResult", by_id: dict[str, Chunk]) -> JSONObject:
     """One answer as the results file and the scores take it: the ask's record with the question's
     references, the variant, and the retrieved chunks (with their spans, text and scores)."""
     rec = result.to_record(
@@ -150,18 +146,30 @@ def _answer_record(variant: str, question: dict, result: "AskResult", by_id: dic
     return rec
 
 
-def _answers_metadata(records: list[dict[str, Any]], tasks) -> dict[str, Any]:
+def _number(value: object) -> float:
+    """A record's count or cost (0 when it has none)."""
+    return value if isinstance(value, int | float) else 0
+
+
+def _context_chars(contexts: object) -> int:
+    """Characters of a record's contexts."""
+    return sum(len(c) for c in contexts) if isinstance(contexts, list) else 0
+
+
+def _answers_metadata(records: Sequence[Mapping[str, object]], tasks: "TaskEngine") -> dict[str, str | float]:
     """The metadata read from the answer records and the answer engine: misses, the engine and its
     answer rule, the context's mean size, and the sums of calls, tokens, characters and costs."""
+    from ctxwin_dagster.backends.tasks.answers import ExtractiveAnswers
+
     n = max(1, len(records))
     return {
         "not_found": sum(1 for r in records if r["not_found"]),
         "engine": tasks.engine,
         # how the extractive engine picks an answer's sentences (a chat model answers as it reads)
-        "answer_rule": rule.describe() if (rule := getattr(tasks, "answer_rule", None)) else "the chat model's",
-        "mean_context_chars": round(sum(sum(len(c) for c in r["contexts"]) for r in records) / n, 1),
-        **{f: sum(r[f] or 0 for r in records) for f in COUNTED_FIELDS},
-        **{f: round(sum(r[f] or 0 for r in records), 6) for f in PRICED_FIELDS},
+        "answer_rule": tasks.answer_rule.describe() if isinstance(tasks, ExtractiveAnswers) else "the chat model's",
+        "mean_context_chars": round(sum(_context_chars(r["contexts"]) for r in records) / n, 1),
+        **{f: sum(_number(r[f]) for r in records) for f in COUNTED_FIELDS},
+        **{f: round(sum(_number(r[f]) for r in records), 6) for f in PRICED_FIELDS},
     }
 
 

@@ -13,14 +13,9 @@ from ctxwin_dagster.defs.evaluation.metadata_totals import (
     latest_metadatas,
     sum_fields,
 )
+from ctxwin_dagster.defs.model_resources import ChatModelResource, EmbeddingsResource, JudgeResource
 from ctxwin_dagster.defs.partitions import documents_partitions
-from ctxwin_dagster.defs.resources import (
-    ChatModelResource,
-    EmbeddingsResource,
-    EvaluationSettings,
-    JudgeResource,
-    ProjectSettings,
-)
+from ctxwin_dagster.defs.resources import EvaluationSettings, ProjectSettings
 
 #: The largest Markdown report stored in the materialization's metadata (plots included).
 MAX_REPORT_CHARS = 600_000

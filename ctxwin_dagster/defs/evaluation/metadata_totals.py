@@ -1,8 +1,7 @@
 """Totals the comparison reads from the latest materializations' metadata: each variant's
 indexing costs, the index's embedding-window counts, the SWB replies."""
 
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
 
 import dagster as dg
 
@@ -34,7 +33,7 @@ SWB_REPLY_FIELDS = (
 
 def latest_metadatas(
     instance: dg.DagsterInstance, assets: Iterable[str], doc_ids: Iterable[str]
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[dict[str, object]]:
     """The metadata of the latest materialization of each of ``assets`` for each of ``doc_ids``,
     document by document (empty for one never materialized)."""
     for doc_id in doc_ids:
@@ -42,7 +41,7 @@ def latest_metadatas(
             yield latest_metadata(instance, asset, doc_id)
 
 
-def sum_fields(metadatas: Iterable[dict[str, Any]], fields: Iterable[str]) -> dict[str, float]:
+def sum_fields(metadatas: Iterable[Mapping[str, object]], fields: Iterable[str]) -> dict[str, float]:
     """Per field of ``fields``, the sum of its numeric values in ``metadatas`` (0.0 where there is none)."""
     totals = {f: 0.0 for f in fields}
     for meta in metadatas:
@@ -53,7 +52,7 @@ def sum_fields(metadatas: Iterable[dict[str, Any]], fields: Iterable[str]) -> di
     return totals
 
 
-def _with_older_costs(meta: dict[str, Any]) -> dict[str, Any]:
+def _with_older_costs(meta: dict[str, object]) -> dict[str, object]:
     """``meta`` with the cost fields of metadata recorded before they existed: ``cost_usd`` was
     what was paid, and nothing was counted as read from a prompt cache."""
     for older in ("paid_usd", "uncached_cost_usd"):

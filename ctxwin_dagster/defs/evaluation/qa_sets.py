@@ -8,28 +8,20 @@ from ctxwin_dagster.core.evaluation.qa.items import load_qa_folder
 from ctxwin_dagster.core.evaluation.qa.resolve import ResolvedQuestions, check_reference_spans, resolve_questions
 from ctxwin_dagster.core.text.documents import Document
 from ctxwin_dagster.core.text.splitting import Chunk
-from ctxwin_dagster.defs.batches import per_document
-from ctxwin_dagster.defs.partitions import documents_partitions
+from ctxwin_dagster.defs.batches import document_asset
 from ctxwin_dagster.defs.resources import ProjectSettings
-from ctxwin_dagster.defs.staleness import qa_version
+from ctxwin_dagster.defs.versions import qa_version
 
 
-@dg.asset(
-    partitions_def=documents_partitions,
+@document_asset(
     group_name="evaluation",
-    kinds={"python"},
     code_version="1",
     description="The document's questions from the QA folder (JSONL), with reference spans checked and reference chunk ids.",
-    check_specs=[
-        dg.AssetCheckSpec(
-            "reference_spans_valid",
-            asset="qa_sets",
-            description="every reference span lies inside the document (one outside it fails the asset, "
-            "naming the QA file, the question and the fix)",
-        )
-    ],
+    checks={
+        "reference_spans_valid": "every reference span lies inside the document (one outside it fails the asset, "
+        "naming the QA file, the question and the fix)"
+    },
 )
-@per_document
 def qa_sets(context: dg.AssetExecutionContext, settings: ProjectSettings, raw_documents: Document, chunks: list[Chunk]):
     qa_dir = Path(settings.qa_dir)
     items: list = []

@@ -1,25 +1,24 @@
 """``<variant>_ragas_scores``: the RAGAS scores of one variant's answers, with span recall, hit@k and MRR."""
 
 import time
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import dagster as dg
 
 from ctxwin_dagster.core.defaults import VARIANTS
 from ctxwin_dagster.core.text.splitting import Chunk
-from ctxwin_dagster.defs.batches import per_document
+from ctxwin_dagster.defs.batches import document_asset
 from ctxwin_dagster.defs.evaluation.result_files import write_jsonl
-from ctxwin_dagster.defs.partitions import documents_partitions
-from ctxwin_dagster.defs.resources import EmbeddingsResource, EvaluationSettings, JudgeResource
+from ctxwin_dagster.defs.model_resources import EmbeddingsResource, JudgeResource
+from ctxwin_dagster.defs.resources import EvaluationSettings
 
 
 def _scores_asset(variant: str):
     name = f"{variant}_ragas_scores"
 
-    @dg.asset(
+    @document_asset(
         name=name,
         ins={"answers": dg.AssetIn(key=f"{variant}_answers"), "chunks": dg.AssetIn()},
-        partitions_def=documents_partitions,
         group_name="evaluation",
         kinds={"python", "ragas"},
         code_version="2",  # 2: answer F1 and exact match leave citation markers out
@@ -27,15 +26,8 @@ def _scores_asset(variant: str):
             f"RAGAS scores of the {variant} answers: non-LLM and ID-based context metrics always, the "
             f"paper's five LLM metrics with a judge; plus span recall, hit@k and MRR."
         ),
-        check_specs=[
-            dg.AssetCheckSpec(
-                "few_nan_scores",
-                asset=name,
-                description="NaN or failed scores stay under the threshold for every metric",
-            )
-        ],
+        checks={"few_nan_scores": "NaN or failed scores stay under the threshold for every metric"},
     )
-    @per_document
     def _asset(
         context: dg.AssetExecutionContext,
         evaluation: EvaluationSettings,
@@ -83,23 +75,29 @@ def _scores_asset(variant: str):
     return _asset
 
 
-def _nan_or_failed(metric: dict[str, Any]) -> int:
+def _count(metric: Mapping[str, object], key: str) -> float:
+    """A count of one metric's summary (0 when it has none)."""
+    value = metric.get(key)
+    return value if isinstance(value, int | float) else 0
+
+
+def _nan_or_failed(metric: Mapping[str, object]) -> float:
     """How many scores of one metric's summary are NaN or failed."""
-    return (metric.get("n_nan") or 0) + (metric.get("n_failed") or 0)
+    return _count(metric, "n_nan") + _count(metric, "n_failed")
 
 
-def _failed_shares(summary: list[dict[str, Any]], threshold: float) -> tuple[float, dict[str, float]]:
+def _failed_shares(summary: Sequence[Mapping[str, object]], threshold: float) -> tuple[float, dict[str, float]]:
     """The largest share of NaN or failed scores of any metric in ``summary``, and the metrics
     whose share is over ``threshold`` (with their shares, rounded)."""
     worst = 0.0
     bad_metrics: dict[str, float] = {}
     for s in summary:
-        pop = s.get("n_population") or 0
+        pop = _count(s, "n_population")
         if pop:
             share = _nan_or_failed(s) / pop
             worst = max(worst, share)
             if share > threshold:
-                bad_metrics[s["metric"]] = round(share, 3)
+                bad_metrics[str(s["metric"])] = round(share, 3)
     return worst, bad_metrics
 
 

@@ -1,14 +1,18 @@
 """Index stage: one LanceDB table per variant (T-RAG, CC-RAG, SWB-RAG)."""
 
 import time
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from ctxwin_dagster.core.budget.embedding_window import plan_rows, window_report
+from ctxwin_dagster.core.budget.embedding_rows import plan_rows, window_report
 from ctxwin_dagster.core.text.splitting import Chunk
-from ctxwin_dagster.defs.batches import per_document
-from ctxwin_dagster.defs.partitions import documents_partitions
-from ctxwin_dagster.defs.resources import EmbeddingsResource, LanceDBResource
+from ctxwin_dagster.defs.batches import document_asset
+from ctxwin_dagster.defs.model_resources import EmbeddingsResource
+from ctxwin_dagster.defs.resources import LanceDBResource
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.backends.embeddings.cached import CachedEmbedder
 
 
 def index_rows(chunks: list[Chunk], contexts, embedder, embeddings: EmbeddingsResource) -> tuple[list[dict], list]:
@@ -96,7 +100,7 @@ def write_index(
             if embedder.stats.texts_encoded > encoded_before
             else None,
             # Where the vectors were computed: the command's embedding server, or this run's process.
-            "embedded_by": getattr(embedder, "served_by", "")
+            "embedded_by": _served_by(embedder)
             or ("this run's process" if embedder.provider == "local" else embedder.provider),
             "ann_index": upkeep.ann_index,
             "ann_trained_rows": upkeep.ann_trained_rows,
@@ -131,6 +135,14 @@ def write_index(
     )
 
 
+def _served_by(embedder: "CachedEmbedder") -> str:
+    """The embedding server a local embedder sends its texts to ("" when it encodes in this process,
+    and for a served model's own client)."""
+    from ctxwin_dagster.backends.embeddings.local import LocalEmbedder
+
+    return embedder.served_by if isinstance(embedder, LocalEmbedder) else ""
+
+
 def _index_asset(variant: str, contexts_asset: str | None):
     name = f"{variant}_index"
     ins = {"chunks": dg.AssetIn()}
@@ -142,28 +154,19 @@ def _index_asset(variant: str, contexts_asset: str | None):
         "swb_rag": "SWB-RAG: chunks embedded with their summary-and-window context",
     }[variant]
 
-    @dg.asset(
+    @document_asset(
         name=name,
         ins=ins,
-        partitions_def=documents_partitions,
         group_name="index",
         kinds={"lancedb"},
         code_version="3",
         description=f"{label}; one LanceDB table, rows merged on chunk_id per document.",
-        check_specs=[
-            dg.AssetCheckSpec(
-                "rows_match_chunks",
-                asset=name,
-                description="one row per chunk, no duplicate chunk ids among the document's rows",
-            ),
-            dg.AssetCheckSpec(
-                "chunk_text_within_embedding_window",
-                asset=name,
-                description="no token of any chunk's text was cut by the embedding model's window (counted with its own tokenizer)",
-            ),
-        ],
+        checks={
+            "rows_match_chunks": "one row per chunk, no duplicate chunk ids among the document's rows",
+            "chunk_text_within_embedding_window": "no token of any chunk's text was cut by the embedding model's window "
+            "(counted with its own tokenizer)",
+        },
     )
-    @per_document
     def _asset(context: dg.AssetExecutionContext, embeddings: EmbeddingsResource, lancedb: LanceDBResource, **inputs):
         return write_index(context, variant, inputs["chunks"], inputs.get("contexts"), embeddings, lancedb)
 

@@ -6,19 +6,15 @@ import dagster as dg
 
 from ctxwin_dagster.core.text.documents import Document, read_document
 from ctxwin_dagster.core.text.splitting import Chunk, with_pages
-from ctxwin_dagster.defs.batches import per_document
-from ctxwin_dagster.defs.partitions import documents_partitions
+from ctxwin_dagster.defs.batches import document_asset
 from ctxwin_dagster.defs.resources import ProjectSettings
 
 
-@dg.asset(
-    partitions_def=documents_partitions,
+@document_asset(
     group_name="ingest",
-    kinds={"python"},
     code_version="1",
     description="The text of one document file, with its hash, title and character and token counts.",
 )
-@per_document
 def raw_documents(context: dg.AssetExecutionContext, settings: ProjectSettings):
     started = time.perf_counter()
     path = settings.document_file(context.partition_key)
@@ -46,19 +42,12 @@ def raw_documents(context: dg.AssetExecutionContext, settings: ProjectSettings):
     )
 
 
-@dg.asset(
-    partitions_def=documents_partitions,
+@document_asset(
     group_name="ingest",
-    kinds={"python"},
     code_version="2",  # 2: a chunk's id includes its document's id (two files with the same text keep their own rows)
     description="Recursive 1,000/100-character chunks with exact character offsets and section paths.",
-    check_specs=[
-        dg.AssetCheckSpec(
-            "offsets_exact", asset="chunks", description="text == document[start:end] for every chunk, in order"
-        ),
-    ],
+    checks={"offsets_exact": "text == document[start:end] for every chunk, in order"},
 )
-@per_document
 def chunks(context: dg.AssetExecutionContext, settings: ProjectSettings, raw_documents: Document):
     started = time.perf_counter()
     result: list[Chunk] = settings.splitter().split(

@@ -17,11 +17,11 @@ import time
 
 import dagster as dg
 
+from ctxwin_dagster.core.json_types import JSONValue
 from ctxwin_dagster.core.text.documents import Document
 from ctxwin_dagster.defs.accounting import call_metadata
-from ctxwin_dagster.defs.batches import per_document
-from ctxwin_dagster.defs.partitions import documents_partitions
-from ctxwin_dagster.defs.resources import QuestionWriterResource
+from ctxwin_dagster.defs.batches import document_asset
+from ctxwin_dagster.defs.model_resources import QuestionWriterResource
 
 #: True for a document whose questions exist and whose text was updated since they were written.
 REFRESH_WHEN_THE_DOCUMENT_CHANGES = (
@@ -32,23 +32,22 @@ REFRESH_WHEN_THE_DOCUMENT_CHANGES = (
 ).with_label("its document changed since its questions were written")
 
 
-@dg.asset(
-    partitions_def=documents_partitions,
+def _counts(value: JSONValue) -> dg.MetadataValue:
+    """Counts of the generation report (per kind) as a JSON metadata entry."""
+    return dg.MetadataValue.json(value if isinstance(value, dict) else {})
+
+
+@document_asset(
     group_name="questions",
-    kinds={"python"},
     code_version="1",
     automation_condition=REFRESH_WHEN_THE_DOCUMENT_CHANGES,
     description="Questions written from the document by a chat model, each reference span found in the document "
     "(single fact, two passages far apart, unanswerable), in the QA format ctxwin evaluate reads.",
-    check_specs=[
-        dg.AssetCheckSpec(
-            "reference_spans_in_document",
-            asset="generated_questions",
-            description="every question's reference spans lie inside its document, and a single-fact answer is its span's text",
-        )
-    ],
+    checks={
+        "reference_spans_in_document": "every question's reference spans lie inside its document, and a single-fact "
+        "answer is its span's text"
+    },
 )
-@per_document
 def generated_questions(
     context: dg.AssetExecutionContext, question_writer: QuestionWriterResource, raw_documents: Document
 ):
@@ -97,11 +96,8 @@ def generated_questions(
         metadata={
             "qa_file": dg.MetadataValue.path(str(target) if result.items else ""),
             "n_questions": len(result.items),
-            "kept": dg.MetadataValue.json(report["kept"]),
-            "wanted": dg.MetadataValue.json(report["wanted"]),
-            "drafted": dg.MetadataValue.json(report["drafted"]),
-            "rejected": dg.MetadataValue.json(report["rejected"]),
-            "span_found_rate": float(rate) if rate is not None else None,
+            **{key: _counts(report[key]) for key in ("kept", "wanted", "drafted", "rejected")},
+            "span_found_rate": float(rate) if isinstance(rate, int | float) else None,
             "model": writer.model,
             "report": dg.MetadataValue.md("\n".join(f"- {line}" for line in result.report.lines())),
             **call_metadata(records, time.perf_counter() - started),
