@@ -42,10 +42,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ctxwin_dagster.ask.modes import ASK_MODES
     from ctxwin_dagster.ask.results import AskError, AskResult, Citation, StaleIndexError, normalize_variant
     from ctxwin_dagster.ask.retriever import Retriever
     from ctxwin_dagster.ask.service import Asker
-    from ctxwin_dagster.ask.session import ASK_MODES
 
 __all__ = [
     "ASK_MODES",
@@ -61,7 +61,7 @@ __all__ = [
 #: Where each public name lives. They are imported on first use, so a module of this package
 #: (the ask server's client, say) can be imported without the retrieval and model stack.
 _HOMES = {
-    "ASK_MODES": "session",
+    "ASK_MODES": "modes",
     "Asker": "service",
     "Retriever": "retriever",
     **dict.fromkeys(("AskError", "AskResult", "Citation", "StaleIndexError", "normalize_variant"), "results"),

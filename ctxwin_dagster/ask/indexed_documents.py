@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctxwin_dagster.ask.results import AskError, StaleIndexError
-from ctxwin_dagster.core.retrieval.enhance import chunks_from_rows
+from ctxwin_dagster.core.retrieval.rows import chunks_from_rows
 from ctxwin_dagster.core.text.documents import DocumentError, read_document
 from ctxwin_dagster.core.text.folder import load_id_registry, scan_documents
 from ctxwin_dagster.core.text.splitting import Chunk

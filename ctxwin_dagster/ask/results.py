@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
 
-from ctxwin_dagster.backends.base import CallRecord, Ledger
+from ctxwin_dagster.backends.base import CallRecord, Ledger, Totals
 from ctxwin_dagster.core.budget.fit import FitReport
 from ctxwin_dagster.core.defaults import normalize_variant as _normalize_variant
+from ctxwin_dagster.core.json_types import JSONObject
 from ctxwin_dagster.core.methods.sliding_qa import SlidingAnswer
 from ctxwin_dagster.core.retrieval.enhance import EnhancedContext
 from ctxwin_dagster.core.retrieval.window import Window
@@ -23,6 +23,7 @@ __all__ = [
     "cite_sentences",
     "normalize_variant",
     "sliding_result",
+    "window_dict",
 ]
 
 
@@ -69,15 +70,9 @@ class Citation:
     def as_tuple(self) -> tuple[str | None, str, int, int]:
         return (self.chunk_id, self.doc_id, self.start, self.end)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "chunk_id": self.chunk_id,
-            "doc_id": self.doc_id,
-            "start": self.start,
-            "end": self.end,
-            "excerpt": self.excerpt,
-            "marker": self.marker,
-        }
+    def to_dict(self) -> JSONObject:
+        """The fields by name: ``chunk_id``, ``doc_id``, ``start``, ``end``, ``excerpt``, ``marker``."""
+        return asdict(self)
 
 
 @dataclass(slots=True)
@@ -105,7 +100,7 @@ class AskResult:
     answer: str
     not_found: bool
     citations: list[Citation]
-    windows: list[dict[str, Any]]
+    windows: list[JSONObject]
     mode: str
     mode_used: str
     variant: str | None
@@ -125,7 +120,7 @@ class AskResult:
         return [c.as_tuple() for c in self.citations]
 
     @property
-    def totals(self) -> dict[str, Any]:
+    def totals(self) -> Totals:
         """Calls, cache hits, tokens, characters and cost over :attr:`records`."""
         return Ledger.summarize(self.records)
 
@@ -153,9 +148,9 @@ class AskResult:
 
     @property
     def context_chars(self) -> int:
-        return sum(int(w["n_chars"]) for w in self.windows)
+        return sum(n for w in self.windows if isinstance(n := w["n_chars"], int))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         """A JSON-ready dict."""
         totals = self.totals
         return {
@@ -163,7 +158,7 @@ class AskResult:
             "answer": self.answer,
             "not_found": self.not_found,
             "citations": [c.to_dict() for c in self.citations],
-            "windows": self.windows,
+            "windows": list(self.windows),
             "mode": self.mode,
             "mode_used": self.mode_used,
             "variant": self.variant,
@@ -190,10 +185,10 @@ class AskResult:
         reference_answer: str = "",
         reference_spans: Sequence[Sequence[int]] = (),
         is_impossible: bool | None = None,
-    ) -> dict[str, Any]:
+    ) -> JSONObject:
         """An answer record in the format of :mod:`ctxwin_dagster.core.evaluation.metrics.scoring`."""
         totals = self.totals
-        rec: dict[str, Any] = {
+        rec: JSONObject = {
             "question_id": question_id,
             "doc_id": self.doc_id,
             "variant": self.variant or self.mode_used,
@@ -299,7 +294,7 @@ def cite_sentences(answer: str, windows: Mapping[str, Window]) -> tuple[str, lis
     return "".join(out), citations
 
 
-def _window_dict(w: Window) -> dict[str, Any]:
+def window_dict(w: Window) -> JSONObject:
     return {
         "doc_id": w.doc_id,
         "start": w.start,
@@ -338,7 +333,7 @@ def sliding_result(
         )
     if run.errors:
         notes.append(f"{len(run.errors)} windows gave no usable reply: {run.errors[0]}")
-    windows = [
+    windows: list[JSONObject] = [
         {
             "doc_id": f.doc_id,
             "start": f.start,

@@ -26,8 +26,8 @@ import numpy as np
 from ctxwin_dagster.ask.indexed_documents import CHUNK_COLUMNS, IndexedDocuments
 from ctxwin_dagster.ask.results import AskError, normalize_variant
 from ctxwin_dagster.core.retrieval.around_hits import span_text
-from ctxwin_dagster.core.retrieval.enhance import EnhancedContext, chunks_from_rows
-from ctxwin_dagster.core.retrieval.focus import LexicalIndexes
+from ctxwin_dagster.core.retrieval.enhance import EnhancedContext
+from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes
 from ctxwin_dagster.core.retrieval.routing import (
     CARD_CHARS,
     ROUTE_DEPTH,
@@ -36,6 +36,7 @@ from ctxwin_dagster.core.retrieval.routing import (
     question_kind,
     question_periods,
 )
+from ctxwin_dagster.core.retrieval.rows import chunks_from_rows
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 from ctxwin_dagster.core.retrieval.trip import retrieve
 from ctxwin_dagster.core.text.splitting import Chunk

@@ -2,44 +2,32 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from ctxwin_dagster.ask.answering import ContextAnswers
 from ctxwin_dagster.ask.indexed_documents import IndexedDocuments
+from ctxwin_dagster.ask.modes import ASK_MODES, AskMode
 from ctxwin_dagster.ask.results import (
     AskError,
     AskResult,
-    Citation,
-    _window_dict,
-    cite_sentences,
     normalize_variant,
-    sliding_result,
 )
 from ctxwin_dagster.ask.retriever import Retriever
-from ctxwin_dagster.ask.session import ASK_MODES
-from ctxwin_dagster.core.budget.fit import FitReport, check_fit
+from ctxwin_dagster.ask.sliding import SlidingAnswers, SlidingOptions
 from ctxwin_dagster.core.budget.limits import ModelLimits, get_model_limits
 from ctxwin_dagster.core.budget.tokens import TokenCounter, get_token_counter
 from ctxwin_dagster.core.defaults import PAPER
 from ctxwin_dagster.core.experiment import DEFAULT_CACHE_DIR, DEFAULT_DOCUMENTS_DIR, DEFAULT_LANCEDB_URI
-from ctxwin_dagster.core.methods.prompts import NOT_IN_DOCUMENTS, detect_language, format_passages, get_template
 from ctxwin_dagster.core.methods.sliding_qa import (
     DEFAULT_OVERLAP_TOKENS,
     DEFAULT_WAVE_SIZE,
-    DEFAULT_WINDOW_TOKENS,
-    SlidingAnswer,
     WindowReader,
-    sliding_window_qa,
 )
-from ctxwin_dagster.core.retrieval.around_hits import span_text
 from ctxwin_dagster.core.retrieval.enhance import EnhancedContext
-from ctxwin_dagster.core.retrieval.routing import routing_note
 from ctxwin_dagster.core.retrieval.settings import RETRIEVAL_PRESETS, RetrievalSettings
-from ctxwin_dagster.core.retrieval.window import Window
 from ctxwin_dagster.core.text.splitting import Chunk
 
 if TYPE_CHECKING:
@@ -49,7 +37,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Asker"]
 
-AskMode = Literal["retrieve", "sliding", "auto"]
 
 #: The model whose limits the auto mode checks against when the answer engine is the
 #: extractive one (which has no context limit of its own): the paper's answer model.
@@ -108,7 +95,16 @@ class Asker:
         self.documents_dir = self.documents.documents_dir
         self.limits = limits or tasks.limits or get_model_limits(DEFAULT_LIMITS_MODEL)
         self.counter = counter or tasks.counter or get_token_counter(DEFAULT_LIMITS_MODEL)
-        self._reader = reader
+        self.answers = ContextAnswers(tasks, limits=self.limits, counter=self.counter)
+        self.sliding = SlidingAnswers(
+            tasks=tasks,
+            embedder=embedder,
+            documents=self.documents,
+            index=index,
+            limits=self.limits,
+            counter=self.counter,
+            reader=reader,
+        )
         self._closers: list[Callable[[], None]] = list(closers)
 
     # ----------------------------------------------------------------- construction
@@ -184,30 +180,6 @@ class Asker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    @property
-    def reader(self) -> WindowReader:
-        """The sliding-window reader (built on first use)."""
-        if self._reader is None:
-            from ctxwin_dagster.backends.tasks.extractive import DEFAULT_ANSWER_THRESHOLD
-            from ctxwin_dagster.backends.tasks.window_readers import ExtractiveWindowReader, LLMWindowReader
-
-            tasks = self.tasks
-            if tasks.chat is not None:
-                self._reader = LLMWindowReader(tasks.chat, limits=self.limits, counter=self.counter)
-            else:
-                embedder = tasks.embedder or self.embedder
-                if embedder is None:
-                    raise AskError("sliding-window QA with the extractive engine needs an embedder; pass embedder=")
-                self._reader = ExtractiveWindowReader(
-                    embedder,
-                    ledger=tasks.ledger,
-                    counter=self.counter,
-                    threshold=tasks.answer_threshold
-                    if tasks.answer_threshold is not None
-                    else DEFAULT_ANSWER_THRESHOLD,
-                )
-        return self._reader
 
     # ----------------------------------------------------------------- documents and retrieval
     def document_text(self, doc_id: str, *, expected_sha256: str | None = None) -> str | None:
@@ -292,228 +264,23 @@ class Asker:
         if not isinstance(question, str) or not question.strip():
             raise AskError("question is empty; pass the question to answer")
         settings = _settings(retrieval)
-        sliding = _Sliding(window_tokens, overlap_tokens, summary, early_stop, wave_size, progress)
+        sliding = SlidingOptions(window_tokens, overlap_tokens, summary, early_stop, wave_size, progress)
         started = time.perf_counter()
         if mode == "sliding":
             if not doc_id:
                 raise AskError("mode='sliding' reads one whole document: pass doc_id= (--doc ID)")
-            result = self._ask_sliding_document(question, sliding, variant=variant, doc_id=doc_id)
+            result = self.sliding.ask_document(question, sliding, variant=variant, doc_id=doc_id)
         else:
             v = normalize_variant(variant)
             ctx = self.retriever.context(question, settings, variant=v, doc_id=doc_id)
-            fit = self._fit(question, ctx) if mode == "auto" and ctx.windows else None
+            fit = self.answers.fit(question, ctx) if mode == "auto" and ctx.windows else None
             if fit is not None and not fit.fits:
-                result = self._ask_sliding_context(question, ctx, sliding, variant=v, doc_id=doc_id, fit=fit)
+                result = self.sliding.ask_context(question, ctx, sliding, variant=v, doc_id=doc_id, fit=fit)
             else:
-                result = self._answer_context(question, ctx, variant=v, doc_id=doc_id, mode=mode)
+                result = self.answers.answer(question, ctx, variant=v, doc_id=doc_id, mode=mode)
                 result.fit = fit
         result.latency_s = time.perf_counter() - started
         return result
-
-    def _passages(self, ctx: EnhancedContext) -> tuple[list[tuple[str, str]], dict[str, tuple[Window, str]]]:
-        """Passages labelled by the best hit in each window, and label -> (window, its chunk id).
-
-        Labels are unique: several sentence windows can come from one chunk, and a citation must
-        name the window it quotes. A window whose best chunk labels an earlier window takes its
-        next chunk, else the chunk id with ``~2``, ``~3`` … after it.
-        """
-        rank = {cid: i for i, (cid, _) in enumerate(ctx.hits)}
-        passages: list[tuple[str, str]] = []
-        by_label: dict[str, tuple[Window, str]] = {}
-        for w in ctx.windows:
-            ordered = sorted(w.chunk_ids, key=lambda c: (rank.get(c, len(rank)), w.chunk_ids.index(c)))
-            chunk = next((c for c in ordered if c not in by_label), ordered[0])
-            label, k = chunk, 1
-            while label in by_label:
-                k += 1
-                label = f"{chunk}~{k}"
-            passages.append((label, w.text))
-            by_label[label] = (w, chunk)
-        return passages, by_label
-
-    def _fit(self, question: str, ctx: EnhancedContext) -> FitReport:
-        passages, _ = self._passages(ctx)
-        lang = detect_language(question + "\n" + " ".join(t for _, t in passages[:2]))
-        msgs = get_template("answer", lang).render(question=question, passages=format_passages(passages))
-        most = self.tasks.max_tokens if self.tasks.max_tokens is not None else self.limits.max_completion_tokens
-        reserved = min(int(most), self.limits.max_completion_tokens)
-        return check_fit(msgs, limits=self.limits, reserved_completion=reserved, counter=self.counter)
-
-    def _answer_context(
-        self, question: str, ctx: EnhancedContext, *, variant: str, doc_id: str | None, mode: str
-    ) -> AskResult:
-        notes: list[str] = []
-        if ctx.routed_to:
-            notes.append(routing_note(question, ctx.routed_to))
-        if not ctx.exact and ctx.windows:
-            notes.append(
-                "window text rebuilt from the index rows (no document file); white space between chunks may differ"
-            )
-        if not ctx.windows:
-            return AskResult(
-                question,
-                NOT_IN_DOCUMENTS,
-                True,
-                [],
-                [],
-                mode,
-                "retrieve",
-                variant,
-                doc_id,
-                self.engine,
-                self.model,
-                notes=notes + ["the search returned no chunks"],
-                context=ctx,
-            )
-        passages, by_label = self._passages(ctx)
-        dropped_before = self.tasks.stats["answer_passages_dropped"]
-        # one passage per window, in order: each window's offset in its document
-        res = self.tasks.answer(question, passages, doc_id=doc_id or "", starts=[w.start for w in ctx.windows])
-        dropped = self.tasks.stats["answer_passages_dropped"] - dropped_before
-        if dropped:
-            notes.append(
-                f"{dropped} of {len(passages)} windows did not fit {self.model} and were left out (the least relevant)"
-            )
-        citations: list[Citation] = []
-        answer = res.text
-        if not res.not_found:
-            answer, cited = cite_sentences(res.text, {label: w for label, (w, _) in by_label.items()})
-            citations = [dataclasses.replace(c, chunk_id=by_label[c.chunk_id][1]) for c in cited if c.chunk_id]
-            if not citations:
-                notes.append("the answer cites none of the passages")
-        if res.unknown_citations:
-            notes.append(f"the answer cites unknown ids: {list(res.unknown_citations)}")
-        return AskResult(
-            question=question,
-            answer=answer,
-            not_found=bool(res.not_found),
-            citations=citations,
-            windows=[_window_dict(w) for w in ctx.windows],
-            mode=mode,
-            mode_used="retrieve",
-            variant=variant,
-            doc_id=doc_id,
-            engine=res.engine or self.engine,
-            model=res.model or self.model,
-            records=list(res.records),
-            notes=notes,
-            context=ctx,
-        )
-
-    def _window_tokens(self, requested: int | None, summary: str | None, question: str) -> int:
-        if requested is not None:
-            return requested
-        limit = getattr(self.reader, "window_token_limit", None)
-        most = limit(summary=summary, question=question) if callable(limit) else None
-        size = DEFAULT_WINDOW_TOKENS if most is None else min(DEFAULT_WINDOW_TOKENS, most)
-        if size <= DEFAULT_OVERLAP_TOKENS:
-            raise AskError(
-                f"{self.reader.model} leaves room for only {size} tokens of text per window; use a model with a longer "
-                "context, a shorter summary, or pass window_tokens= and overlap_tokens= explicitly"
-            )
-        return size
-
-    def _run_sliding(
-        self, question: str, source: str | Sequence[Window], sliding: _Sliding, *, doc_id: str
-    ) -> SlidingAnswer:
-        enc = self.counter.encoding
-        size = self._window_tokens(sliding.window_tokens, sliding.summary, question)
-        try:
-            return sliding_window_qa(
-                question,
-                source,
-                reader=self.reader,
-                encode=enc.encode_ordinary,
-                decode=enc.decode,
-                doc_id=doc_id,
-                window_tokens=size,
-                overlap_tokens=sliding.overlap_tokens,
-                summary=sliding.summary,
-                early_stop=sliding.early_stop,
-                wave_size=sliding.wave_size,
-                progress=sliding.progress,
-            )
-        except ValueError as exc:
-            if isinstance(exc, AskError):
-                raise
-            raise AskError(str(exc)) from exc
-
-    def _ask_sliding_document(self, question: str, sliding: _Sliding, *, variant: str, doc_id: str) -> AskResult:
-        notes: list[str] = []
-        chunks: list[Chunk] = []
-        v: str | None = None
-        if self.index is not None:
-            v = normalize_variant(variant)
-            if self.index.count(v, doc_id=doc_id):
-                chunks, texts = self.retriever.chunks(v, [doc_id])
-            else:
-                texts = {}
-                t = self.document_text(doc_id)
-                if t is not None:
-                    texts[doc_id] = t
-        else:
-            t = self.document_text(doc_id)
-            texts = {doc_id: t} if t is not None else {}
-        text = texts.get(doc_id)
-        if text is None:
-            if not chunks:
-                where = f" in {self.documents_dir}" if self.documents_dir else ""
-                raise AskError(
-                    f"no text for document {doc_id!r}: no file{where} and no indexed chunks; put the file in the documents "
-                    "folder (--documents) or index it with `ctxwin run`"
-                )
-            text = span_text(chunks, 0, max(c.end for c in chunks))
-            texts = {doc_id: text}
-            notes.append(
-                "document text rebuilt from the index rows (no document file); white space between chunks may differ"
-            )
-        run = self._run_sliding(question, text, sliding, doc_id=doc_id)
-        return sliding_result(
-            question, run, mode="sliding", variant=v, doc_id=doc_id, texts=texts, chunks=chunks, notes=notes
-        )
-
-    def _ask_sliding_context(
-        self,
-        question: str,
-        ctx: EnhancedContext,
-        sliding: _Sliding,
-        *,
-        variant: str,
-        doc_id: str | None,
-        fit: FitReport,
-    ) -> AskResult:
-        notes = [
-            f"the assembled context ({fit.prompt_tokens:,} prompt tokens) does not fit {self.limits.model} "
-            f"(limit {fit.limit:,}, over by {fit.overflow:,}): sliding-window QA over it"
-        ]
-        run = self._run_sliding(question, ctx.windows, sliding, doc_id=doc_id or "")
-        texts: dict[str, None] = {}
-        for w in ctx.windows:
-            texts.setdefault(w.doc_id, None)
-        doc_texts: dict[str, str] = {}
-        for d in texts:
-            t = self.document_text(d)
-            if t is not None:
-                doc_texts[d] = t
-        chunks, _ = self.retriever.chunks(variant, list(texts)) if self.index is not None else ([], {})
-        result = sliding_result(
-            question, run, mode="auto", variant=variant, doc_id=doc_id, texts=doc_texts, chunks=chunks, notes=notes
-        )
-        result.fit = fit
-        result.context = ctx
-        return result
-
-
-@dataclass(frozen=True)
-class _Sliding:
-    """The sliding-window options of one :meth:`Asker.ask` call."""
-
-    window_tokens: int | None
-    overlap_tokens: int
-    summary: str | None
-    early_stop: float | None
-    wave_size: int
-    progress: Callable[[int, int], None] | None
 
 
 def _settings(retrieval: RetrievalSettings | str | None) -> RetrievalSettings:

@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from ctxwin_dagster.core.experiment import Experiment
 
 __all__ = [
-    "ASK_MODES",
     "AskerSpec",
     "ask_kwargs",
     "experiment_home",
@@ -37,10 +36,6 @@ __all__ = [
     "format_result",
     "question_options",
 ]
-
-#: How :meth:`Asker.ask <ctxwin_dagster.ask.service.Asker.ask>` reads: retrieve passages, slide over the
-#: whole document, or choose (``auto``).
-ASK_MODES: tuple[str, ...] = ("retrieve", "sliding", "auto")
 
 #: The answerer's settings ``ctxwin ask`` takes from the experiment's answerer section whatever
 #: model answers: the waits on its server, retries, concurrency, a local model's reply cap.
@@ -55,8 +50,8 @@ def experiment_home(args: argparse.Namespace) -> Path:
 
     return (
         Path(args.dagster_home)
-        if getattr(args, "dagster_home", None)
-        else default_home(getattr(args, "experiment", None) or "sample")
+        if vars(args).get("dagster_home")
+        else default_home(vars(args).get("experiment") or "sample")
     )
 
 
@@ -70,7 +65,7 @@ def experiment_of(args: argparse.Namespace) -> Experiment:
     from ctxwin_dagster.ask.results import AskError
     from ctxwin_dagster.core.experiment import EXPERIMENT_FILE, home_experiment
 
-    name = getattr(args, "experiment", None) or "sample"
+    name = vars(args).get("experiment") or "sample"
     home = experiment_home(args)
     if name != "sample" and not (home / EXPERIMENT_FILE).is_file():
         raise AskError(
@@ -107,9 +102,9 @@ class AskerSpec:
         exp = experiment_of(args)
         answerer = dict(exp.sections.get("answerer") or {})
         pipeline = dict(exp.sections.get("pipeline") or {})
-        explicit = getattr(args, "model", None) is not None
-        cache_dir = (exp.cache_dir if getattr(args, "cache_dir", None) is None else args.cache_dir) or None
-        documents = (exp.documents_dir if getattr(args, "documents", None) is None else args.documents) or None
+        explicit = vars(args).get("model") is not None
+        cache_dir = (exp.cache_dir if vars(args).get("cache_dir") is None else args.cache_dir) or None
+        documents = (exp.documents_dir if vars(args).get("documents") is None else args.documents) or None
         home = experiment_home(args)
 
         def absolute(path: str | Path | None) -> str | None:
@@ -119,12 +114,12 @@ class AskerSpec:
             return str(path) if "://" in str(path) else str(Path(path).resolve())
 
         return cls(
-            lancedb=absolute(getattr(args, "lancedb", None) or exp.lancedb_uri) or "",
+            lancedb=absolute(vars(args).get("lancedb") or exp.lancedb_uri) or "",
             documents=absolute(documents),
             model=args.model if explicit else (answerer.get("model") or None),
-            base_url=getattr(args, "base_url", None) if explicit else (answerer.get("base_url") or None),
+            base_url=vars(args).get("base_url") if explicit else (answerer.get("base_url") or None),
             cache_dir=absolute(cache_dir),
-            max_tokens=getattr(args, "max_tokens", None),
+            max_tokens=vars(args).get("max_tokens"),
             embeddings=json.dumps(dict(exp.sections.get("embeddings") or {}), sort_keys=True, default=str),
             doc_ids_file=absolute(home / DOC_IDS_FILE) if home.is_dir() else None,
             chat_options=json.dumps({k: answerer[k] for k in CHAT_OPTIONS if k in answerer}, sort_keys=True),
@@ -188,7 +183,8 @@ def question_options(args: argparse.Namespace) -> dict[str, Any]:
         "overlap_tokens",
         "early_stop",
     )
-    return {name: getattr(args, name, None) for name in names}
+    given = vars(args)
+    return {name: given.get(name) for name in names}
 
 
 def ask_kwargs(options: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TextIO
 
-from ctxwin_dagster.ask.session import ASK_MODES, AskerSpec, ask_kwargs, format_result, question_options
+from ctxwin_dagster.ask.modes import ASK_MODES
+from ctxwin_dagster.ask.session import AskerSpec, ask_kwargs, format_result, question_options
 from ctxwin_dagster.cli.options import Subcommands
 from ctxwin_dagster.cli.options import variant as variant_name
 from ctxwin_dagster.core.methods.sliding_qa import DEFAULT_OVERLAP_TOKENS
@@ -162,14 +163,14 @@ def run_cli(
     except (AskError, ValueError) as exc:
         print(f"ctxwin ask: {exc}", file=stderr)
         return 2
-    if getattr(args, "stop_server", False):
+    if vars(args).get("stop_server"):
         pid = server.stop(spec)
         print(
             f"ctxwin ask: stopped the ask server (pid {pid})" if pid else "ctxwin ask: no ask server runs", file=stderr
         )
         return 0
     client = None
-    if not getattr(args, "no_server", False) and server.enabled() and server.state_file(spec) is not None:
+    if not vars(args).get("no_server") and server.enabled() and server.state_file(spec) is not None:
         client = server.find(spec)
         if client is None:
             with steps.step("starting the ask server, which keeps the index and the models loaded"):

@@ -111,7 +111,7 @@ def test_a_citation_is_the_sentence_quoted_even_when_two_windows_come_from_one_c
     start = text.index(sentence)
     assert sentence in result.answer
     assert any(c.start == start and c.end >= start + len(sentence) for c in result.citations), result.citations
-    labels = [label for label, _ in asker._passages(result.context)[0]]
+    labels = [label for label, _ in asker.answers.passages(result.context)[0]]
     assert len(labels) == len(set(labels))
 
 

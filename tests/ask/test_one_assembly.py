@@ -15,13 +15,8 @@ import pytest
 
 from ctxwin_dagster.ask import Asker
 from ctxwin_dagster.core.experiment import Experiment
-from ctxwin_dagster.defs.resources import (
-    ChatModelResource,
-    EmbeddingsResource,
-    EvaluationSettings,
-    PipelineSettings,
-    build_tasks,
-)
+from ctxwin_dagster.defs.model_resources import ChatModelResource, EmbeddingsResource
+from ctxwin_dagster.defs.resources import EvaluationSettings, PipelineSettings, build_tasks
 from ctxwin_dagster.testing import FakeOpenAIServer
 
 pytestmark = pytest.mark.slow
