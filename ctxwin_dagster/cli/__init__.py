@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 from importlib.metadata import PackageNotFoundError, version
 
-from ctxwin_dagster.cli import ask, dev, pipeline, plan, prune, qa, review
+from ctxwin_dagster.cli import ask, compare, dev, pipeline, plan, prune, qa, review
 from ctxwin_dagster.cli.options import DefaultsFormatter, Subcommands
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
 #: The modules of the subcommands, in the order ``ctxwin --help`` lists them.
-COMMANDS = (pipeline, plan, ask, dev, prune, qa, review)
+COMMANDS = (pipeline, compare, plan, ask, dev, prune, qa, review)
 
 
 def build_parser() -> argparse.ArgumentParser:

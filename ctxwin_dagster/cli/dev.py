@@ -18,7 +18,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     import sys
 
     from ctxwin_dagster.backends.embeddings.server import ENV_VAR, EmbeddingService, served_models
-    from ctxwin_dagster.runner.launch import prepare_home, workspace_file
+    from ctxwin_dagster.runner.home_setup import prepare_home, workspace_file
 
     home = Path(args.dagster_home) if args.dagster_home else default_home(args.experiment)
     if args.experiment != SAMPLE and not (home / EXPERIMENT_FILE).is_file():

@@ -1,5 +1,5 @@
-"""``ctxwin run``, ``ctxwin evaluate`` and ``ctxwin compare``: the asset graph run per document in a
-persistent Dagster home, experiments, and two experiments side by side."""
+"""``ctxwin run`` and ``ctxwin evaluate``: the asset graph run per document in a persistent Dagster
+home, and experiments (``ctxwin compare``, in :mod:`.compare`, sets two of them side by side)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ctxwin_dagster.cli.options import Subcommands
 from ctxwin_dagster.cli.options import variant as variant_name
 
 if TYPE_CHECKING:
     from ctxwin_dagster.core.experiment import Experiment
+    from ctxwin_dagster.core.json_types import JSONObject
     from ctxwin_dagster.core.text.folder import DocumentFolder
     from ctxwin_dagster.defs.resources import ProjectSettings
 
@@ -81,19 +82,17 @@ def _experiment_for_run(args: argparse.Namespace) -> tuple[Experiment, Path]:
         home_experiment,
     )
 
-    if getattr(args, "experiment", None):
+    if args.experiment:
         exp = _load_named_experiment(args.experiment)
         if args.documents:
             exp = _replace_folder(exp, documents_dir=args.documents)
     elif args.documents:
-        name = getattr(args, "name", None) or experiment_name_for(args.documents)
+        name = args.name or experiment_name_for(args.documents)
         # Another folder is another experiment, with its own index (data/experiments/<name>/lancedb).
-        exp = Experiment.from_dict(
-            {"name": name, "documents_dir": args.documents, "qa_dir": getattr(args, "qa", None) or DEFAULT_QA_DIR}
-        )
+        exp = Experiment.from_dict({"name": name, "documents_dir": args.documents, "qa_dir": args.qa or DEFAULT_QA_DIR})
         if args.dagster_home and (Path(args.dagster_home) / "ctxwin_experiment.json").is_file():
             held = home_experiment(args.dagster_home)
-            if Path(held.documents_dir) == Path(args.documents).resolve() and not getattr(args, "name", None):
+            if Path(held.documents_dir) == Path(args.documents).resolve() and not args.name:
                 exp = held  # the folder this home already runs
     else:
         home = Path(args.dagster_home) if args.dagster_home else default_home("sample")
@@ -103,17 +102,16 @@ def _experiment_for_run(args: argparse.Namespace) -> tuple[Experiment, Path]:
 
 
 def _with_models(exp: Experiment, args: argparse.Namespace) -> Experiment:
-    model = getattr(args, "model", None)
-    if model is None:
+    if args.model is None:
         return exp
-    return exp.with_changes("contextualizer", model=model, base_url=getattr(args, "base_url", None) or "")
+    return exp.with_changes("contextualizer", model=args.model, base_url=args.base_url or "")
 
 
-def _replace_folder(exp: Experiment, **folders: str) -> Experiment:
+def _replace_folder(exp: Experiment, *, documents_dir: str = "", qa_dir: str = "") -> Experiment:
+    """``exp`` with the folders given (an empty one: the experiment's own)."""
     from dataclasses import replace
 
-    changes: dict[str, Any] = {k: v for k, v in folders.items() if v}
-    return replace(exp, **changes)
+    return replace(exp, documents_dir=documents_dir or exp.documents_dir, qa_dir=qa_dir or exp.qa_dir)
 
 
 def _load_named_experiment(ref: str) -> Experiment:
@@ -142,7 +140,7 @@ def _rebuild_variants(args: argparse.Namespace) -> list[str]:
     """The variants of ``--rebuild-index`` (t, cc, swb or their table names), each once."""
     from ctxwin_dagster.core.defaults import normalize_variant
 
-    given = getattr(args, "rebuild_index", None) or []
+    given = args.rebuild_index or []
     if given and args.doc:
         raise SystemExit("ctxwin: --rebuild-index builds the index of every document again; leave out --doc")
     try:
@@ -158,17 +156,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.documents and args.qa:
         check_questions(exp, home, quiet=True)  # as `ctxwin evaluate` does; the run lists the documents
     return run_pipeline(
-        exp,
-        home,
-        job_name=args.job,
-        log_level=args.log_level,
-        doc_filter=args.doc,
-        workers=args.workers,
-        batch_size=args.batch_size,
-        storage=args.storage,
-        force=args.force,
-        workspace=args.workspace,
-        rebuild_index=rebuild,
+        exp, home, job_name=args.job, doc_filter=args.doc, rebuild_index=rebuild, **_launch_options(args)
     )
 
 
@@ -200,8 +188,8 @@ def run_pipeline(
     from ctxwin_dagster.core.experiment import ExperimentConflict
     from ctxwin_dagster.definitions import home_definitions
     from ctxwin_dagster.defs.sensors import sync_partitions
+    from ctxwin_dagster.runner.home_setup import prepare_home
     from ctxwin_dagster.runner.homes import HomeLock, bind_experiment, fail_orphaned_runs
-    from ctxwin_dagster.runner.launch import prepare_home
     from ctxwin_dagster.runner.runs import RunPlanner
 
     home = prepare_home(str(home), storage)
@@ -235,7 +223,7 @@ def run_pipeline(
             )
 
         # 2. Launch what is stale, follow the runs, summarize.
-        run_config: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": log_level}}}}
+        run_config: JSONObject = {"loggers": {"console": {"config": {"log_level": log_level}}}}
         planner = RunPlanner(
             instance,
             defs,
@@ -269,61 +257,30 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     print(f"experiment {exp.name}: documents {exp.documents_dir}, questions {exp.qa_dir}")
     home = Path(args.dagster_home) if args.dagster_home else default_home(exp.name)
     check_questions(exp, home)
-    return run_pipeline(
-        exp,
-        home,
-        log_level=args.log_level,
-        print_listing=False,
-        workers=args.workers,
-        batch_size=args.batch_size,
-        storage=args.storage,
-        force=args.force,
-        workspace=args.workspace,
-    )
+    return run_pipeline(exp, home, print_listing=False, **_launch_options(args))
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    import json
+class _LaunchOptions(TypedDict):
+    """The options of :func:`_add_launch_arguments` and ``--log-level``, as :func:`run_pipeline` takes them."""
 
-    reports = Path(args.reports_dir)
-    payloads = []
-    for name in (args.a, args.b):
-        path = reports / name / "comparison.json"
-        if not path.is_file():
-            raise SystemExit(f"ctxwin compare: {path} is missing; run `ctxwin evaluate {name}` first")
-        payloads.append(json.loads(path.read_text(encoding="utf-8")))
-    means = [{(q["variant"], q["metric"]): q["mean"] for q in p["quality"]} for p in payloads]
-    keys = sorted(set(means[0]) & set(means[1]))
-    lines = [
-        f"# {args.a} vs {args.b}",
-        "",
-        f"| variant | metric | {args.a} | {args.b} | Δ |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for variant, metric in keys:
-        a, b = means[0][(variant, metric)], means[1][(variant, metric)]
-        delta = "—" if a is None or b is None else f"{b - a:+.3f}"
-        fa = "—" if a is None else f"{a:.3f}"
-        fb = "—" if b is None else f"{b:.3f}"
-        lines.append(f"| {variant} | {metric} | {fa} | {fb} | {delta} |")
-    eff = [{e["variant"]: e for e in p["efficiency"]} for p in payloads]
-    lines += [
-        "",
-        f"| variant | index input chars ({args.a}) | ({args.b}) | context chars/question ({args.a}) | ({args.b}) |",
-        "| --- | --- | --- | --- | --- |",
-    ]
-    for variant in sorted(set(eff[0]) & set(eff[1])):
-        e0, e1 = eff[0][variant], eff[1][variant]
-        lines.append(
-            f"| {variant} | {e0.get('index_input_chars') or 0:,.0f} | {e1.get('index_input_chars') or 0:,.0f} | "
-            f"{e0.get('context_chars_per_question') or 0:,.0f} | {e1.get('context_chars_per_question') or 0:,.0f} |"
-        )
-    text = "\n".join(lines) + "\n"
-    out = reports / f"{args.a}_vs_{args.b}.md"
-    out.write_text(text, encoding="utf-8")
-    print(text)
-    print(f"written to {out}")
-    return 0
+    log_level: str
+    workers: int | None
+    batch_size: int | None
+    storage: str | None
+    force: bool
+    workspace: str | None
+
+
+def _launch_options(args: argparse.Namespace) -> _LaunchOptions:
+    """The launch options given to ``ctxwin run`` or ``ctxwin evaluate``."""
+    return {
+        "log_level": args.log_level,
+        "workers": args.workers,
+        "batch_size": args.batch_size,
+        "storage": args.storage,
+        "force": args.force,
+        "workspace": args.workspace,
+    }
 
 
 def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -355,7 +312,7 @@ def _add_launch_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register(sub: Subcommands) -> None:
-    """Add ``run``, ``evaluate`` and ``compare`` to the ``ctxwin`` command's subcommands (``sub``)."""
+    """Add ``run`` and ``evaluate`` to the ``ctxwin`` command's subcommands (``sub``)."""
     run = sub.add_parser("run", help="materialize every asset for every document (the main job)")
     run.add_argument(
         "--documents",
@@ -406,9 +363,3 @@ def register(sub: Subcommands) -> None:
     ev.add_argument("--log-level", default="WARNING", help="Dagster console log level")
     _add_launch_arguments(ev)
     ev.set_defaults(func=cmd_evaluate)
-
-    cmp_ = sub.add_parser("compare", help="compare two experiments' reports side by side")
-    cmp_.add_argument("a", help="the first experiment's name (its report folder under --reports-dir)")
-    cmp_.add_argument("b", help="the second experiment's name")
-    cmp_.add_argument("--reports-dir", default="evaluations/reports", help="where `ctxwin evaluate` wrote the reports")
-    cmp_.set_defaults(func=cmd_compare)

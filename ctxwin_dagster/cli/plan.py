@@ -6,7 +6,6 @@ import argparse
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from ctxwin_dagster.cli.options import Subcommands
 from ctxwin_dagster.core.defaults import PAPER, VARIANTS
@@ -33,12 +32,15 @@ def _usd(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.4f}"
 
 
-def _row(v: Mapping[str, Any], out_tokens: int | None) -> str:
+def _row(v: Mapping[str, float | None], out_tokens: int | None) -> str:
     """The numbers of one line of the plan's table (``out_tokens`` None: left blank)."""
     out = "" if out_tokens is None else f"{out_tokens:,}"
+    calls, tokens, cached, chars = (
+        int(v[k] or 0) for k in ("calls", "input_tokens", "cached_tokens_est", "input_chars")
+    )
     return (
-        f"{int(v['calls']):>7,} {int(v['input_tokens']):>14,} {int(v['cached_tokens_est']):>12,} "
-        f"{int(v['input_chars']):>14,} {out:>11} {_usd(v['cost_usd_est']):>10} {_usd(v['cost_usd_est_cached']):>10}"
+        f"{calls:>7,} {tokens:>14,} {cached:>12,} "
+        f"{chars:>14,} {out:>11} {_usd(v['cost_usd_est']):>10} {_usd(v['cost_usd_est_cached']):>10}"
     )
 
 
@@ -47,7 +49,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from ctxwin_dagster.backends.chat.local_model import is_local_model, register_local_model
     from ctxwin_dagster.backends.planning.plan import plan_document
-    from ctxwin_dagster.core.text.documents import DocumentError, doc_id_from_path, read_document
+    from ctxwin_dagster.core.text.documents import DocumentError, read_document
+    from ctxwin_dagster.core.text.file_names import doc_id_from_path
     from ctxwin_dagster.core.text.folder import scan_documents
 
     model, why = plan_model(args.model)

@@ -27,8 +27,9 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO, TypedDict
 
 from ctxwin_dagster.cli.options import Subcommands
 from ctxwin_dagster.core.defaults import VARIANTS
@@ -38,6 +39,23 @@ if TYPE_CHECKING:
 
 TRASH = "ctxwin_trash"
 LOG = "ctxwin_prune.log"
+
+
+class PruneReport(TypedDict):
+    """What :func:`prune` found: the documents without a file, their index rows per variant and
+    their result files."""
+
+    doc_ids: list[str]
+    rows: dict[str, int]
+    files: int
+
+
+class UndoReport(TypedDict):
+    """What :func:`undo` put back: index rows per variant, result files and partitions."""
+
+    rows: dict[str, int]
+    files: int
+    partitions: int
 
 
 def _home(args: argparse.Namespace) -> Path:
@@ -62,12 +80,12 @@ def _result_files(evaluation: EvaluationSettings, doc_ids: list[str]) -> list[Pa
     ]
 
 
-def _log(home: Path, entry: dict[str, Any]) -> None:
+def _log(home: Path, entry: Mapping[str, object]) -> None:
     with (home / LOG).open("a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry, ensure_ascii=False) + "\n")
 
 
-def prune(home: Path, *, delete: bool, allow_empty: bool = False, out: TextIO = sys.stdout) -> dict[str, Any]:
+def prune(home: Path, *, delete: bool, allow_empty: bool = False, out: TextIO = sys.stdout) -> PruneReport:
     """List (and with ``delete`` remove) the data of the documents of ``home`` whose file is gone.
     A folder with no document at all stops the command unless ``allow_empty``."""
     from dagster import DagsterInstance
@@ -98,7 +116,7 @@ def prune(home: Path, *, delete: bool, allow_empty: bool = False, out: TextIO = 
         )
     rows = {v: {d: index.count(v, doc_id=d) for d in gone} for v in VARIANTS}
     files = _result_files(evaluation, gone)
-    report: dict[str, Any] = {
+    report: PruneReport = {
         "doc_ids": gone,
         "rows": {v: sum(c.values()) for v, c in rows.items()},
         "files": len(files),
@@ -119,7 +137,7 @@ def prune(home: Path, *, delete: bool, allow_empty: bool = False, out: TextIO = 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     trash = home / TRASH / stamp
     (trash / "rows").mkdir(parents=True, exist_ok=True)
-    versions = {}
+    versions: dict[str, list[int | None]] = {}
     for v in VARIANTS:
         if not sum(rows[v].values()):
             continue
@@ -162,7 +180,7 @@ def prune(home: Path, *, delete: bool, allow_empty: bool = False, out: TextIO = 
     return report
 
 
-def undo(home: Path, *, out: TextIO = sys.stdout) -> dict[str, Any]:
+def undo(home: Path, *, out: TextIO = sys.stdout) -> UndoReport:
     """Put back what the last prune of ``home`` deleted."""
     from dagster import DagsterInstance
 
@@ -176,7 +194,7 @@ def undo(home: Path, *, out: TextIO = sys.stdout) -> dict[str, Any]:
     path = manifests[-1]
     manifest = json.loads(path.read_text(encoding="utf-8"))
     index = home_resources(home)["lancedb"].index()
-    restored = {}
+    restored: dict[str, int] = {}
     for v in VARIANTS:
         stored = path.parent / "rows" / f"{v}.arrow"
         if stored.is_file():
@@ -209,8 +227,8 @@ def undo(home: Path, *, out: TextIO = sys.stdout) -> dict[str, Any]:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
+    from ctxwin_dagster.runner.home_setup import prepare_home
     from ctxwin_dagster.runner.homes import HomeLock
-    from ctxwin_dagster.runner.launch import prepare_home
 
     home = prepare_home(str(_home(args)))
     with HomeLock(home, out=sys.stdout):

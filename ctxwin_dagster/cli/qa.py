@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ctxwin_dagster.cli.options import Subcommands
 from ctxwin_dagster.core.experiment import (
@@ -21,6 +22,9 @@ from ctxwin_dagster.core.experiment import (
     DEFAULT_GENERATED_QA_DIR,
     DEFAULT_QA_DIR,
 )
+
+if TYPE_CHECKING:
+    from ctxwin_dagster.core.text.folder import DocumentFolder
 
 #: The kinds of generated questions (kept here so that ``ctxwin --help`` imports nothing heavy).
 KINDS_HELP = ("single", "two_passages", "unanswerable")
@@ -161,7 +165,7 @@ def cmd_qa_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def _folder(docs: Path):
+def _folder(docs: Path) -> DocumentFolder:
     """``docs`` scanned with the ids its experiment's runs gave its files (a question names the
     document its runs know), or as it is when no run has recorded any."""
     from ctxwin_dagster.core.experiment import folder_ids_file
@@ -171,7 +175,7 @@ def _folder(docs: Path):
     return scan_documents(docs, known=load_id_registry(ids) if ids is not None else None)
 
 
-def _chosen_documents(refs: list[str] | None, folder: Any, docs: Path) -> list[str]:
+def _chosen_documents(refs: list[str] | None, folder: DocumentFolder, docs: Path) -> list[str]:
     """The doc_ids of ``refs`` (file names, stems or doc_ids) in ``folder``; every document without refs."""
     if not refs:
         return list(folder.ids())
@@ -186,7 +190,7 @@ def _chosen_documents(refs: list[str] | None, folder: Any, docs: Path) -> list[s
     return chosen
 
 
-def _write_generation_report(path: Path, run: dict[str, Any], per_doc: dict[str, object]) -> Path:
+def _write_generation_report(path: Path, run: Mapping[str, object], per_doc: dict[str, object]) -> Path:
     """Write the generation report: this ``run``'s settings and totals, and every document's
     entry (the documents of earlier runs keep theirs)."""
     import json
@@ -268,9 +272,7 @@ def cmd_qa_generate(args: argparse.Namespace) -> int:
             written += len(result.items)
             print(f"{doc_id}: {len(result.items)} question(s) written to {target}", flush=True)
     finally:
-        close = getattr(chat, "close", None)
-        if close is not None:
-            close()
+        chat.close()
     report_path = _write_generation_report(
         out / "generation_report.json",
         {

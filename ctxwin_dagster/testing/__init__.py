@@ -4,8 +4,9 @@ For tests, benchmarks and offline demos; the pipeline itself (``core``, ``models
 the CLI) never imports this package.
 
 * :mod:`.server` — :class:`FakeOpenAIServer`, a loopback OpenAI-compatible HTTP server (chat
-  completions, embeddings, models) with fault injection, and its deterministic
-  :func:`default_responder` and :func:`fake_embedding`;
+  completions, embeddings, models) with fault injection (:mod:`.faults`, :data:`FAULTS`);
+* :mod:`.replies` — what that server answers: its deterministic :func:`default_responder` and
+  :func:`fake_embedding`;
 * :mod:`.chat` — :func:`~.chat.loopback_chat`, a chat backend on that server with short backoffs,
   and :func:`~.chat.chat_request`;
 * :mod:`.lexical_judge` — :func:`lexical_judge_responder`, a responder for that server that
@@ -14,7 +15,9 @@ the CLI) never imports this package.
   a free loopback port (and stopped), and :func:`~.webserver.graphql` to ask it.
 """
 
+from ctxwin_dagster.testing.faults import FAULTS
 from ctxwin_dagster.testing.lexical_judge import lexical_judge_responder
-from ctxwin_dagster.testing.server import FAULTS, FakeOpenAIServer, default_responder, fake_embedding
+from ctxwin_dagster.testing.replies import default_responder, fake_embedding
+from ctxwin_dagster.testing.server import FakeOpenAIServer
 
 __all__ = ["FAULTS", "FakeOpenAIServer", "default_responder", "fake_embedding", "lexical_judge_responder"]

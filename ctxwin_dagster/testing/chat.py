@@ -7,20 +7,33 @@ backoffs, so a test of retries takes milliseconds.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
-from ctxwin_dagster.backends.base import ChatRequest
+from ctxwin_dagster.backends.base import CallTags, ChatRequest
 from ctxwin_dagster.backends.chat.backend import OpenAIChatBackend
+from ctxwin_dagster.core.methods.prompts.schemas import ReplySchema
 from ctxwin_dagster.testing.server import FakeOpenAIServer
 
 __all__ = ["FAST_BACKOFF", "TEST_MODEL", "chat_request", "loopback_chat"]
 
 TEST_MODEL = "test-model"
 #: Backoffs of a few milliseconds: retries are tested, not waited for.
-FAST_BACKOFF: dict[str, Any] = {"backoff_base_s": 0.01, "backoff_max_s": 0.05}
+FAST_BACKOFF: dict[str, float] = {"backoff_base_s": 0.01, "backoff_max_s": 0.05}
 
 
-def chat_request(text: str, **kw: Any) -> ChatRequest:
+class RequestSettings(TypedDict, total=False):
+    """The settings of a :class:`~ctxwin_dagster.backends.base.ChatRequest` besides its messages."""
+
+    temperature: float
+    top_p: float
+    max_tokens: int
+    json_mode: bool
+    prompt_version: str
+    tags: CallTags
+    schema: ReplySchema | None
+
+
+def chat_request(text: str, **kw: Unpack[RequestSettings]) -> ChatRequest:
     """A request of one user message."""
     return ChatRequest(messages=({"role": "user", "content": text},), **kw)
 

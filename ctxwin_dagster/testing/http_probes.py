@@ -21,7 +21,9 @@ import subprocess
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from ctxwin_dagster.core.json_types import JSONValue
 
 __all__ = ["HeldRequest", "burst", "headers_only", "listen_backlog"]
 
@@ -50,7 +52,7 @@ def _head(path: str, length: int, headers: dict[str, str]) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
 
 
-def _reply(sock: socket.socket) -> tuple[int, Any]:
+def _reply(sock: socket.socket) -> tuple[int, JSONValue]:
     response = http.client.HTTPResponse(sock)
     response.begin()
     data = response.read()
@@ -77,7 +79,7 @@ class HeldRequest:
         self.half = len(body) // 2
         self.sock.sendall(body[: self.half])
 
-    def finish(self) -> tuple[int, Any]:
+    def finish(self) -> tuple[int, JSONValue]:
         """Send the rest of the body: the status and the JSON reply."""
         try:
             self.sock.sendall(self.body[self.half :])
@@ -89,7 +91,9 @@ class HeldRequest:
         self.sock.close()
 
 
-def headers_only(port: int, path: str, length: int, *, headers: dict[str, str] | None = None, timeout: float = 60):
+def headers_only(
+    port: int, path: str, length: int, *, headers: dict[str, str] | None = None, timeout: float = 60
+) -> tuple[int, JSONValue]:
     """A POST that declares ``length`` bytes of body and sends none: the status and the JSON reply."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
         sock.sendall(_head(path, length, headers or {}))

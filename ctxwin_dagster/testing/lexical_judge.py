@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+
+from ctxwin_dagster.core.json_types import JSONObject
+from ctxwin_dagster.testing.replies import Responder, message_text
 
 __all__ = ["lexical_judge_responder"]
 
@@ -28,7 +30,7 @@ def _supported(statement: str, context: str) -> int:
     return int(bool(words) and all(w in ctx for w in words))
 
 
-def lexical_judge_responder(questions: Mapping[str, str] | None = None) -> Callable[[dict[str, Any]], str]:
+def lexical_judge_responder(questions: Mapping[str, str] | None = None) -> Responder:
     """A deterministic stand-in for a judge model, for tests with ``FakeOpenAIServer``.
 
     It answers each RAGAS 0.4 metric prompt with the JSON that prompt's output schema asks for,
@@ -42,8 +44,8 @@ def lexical_judge_responder(questions: Mapping[str, str] | None = None) -> Calla
     """
     questions = dict(questions or {})
 
-    def respond(body: dict[str, Any]) -> str:
-        prompt = str((body.get("messages") or [{}])[-1].get("content") or "")
+    def respond(body: JSONObject) -> str:
+        prompt = message_text(body)
         at = prompt.find("as specified in JSON Schema:\n")
         start = prompt.rfind(_PROMPT_INPUT)
         if at < 0 or start < 0:

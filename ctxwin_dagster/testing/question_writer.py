@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
+from ctxwin_dagster.core.json_types import JSONObject
 from ctxwin_dagster.core.methods.prompts.tables import NOT_IN_DOCUMENTS
 from ctxwin_dagster.core.text.sentences import split_sentences
+from ctxwin_dagster.testing.replies import Responder, message_text
 
 __all__ = ["question_writer_responder"]
 
@@ -40,7 +41,7 @@ def _sentences(text: str) -> list[str]:
     return [text[s:e] for s, e in split_sentences(text) if len(text[s:e].split()) >= 6]
 
 
-def question_writer_responder(faults: Mapping[str, int] | None = None) -> Callable[[dict[str, Any]], str]:
+def question_writer_responder(faults: Mapping[str, int] | None = None) -> Responder:
     """A responder (``body -> reply``) for the question-generation prompts (see the module docstring)."""
     faults = dict(faults or {})
     memory: dict[str, str] = {}
@@ -71,8 +72,8 @@ def question_writer_responder(faults: Mapping[str, int] | None = None) -> Callab
                     return {"quote_1": a, "quote_2": b, "answer": shared[0], "question": question}
         return None
 
-    def respond(body: dict[str, Any]) -> str:
-        prompt = str((body.get("messages") or [{}])[-1].get("content", ""))
+    def respond(body: JSONObject) -> str:
+        prompt = message_text(body)
         if "Write one question for a reading test" in prompt:
             kind, reply = "single", single(prompt)
         elif "two passages from far apart" in prompt:
@@ -95,7 +96,7 @@ def question_writer_responder(faults: Mapping[str, int] | None = None) -> Callab
                     return json.dumps({"quote": first[0], "answer": first[0][:40]})
                 return json.dumps({"quote": "", "answer": NOT_IN_DOCUMENTS})
             return json.dumps({"quote": "", "answer": answer})
-        elif "from what you know" in body["messages"][0].get("content", ""):
+        elif "from what you know" in message_text(body, 0):
             return json.dumps({"answer": "I do not know"})
         else:
             return "I cannot help with that."

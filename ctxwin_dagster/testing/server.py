@@ -4,17 +4,9 @@ It speaks enough of the OpenAI API for the real ``openai`` client: ``POST /v1/ch
 ``POST /v1/embeddings`` (float or base64 vectors) and ``GET /v1/models``. It runs in a background
 thread on an ephemeral port (one thread per connection, so many slow requests are served at
 once) and records what it received, how many requests were in flight at the peak, and injects
-faults on demand.
-
-Faults are a queue consumed one per chat request, in order:
-
-``"ok"``         a normal answer
-``"429"``        rate limited, with a ``Retry-After`` header (``retry_after_s``, ``None`` for none)
-``"500"``        a server error (any 3-digit status works: ``"401"``, ``"503"`` …)
-``"timeout"``    sleeps ``timeout_sleep_s`` before answering (longer than the client's timeout)
-``"malformed"``  a 200 whose body is not JSON
-``"truncated"``  a valid answer cut mid-way with ``finish_reason="length"``
-``"overflow"``   a 400 ``context_length_exceeded``, as OpenAI and vLLM send for a too-long prompt
+faults on demand: a queue consumed one per chat request, in order (see :mod:`.faults`: rate
+limits, server errors, timeouts, malformed or truncated replies, context overflows). Its replies
+are made by :mod:`.replies`.
 
 With ``silent=True`` the server takes every connection and request and never answers any (a
 hung server): each request waits until :meth:`~FakeOpenAIServer.stop`.
@@ -32,113 +24,45 @@ Example::
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
 import json
 import socket
 import threading
-import time
-import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TypeVar
 
-import numpy as np
+from ctxwin_dagster.core.json_types import JSONObject, JSONValue
+from ctxwin_dagster.testing.faults import (
+    MALFORMED_BODY,
+    STRUCTURED,
+    ErrorReply,
+    bad_request,
+    check_fault,
+    fault_error,
+    format_refusal,
+    model_not_found,
+)
+from ctxwin_dagster.testing.replies import (
+    Responder,
+    chat_reply,
+    default_responder,
+    embeddings_reply,
+    json_object,
+    model_list,
+)
 
-from ctxwin_dagster.core.budget.tokens import get_token_counter
+__all__ = ["FakeOpenAIServer"]
 
-__all__ = ["FAULTS", "STRUCTURED", "FakeOpenAIServer", "default_responder", "fake_embedding", "schema_instance"]
-
-FAULTS = ("ok", "429", "500", "timeout", "malformed", "truncated", "overflow")
-#: What the server does with ``response_format``: ``schema`` honours ``json_schema`` and
-#: ``json_object``; ``grammar`` refuses ``json_schema`` and honours a ``json_object`` with a
-#: ``schema`` beside it (llama.cpp's servers); ``json_object`` refuses ``json_schema`` and any
-#: ``schema`` beside ``json_object`` (400) like a server without structured output; ``none``
-#: refuses any ``response_format``; ``ignore`` takes ``json_schema`` and replies as if it had
-#: not been sent (a server that accepts the field and does not enforce it).
-STRUCTURED = ("schema", "grammar", "json_object", "none", "ignore")
-
-
-def default_responder(body: dict[str, Any]) -> str:
-    """A short deterministic reply derived from the last message of a chat request.
-
-    With ``response_format={"type": "json_object"}`` the reply is a JSON object.
-
-    Example::
-
-        >>> default_responder({"messages": [{"role": "user", "content": "What is Article 5?"}]})
-        'Reply baa2d0730af2: What is Article 5?'
-    """
-    messages = body.get("messages") or [{}]
-    content = messages[-1].get("content", "")
-    if isinstance(content, list):
-        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-    content = str(content or "")
-    digest = hashlib.sha256(content.encode("utf-8")).hexdigest()[:12]
-    head = " ".join(content.split()[:12])
-    fmt = body.get("response_format") or {}
-    if fmt.get("type") == "json_schema":
-        return json.dumps(schema_instance((fmt.get("json_schema") or {}).get("schema") or {}, f"{digest} {head}"))
-    if fmt.get("type") == "json_object" and isinstance(fmt.get("schema"), dict):  # llama.cpp's grammar
-        return json.dumps(schema_instance(fmt["schema"], f"{digest} {head}"))
-    if fmt.get("type") == "json_object":
-        return json.dumps({"reply": digest, "echo": head}, ensure_ascii=False)
-    return f"Reply {digest}: {head}"
+_Number = TypeVar("_Number", int, float)
 
 
-def schema_instance(schema: dict[str, Any], text: str, name: str = "") -> Any:
-    """A value of ``schema`` (the subset the project's reply schemas use), its strings made from
-    ``text``: what a server with structured output would return. An array of ``enum`` items gets
-    the values in order, each once, so an SWB batch reply names every chunk.
-
-    Example::
-
-        >>> schema_instance({"type": "object", "properties": {"a": {"type": "number"}}}, "x")
-        {'a': 0.5}
-    """
-    if "const" in schema:
-        return schema["const"]
-    if "enum" in schema:
-        return schema["enum"][0]
-    kind = schema.get("type")
-    if kind == "object":
-        return {k: schema_instance(v, text, k) for k, v in (schema.get("properties") or {}).items()}
-    if kind == "array":
-        if schema.get("prefixItems"):
-            return [schema_instance(item, f"{text} {i}") for i, item in enumerate(schema["prefixItems"], start=1)]
-        n = int(schema.get("minItems") or 1)
-        items = schema.get("items") or {}
-        out = []
-        for i in range(n):
-            value = schema_instance(items, f"{text} {i + 1}")
-            if isinstance(value, dict):  # enum properties take their i-th value
-                for k, sub in (items.get("properties") or {}).items():
-                    if "enum" in sub:
-                        value[k] = sub["enum"][i % len(sub["enum"])]
-            out.append(value)
-        return out
-    if kind in ("number", "integer"):
-        return 0.5 if kind == "number" else 1
-    if kind == "boolean":
-        return True
-    value = f"{name} {text}".strip() if name else text
-    return value[: int(schema["maxLength"])] if "maxLength" in schema else value
-
-
-def fake_embedding(text: str, dim: int) -> np.ndarray:
-    """A deterministic L2-normalized float32 vector for ``text`` (seeded by its SHA-256).
-
-    Example::
-
-        >>> v = fake_embedding("hello", 8)
-        >>> v.shape, round(float((v ** 2).sum()), 5)
-        ((8,), 1.0)
-    """
-    seed = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
-    vec = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
-    return vec / np.float32(np.linalg.norm(vec) or 1.0)
+def _at_least(name: str, value: _Number, low: int, alternative: str = "") -> _Number:
+    """``value``, checked to be ``low`` or more (the error names the setting and its other choice)."""
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}{alternative}; got {value}")
+    return value
 
 
 class _Server(ThreadingHTTPServer):
@@ -154,7 +78,7 @@ class _Handler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - silence stderr
         pass
 
     def setup(self) -> None:
@@ -179,8 +103,9 @@ class FakeOpenAIServer:
 
     Args:
         latency_s: seconds every chat and embeddings request sleeps before answering.
-        responder: ``fn(request_body) -> assistant content``; default :func:`default_responder`.
-        faults: chat-request faults consumed in order (see :data:`FAULTS`, or any status code).
+        responder: ``fn(request_body) -> assistant content``; default
+            :func:`~.replies.default_responder`.
+        faults: chat-request faults consumed in order (see :data:`~.faults.FAULTS`, or any status code).
         models: model names served; another model gets a 404 ``model_not_found``. None = any.
         embed_dim: dimension of ``/v1/embeddings`` vectors (a request's ``dimensions`` wins).
         retry_after_s: ``Retry-After`` value sent with a ``"429"`` fault (None: no header).
@@ -188,7 +113,7 @@ class FakeOpenAIServer:
         api_key: when set, requests without ``Authorization: Bearer <api_key>`` get a 401.
         report_usage: include ``usage`` in chat responses (False to test counting fallbacks).
         cached_tokens: ``usage.prompt_tokens_details.cached_tokens`` to report (capped).
-        structured: what it does with ``response_format`` (see :data:`STRUCTURED`).
+        structured: what it does with ``response_format`` (see :data:`~.faults.STRUCTURED`).
         silent: take connections and requests and never answer (chat requests are still
             recorded and counted).
         echo_key: every error reply quotes the request's ``Authorization`` header and the bare
@@ -213,7 +138,7 @@ class FakeOpenAIServer:
         self,
         *,
         latency_s: float = 0.0,
-        responder: Callable[[dict[str, Any]], str] | None = None,
+        responder: Responder | None = None,
         faults: Sequence[str] = (),
         models: Sequence[str] | None = None,
         embed_dim: int = 8,
@@ -228,36 +153,24 @@ class FakeOpenAIServer:
     ) -> None:
         if structured not in STRUCTURED:
             raise ValueError(f"structured must be one of {STRUCTURED}; got {structured!r}")
-        self.structured = structured
-        self.silent = silent
-        self.echo_key = echo_key
-        if latency_s < 0:
-            raise ValueError(f"latency_s must be >= 0; got {latency_s}")
-        if embed_dim < 1:
-            raise ValueError(f"embed_dim must be >= 1; got {embed_dim}")
-        if timeout_sleep_s < 0:
-            raise ValueError(f"timeout_sleep_s must be >= 0; got {timeout_sleep_s}")
-        if retry_after_s is not None and retry_after_s < 0:
-            raise ValueError(f"retry_after_s must be >= 0 or None; got {retry_after_s}")
-        if cached_tokens < 0:
-            raise ValueError(f"cached_tokens must be >= 0; got {cached_tokens}")
+        self.latency_s = _at_least("latency_s", latency_s, 0)
+        self.embed_dim = _at_least("embed_dim", embed_dim, 1)
+        self.timeout_sleep_s = _at_least("timeout_sleep_s", timeout_sleep_s, 0)
+        self.retry_after_s = None if retry_after_s is None else _at_least("retry_after_s", retry_after_s, 0, " or None")
+        self.cached_tokens = _at_least("cached_tokens", cached_tokens, 0)
         if isinstance(faults, str):
             raise TypeError(f"faults must be a sequence of fault names, e.g. [{faults!r}]; got a string")
         for fault in faults:
-            self._check_fault(fault)
-        self.latency_s = latency_s
+            check_fault(fault)
+        self.structured, self.silent, self.echo_key = structured, silent, echo_key
         self.responder = responder or default_responder
         self.models = None if models is None else list(models)
-        self.embed_dim = embed_dim
-        self.retry_after_s = retry_after_s
-        self.timeout_sleep_s = timeout_sleep_s
         self.report_usage = report_usage
-        self.cached_tokens = cached_tokens
         self._api_key = api_key
         self._lock = threading.Lock()
         self._faults: deque[str] = deque(faults)
-        self._requests: list[dict[str, Any]] = []
-        self._embedding_requests: list[dict[str, Any]] = []
+        self._requests: list[JSONObject] = []
+        self._embedding_requests: list[JSONObject] = []
         self._request_count = 0
         self._in_flight = 0
         self._max_in_flight = 0
@@ -308,12 +221,12 @@ class FakeOpenAIServer:
 
     # ----------------------------------------------------------------- state
     @property
-    def requests(self) -> list[dict[str, Any]]:
+    def requests(self) -> list[JSONObject]:
         with self._lock:
             return list(self._requests)
 
     @property
-    def embedding_requests(self) -> list[dict[str, Any]]:
+    def embedding_requests(self) -> list[JSONObject]:
         with self._lock:
             return list(self._embedding_requests)
 
@@ -330,7 +243,7 @@ class FakeOpenAIServer:
     def add_faults(self, *faults: str) -> None:
         """Append faults to the queue (consumed by the next chat requests)."""
         for fault in faults:
-            self._check_fault(fault)
+            check_fault(fault)
         with self._lock:
             self._faults.extend(faults)
 
@@ -343,11 +256,6 @@ class FakeOpenAIServer:
             self._max_in_flight = self._in_flight
             self._faults.clear()
 
-    @staticmethod
-    def _check_fault(fault: str) -> None:
-        if fault not in FAULTS and not (isinstance(fault, str) and len(fault) == 3 and fault.isdigit()):
-            raise ValueError(f"unknown fault {fault!r}; use one of {FAULTS} or an HTTP status code like '503'")
-
     def _track(self, conn: socket.socket, *, add: bool) -> None:
         with self._lock:
             if add:
@@ -358,14 +266,14 @@ class FakeOpenAIServer:
     # ----------------------------------------------------------------- handling
     def _handle(self, h: _Handler, method: str) -> None:
         path = h.path.split("?", 1)[0].rstrip("/")
-        body: dict[str, Any] = {}
+        body: JSONObject = {}
         if method == "POST":
             length = int(h.headers.get("Content-Length") or 0)
             raw = h.rfile.read(length) if length else b""
             try:
                 body = json.loads(raw or b"{}")
             except ValueError:
-                self._send_error(h, 400, "request body is not valid JSON", "invalid_request_error")
+                self._send_error(h, bad_request("request body is not valid JSON"))
                 return
         is_chat = method == "POST" and path in ("/v1/chat/completions", "/chat/completions")
         if self.silent:  # a hung server: the request is read, and nothing is ever sent back
@@ -377,21 +285,16 @@ class FakeOpenAIServer:
             h.close_connection = True
             return
         if self._api_key is not None and h.headers.get("Authorization") != f"Bearer {self._api_key}":
-            self._send_error(h, 401, "Incorrect API key provided.", "invalid_request_error", code="invalid_api_key")
+            self._send_error(h, bad_request("Incorrect API key provided.", 401, "invalid_api_key"))
             return
         if method == "GET" and path in ("/v1/models", "/models"):
-            data = [
-                {"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in (self.models or ["fake-model"])
-            ]
-            self._send_json(h, 200, {"object": "list", "data": data})
+            self._send_json(h, 200, model_list(self.models or ["fake-model"]))
         elif is_chat:
             self._in(h, lambda: self._chat(h, body))
         elif method == "POST" and path in ("/v1/embeddings", "/embeddings"):
             self._in(h, lambda: self._embeddings(h, body))
         else:
-            self._send_error(
-                h, 404, f"Unknown request URL: {method} {h.path}", "invalid_request_error", code="unknown_url"
-            )
+            self._send_error(h, bad_request(f"Unknown request URL: {method} {h.path}", 404, "unknown_url"))
 
     def _in(self, h: _Handler, fn: Callable[[], None]) -> None:
         with self._lock:
@@ -406,24 +309,18 @@ class FakeOpenAIServer:
     def _out(self, h: _Handler) -> None:
         """The request stops counting as in flight (before its reply is written: once the client
         has the reply it may send the next request, which must not overlap this one)."""
-        if getattr(h, "counted", False):
+        if h.counted:
             h.counted = False
             with self._lock:
                 self._in_flight -= 1
 
-    def _model_missing(self, h: _Handler, model: Any) -> bool:
+    def _model_missing(self, h: _Handler, model: JSONValue) -> bool:
         if self.models is not None and model not in self.models:
-            self._send_error(
-                h,
-                404,
-                f"The model `{model}` does not exist or you do not have access to it.",
-                "invalid_request_error",
-                code="model_not_found",
-            )
+            self._send_error(h, model_not_found(model))
             return True
         return False
 
-    def _chat(self, h: _Handler, body: dict[str, Any]) -> None:
+    def _chat(self, h: _Handler, body: JSONObject) -> None:
         with self._lock:
             self._requests.append(body)
             self._request_count += 1
@@ -435,87 +332,25 @@ class FakeOpenAIServer:
         if fault == "timeout":
             self._stopping.wait(self.timeout_sleep_s)
             fault = "ok"
-        if fault == "429":
-            headers = {} if self.retry_after_s is None else {"Retry-After": _fmt_seconds(self.retry_after_s)}
-            self._send_error(
-                h, 429, "Rate limit reached; please retry.", "requests", code="rate_limit_exceeded", headers=headers
-            )
+        error = fault_error(fault, retry_after_s=self.retry_after_s)
+        if error is None and fault == "malformed":
+            self._send_raw(h, 200, MALFORMED_BODY, "application/json")
             return
-        if fault.isdigit():
-            self._send_error(
-                h, int(fault), f"Fake fault {fault}.", "server_error" if fault >= "500" else "invalid_request_error"
-            )
+        error = error or format_refusal(self.structured, json_object(body.get("response_format")))
+        if error is not None:
+            self._send_error(h, error)
             return
-        if fault == "overflow":
-            self._send_error(
-                h,
-                400,
-                "This model's maximum context length is 4096 tokens. However, your messages resulted in "
-                "5000 tokens. Please reduce the length of the messages.",
-                "invalid_request_error",
-                code="context_length_exceeded",
-            )
-            return
-        if fault == "malformed":
-            self._send_raw(h, 200, b'{"id": "chatcmpl-broken", "choices": [{"mess', "application/json")
-            return
+        self._answer(h, body, truncated=fault == "truncated")
 
-        fmt = (body.get("response_format") or {}).get("type")
-        with_schema = "schema" in (body.get("response_format") or {})
-        if fmt and (
-            self.structured == "none"
-            or (fmt == "json_schema" and self.structured in ("json_object", "grammar"))
-            or (with_schema and self.structured == "json_object")
-        ):
-            self._send_error(
-                h, 400, f"response_format of type '{fmt}' is not supported by this server", "invalid_request_error"
-            )
-            return
-        if fmt == "json_schema" and self.structured == "ignore":
+    def _answer(self, h: _Handler, body: JSONObject, *, truncated: bool) -> None:
+        """Send the responder's reply to a chat request (a server that ignores ``json_schema``
+        answers as if the request had no ``response_format``)."""
+        if json_object(body.get("response_format")).get("type") == "json_schema" and self.structured == "ignore":
             body = {k: v for k, v in body.items() if k != "response_format"}
-        messages = body.get("messages") or []
-        model = str(body.get("model") or "")
-        counter = get_token_counter(model or None)
-        content = str(self.responder(body))
-        finish = "stop"
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-        if fault == "truncated":
-            tokens = counter.encode(content)
-            content = (
-                counter.decode(tokens[: max(1, len(tokens) // 2)]) if len(tokens) > 1 else content[: len(content) // 2]
-            )
-            finish = "length"
-        elif isinstance(max_tokens, int) and max_tokens > 0:
-            tokens = counter.encode(content)
-            if len(tokens) > max_tokens:
-                content, finish = counter.decode(tokens[:max_tokens]), "length"
-        prompt_tokens = counter.count_messages(messages) if messages else 0
-        completion_tokens = counter.count(content)
-        response: dict[str, Any] = {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "system_fingerprint": "fp_fake",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content, "refusal": None},
-                    "logprobs": None,
-                    "finish_reason": finish,
-                }
-            ],
-        }
-        if self.report_usage:
-            response["usage"] = {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-                "prompt_tokens_details": {"cached_tokens": min(self.cached_tokens, prompt_tokens)},
-            }
-        self._send_json(h, 200, response)
+        usage = self.cached_tokens if self.report_usage else None
+        self._send_json(h, 200, chat_reply(body, self.responder, truncated=truncated, cached_tokens=usage))
 
-    def _embeddings(self, h: _Handler, body: dict[str, Any]) -> None:
+    def _embeddings(self, h: _Handler, body: JSONObject) -> None:
         with self._lock:
             self._embedding_requests.append(body)
         if self.latency_s:
@@ -523,54 +358,23 @@ class FakeOpenAIServer:
         model = body.get("model")
         if self._model_missing(h, model):
             return
-        inputs = body.get("input")
-        if isinstance(inputs, str):
-            inputs = [inputs]
-        if not isinstance(inputs, list) or not inputs:
-            self._send_error(h, 400, "'input' must be a non-empty string or list", "invalid_request_error")
-            return
-        texts = [x if isinstance(x, str) else " ".join(map(str, x)) for x in inputs]  # token arrays: as text
-        dim = body.get("dimensions") or self.embed_dim
-        if not isinstance(dim, int) or dim < 1:
-            self._send_error(h, 400, f"'dimensions' must be a positive integer; got {dim!r}", "invalid_request_error")
-            return
-        as_base64 = body.get("encoding_format") == "base64"
-        data = []
-        for i, text in enumerate(texts):
-            vec = fake_embedding(text, dim)
-            emb: Any = base64.b64encode(vec.astype("<f4").tobytes()).decode("ascii") if as_base64 else vec.tolist()
-            data.append({"object": "embedding", "index": i, "embedding": emb})
-        counter = get_token_counter(None)
-        n_tokens = sum(counter.count_many(texts))
-        self._send_json(
-            h,
-            200,
-            {
-                "object": "list",
-                "data": data,
-                "model": model,
-                "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
-            },
-        )
+        reply = embeddings_reply(body, self.embed_dim)
+        if isinstance(reply, ErrorReply):
+            self._send_error(h, reply)
+        else:
+            self._send_json(h, 200, reply)
 
     # ----------------------------------------------------------------- output
-    def _send_error(
-        self,
-        h: _Handler,
-        status: int,
-        message: str,
-        type_: str,
-        *,
-        code: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        sent = h.headers.get("Authorization") or ""
+    def _send_error(self, h: _Handler, error: ErrorReply) -> None:
+        message, sent = error.message, h.headers.get("Authorization") or ""
         if self.echo_key and sent:
             message += f" The request had Authorization: {sent} (key {sent.split()[-1]})."
-        payload = {"error": {"message": message, "type": type_, "param": None, "code": code}}
-        self._send_json(h, status, payload, headers=headers)
+        payload: JSONObject = {"error": {"message": message, "type": error.type, "param": None, "code": error.code}}
+        self._send_json(h, error.status, payload, headers=error.headers)
 
-    def _send_json(self, h: _Handler, status: int, payload: Any, *, headers: dict[str, str] | None = None) -> None:
+    def _send_json(
+        self, h: _Handler, status: int, payload: JSONValue, *, headers: dict[str, str] | None = None
+    ) -> None:
         self._send_raw(h, status, json.dumps(payload).encode("utf-8"), "application/json", headers=headers)
 
     def _send_raw(
@@ -588,7 +392,3 @@ class FakeOpenAIServer:
             h.wfile.flush()
         except OSError:  # the client gave up (e.g. timed out) or the server is stopping
             h.close_connection = True
-
-
-def _fmt_seconds(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
