@@ -166,18 +166,25 @@ def _difflib_similarity(a: str, b: str) -> float:
     return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
 
 
-def string_measure(choice: str) -> tuple[Any, str]:
-    """A ragas non-LLM ``SingleTurnMetric`` scoring ``reference`` vs ``response`` in [0, 1]."""
-    r = import_ragas()
+def string_distance_name(choice: str) -> str:
+    """The string distance ``choice`` (one of :data:`STRING_DISTANCES`) stands for here:
+    ``"levenshtein"`` (rapidfuzz, ragas's default) or ``"difflib"``; without importing ragas."""
     if choice not in STRING_DISTANCES:
         raise ValueError(f"string_distance must be one of {STRING_DISTANCES}; got {choice!r}")
     has_rapidfuzz = importlib.util.find_spec("rapidfuzz") is not None
-    if choice == "levenshtein" or (choice == "auto" and has_rapidfuzz):
-        if not has_rapidfuzz:
-            raise RuntimeError(
-                "string_distance='levenshtein' needs rapidfuzz (ragas's default string distance): "
-                "pip install rapidfuzz, or use string_distance='difflib'"
-            )
+    if choice == "levenshtein" and not has_rapidfuzz:
+        raise RuntimeError(
+            "string_distance='levenshtein' needs rapidfuzz (ragas's default string distance): "
+            "pip install rapidfuzz, or use string_distance='difflib'"
+        )
+    return "levenshtein" if choice == "levenshtein" or (choice == "auto" and has_rapidfuzz) else "difflib"
+
+
+def string_measure(choice: str) -> tuple[Any, str]:
+    """A ragas non-LLM ``SingleTurnMetric`` scoring ``reference`` vs ``response`` in [0, 1]."""
+    name = string_distance_name(choice)
+    r = import_ragas()
+    if name == "levenshtein":
         import warnings
 
         with warnings.catch_warnings():

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
     from ctxwin_dagster.backends.base import Embedder
 
-from ctxwin_dagster.backends.ragas.compat import import_ragas, string_measure
+from ctxwin_dagster.backends.ragas.compat import import_ragas, string_distance_name, string_measure
 from ctxwin_dagster.backends.ragas.judge import PAPER_METRICS, JudgeConfig, JudgeUsage, run_judge
 from ctxwin_dagster.backends.ragas.outcomes import Outcomes
 from ctxwin_dagster.core.evaluation.metrics.aggregation import aggregate, metric_names
@@ -161,19 +161,24 @@ async def aevaluate_records(
     records = [dict(r) for r in records]
     if not 0 <= threshold <= 1:
         raise ValueError(f"threshold must be in [0, 1]; got {threshold}")
-    r = import_ragas()
     catalog = chunk_catalog(chunks) if chunks is not None else None
     base_rows = score_answers(records, chunks=catalog, ks=ks)
-    measure, distance_name = string_measure(string_distance)
-    non_llm = _non_llm_metrics(r, measure, threshold)
+    distance_name = string_distance_name(string_distance)
     outcomes = Outcomes()
-    for i, (rec, row) in enumerate(zip(records, base_rows)):
-        await _score_samples(i, row, _non_llm_samples(r, i, rec, row, catalog, outcomes), non_llm, outcomes)
     usage = JudgeUsage()
-    judge_metrics: tuple[str, ...] = ()
-    if judge is not None:
-        judge_metrics = judge.metrics
-        await run_judge(judge, embedder, records, base_rows, include_unanswerable, outcomes, usage)
+    judge_metrics: tuple[str, ...] = () if judge is None else judge.metrics
+    # ragas takes 7-10 s of CPU to import: a document without questions (a corpus indexed for
+    # asking, not for evaluation) gets its empty rows without it.
+    version = _installed_ragas_version()
+    if records:
+        r = import_ragas()
+        version = r.version
+        measure, distance_name = string_measure(string_distance)
+        non_llm = _non_llm_metrics(r, measure, threshold)
+        for i, (rec, row) in enumerate(zip(records, base_rows)):
+            await _score_samples(i, row, _non_llm_samples(r, i, rec, row, catalog, outcomes), non_llm, outcomes)
+        if judge is not None:
+            await run_judge(judge, embedder, records, base_rows, include_unanswerable, outcomes, usage)
     ragas_metrics = (*NON_LLM_METRICS, *judge_metrics)
     names = [*metric_names(base_rows), *ragas_metrics]
     populations = {m: "answerable" for m in NON_LLM_METRICS}
@@ -186,8 +191,18 @@ async def aevaluate_records(
         string_distance=distance_name,
         judge=None if judge is None else judge.model,
         judge_usage=usage.to_dict() if judge is not None else {},
-        ragas_version=r.version,
+        ragas_version=version,
     )
+
+
+def _installed_ragas_version() -> str:
+    """The installed ragas's version, read from its package metadata (no import of ragas)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ragas")
+    except PackageNotFoundError:
+        return ""
 
 
 def _non_llm_metrics(r: types.SimpleNamespace, measure: Any, threshold: float) -> dict[str, Any]:

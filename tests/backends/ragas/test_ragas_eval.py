@@ -402,3 +402,18 @@ def test_nan_heavy_scores_fail_the_asset_check(tmp_path):
             assert result.metadata["nan_or_failed"] > 0
     assert outcomes == {"heavy": False, "clean": True}
     assert (tmp_path / "nan" / "scores" / "t_rag" / "d.jsonl").is_file()
+
+
+def test_a_document_without_questions_is_scored_without_importing_ragas():
+    """ragas takes 7-10 s of CPU to import; a run of documents without questions (a corpus
+    indexed for asking) gets their empty scores without paying it, and still records ragas's version."""
+    code = (
+        "import sys; from ctxwin_dagster.backends.ragas import evaluate_records; "
+        "r = evaluate_records([], chunks=[]); print('ragas' in sys.modules, len(r.rows), r.ragas_version, r.string_distance)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    imported, rows, version, distance = out.stdout.split()
+    assert (imported, rows, distance) == ("False", "0", "levenshtein")
+    from importlib.metadata import version as installed
+
+    assert version == installed("ragas")
