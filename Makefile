@@ -55,12 +55,15 @@ run-llm: setup
 	@mkdir -p $(DAGSTER_HOME)
 	nice -n 10 $(BIN)/python evaluations/local_llm.py
 
+# Two test processes (pytest-xdist), each taking whole test files (their module fixtures, such as a
+# project built by a cold `ctxwin run`, are built once); TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The quick tier: everything but the tests that run Dagster or the embedding model end to end.
 test-fast: setup
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 lint: setup
 	$(BIN)/ruff check ctxwin_dagster tests evaluations benchmarks deploy

@@ -37,6 +37,32 @@ def _endpoints_found_out_afresh():
     yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_embedding_server_for_the_commands(tmp_path_factory):
+    """The ``ctxwin`` commands the tests run (``ctxwin_dagster.testing.projects.ctxwin_env``)
+    embed through one embedding server for the session, started when the first command needs it,
+    instead of each starting its own (torch and the model: about 11 s of CPU a command). Tests of
+    a command's own server ask for it (``own_servers=True``)."""
+    from ctxwin_dagster.backends.embeddings.local import LOCAL_MODEL_NAME
+    from ctxwin_dagster.backends.embeddings.server import EmbeddingService
+    from ctxwin_dagster.testing import projects
+
+    started: list[tuple[EmbeddingService, str]] = []
+
+    def address() -> str:
+        if not started:
+            log = tmp_path_factory.mktemp("shared-embeddings") / "ctxwin-embeddings.log"
+            service = EmbeddingService([LOCAL_MODEL_NAME], log=log)
+            started.append((service, service.start()))
+        return started[0][1]
+
+    projects.share_embedding_server(address)
+    yield
+    projects.share_embedding_server(None)
+    for service, _ in started:
+        service.stop()
+
+
 @pytest.fixture(scope="session")
 def sample_documents() -> Path:
     """The sample's documents folder, ``data/documents`` (read only: copy it to change it)."""
@@ -123,3 +149,11 @@ def workspace(tmp_path_factory, embedder):
 def index_more(embedder):
     """``index_more(workspace, doc_ids)``: index more sample documents into a workspace."""
     return lambda ws, doc_ids: index_documents(ws["index"], ws["documents"], doc_ids, embedder)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with slow tests first (the order within a file is kept): when two test processes
+    take whole files (``make test``), the long files start early and the short ones fill in at the
+    end, so the two end together instead of one running a long file alone."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)

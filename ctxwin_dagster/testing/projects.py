@@ -9,10 +9,17 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["REPOSITORY", "ctxwin_env", "index_rows_per_document", "make_project", "run_ctxwin"]
+__all__ = [
+    "REPOSITORY",
+    "ctxwin_env",
+    "index_rows_per_document",
+    "make_project",
+    "run_ctxwin",
+    "share_embedding_server",
+]
 
 #: The repository this package is checked out in (its workspace.yaml and data/).
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -38,24 +45,49 @@ def make_project(root: Path, docs: Sequence[str], *, questions_per_doc: int) -> 
     return root
 
 
-def ctxwin_env(home: Path | None = None) -> dict[str, str]:
+_shared_embedding_server: Callable[[], str] | None = None
+
+
+def share_embedding_server(address: Callable[[], str] | None) -> None:
+    """Make the ``ctxwin`` commands of :func:`ctxwin_env` embed through one embedding server:
+    ``address()`` gives its URL (and may start it on the first call); None: each command starts
+    its own again, as for a user. A command's own server costs a Python start, torch and the
+    model (about 11 s of CPU); the server and the vectors are the same either way."""
+    global _shared_embedding_server
+    _shared_embedding_server = address
+
+
+def ctxwin_env(home: Path | None = None, *, own_servers: bool = False) -> dict[str, str]:
     """The environment of a ``ctxwin`` subprocess: offline, with ``home`` as ``DAGSTER_HOME``
-    (none: the command picks the experiment's own)."""
+    (none: the command picks the experiment's own), and the shared embedding server's address
+    (:func:`share_embedding_server`) unless ``own_servers`` (the command starts its own)."""
+    from ctxwin_dagster.backends.embeddings.server import ENV_VAR
+
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("DAGSTER_HOME", None)
     if home is not None:
         env["DAGSTER_HOME"] = str(home)
+    if own_servers:
+        env.pop(ENV_VAR, None)
+    elif _shared_embedding_server is not None and ENV_VAR not in env:
+        env[ENV_VAR] = _shared_embedding_server()
     return env
 
 
 def run_ctxwin(
-    args: Sequence[str], cwd: Path, home: Path | None = None, *, timeout: float = 1200
+    args: Sequence[str],
+    cwd: Path,
+    home: Path | None = None,
+    *,
+    timeout: float = 1200,
+    own_servers: bool = False,
 ) -> subprocess.CompletedProcess:
-    """``ctxwin ARGS`` in ``cwd`` as a subprocess, its output captured."""
+    """``ctxwin ARGS`` in ``cwd`` as a subprocess, its output captured (``own_servers``: see
+    :func:`ctxwin_env`)."""
     return subprocess.run(
         [sys.executable, "-m", "ctxwin_dagster.cli", *args],
         cwd=cwd,
-        env=ctxwin_env(home),
+        env=ctxwin_env(home, own_servers=own_servers),
         capture_output=True,
         text=True,
         timeout=timeout,

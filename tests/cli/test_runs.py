@@ -27,7 +27,7 @@ DOCS = ("squad_Normans", "cuad_todos_medical_reseller")
 
 
 def _ctxwin(args, cwd, home):
-    return run_ctxwin(args, cwd, home)
+    return run_ctxwin(args, cwd, home, own_servers=True)  # this module tests the command's own servers
 
 
 def _runs(home) -> list[dg.DagsterRun]:

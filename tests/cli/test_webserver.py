@@ -169,7 +169,7 @@ def _ctxwin_dev(
     proc = subprocess.Popen(
         [sys.executable, "-m", "ctxwin_dagster.cli", "dev", "--dagster-home", str(home), "--port", str(port)],
         cwd=root,
-        env=ctxwin_env(),
+        env=ctxwin_env(own_servers=True),  # ctxwin dev starts and ends its own servers
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
