@@ -163,14 +163,14 @@ async def aevaluate_records(
         raise ValueError(f"threshold must be in [0, 1]; got {threshold}")
     catalog = chunk_catalog(chunks) if chunks is not None else None
     base_rows = score_answers(records, chunks=catalog, ks=ks)
-    distance_name = string_distance_name(string_distance)
     outcomes = Outcomes()
     usage = JudgeUsage()
     judge_metrics: tuple[str, ...] = () if judge is None else judge.metrics
-    # ragas takes 7-10 s of CPU to import: a document without questions (a corpus indexed for
+    # ragas takes 3-10 s of CPU to import: a document without questions (a corpus indexed for
     # asking, not for evaluation) gets its empty rows without it.
-    version = _installed_ragas_version()
-    if records:
+    if not records:
+        version, distance_name = _installed_ragas_version(), string_distance_name(string_distance)
+    else:
         r = import_ragas()
         version = r.version
         measure, distance_name = string_measure(string_distance)
