@@ -430,7 +430,9 @@ def test_fit_upper_bound_never_undercounts() -> None:
 def test_fake_server_serves_many_slow_requests_at_once() -> None:
     # All 24 are in flight at once (the server counts them); how long that takes is a benchmark's
     # business (benchmarks/bench_chat.py), not a test's: a loaded machine would make it flaky.
-    with FakeOpenAIServer(latency_s=0.3) as server, make_backend(server, max_concurrency=24) as chat:
+    # Each reply waits 2 s, so the last request starts before the first one ends even when two test
+    # processes share the cores (at 0.3 s, 21 of 24 overlapped once).
+    with FakeOpenAIServer(latency_s=2.0) as server, make_backend(server, max_concurrency=24) as chat:
         replies = chat.complete_many([req(f"q{i}") for i in range(24)])
         assert len(replies) == 24
         assert server.max_in_flight == 24
