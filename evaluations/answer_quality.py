@@ -69,7 +69,8 @@ from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci
 from ctxwin_dagster.core.evaluation.metrics.answers import answer_f1, strip_citations  # noqa: E402
 from ctxwin_dagster.core.evaluation.qa.corpora import cuad_to_qa, squad_to_qa  # noqa: E402
 from ctxwin_dagster.core.evaluation.qa.items import QAItem  # noqa: E402
-from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes, query_texts  # noqa: E402
+from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes  # noqa: E402
+from ctxwin_dagster.core.retrieval.question import query_texts  # noqa: E402
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings  # noqa: E402
 
 CUAD_CONTRACTS = 80  # 40 tune + 40 report

@@ -57,8 +57,9 @@ from ctxwin_dagster.backends.embeddings.local import LocalEmbedder  # noqa: E402
 from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
 from ctxwin_dagster.core.evaluation.qa.items import QAItem  # noqa: E402
 from ctxwin_dagster.core.retrieval.enhance import enhance  # noqa: E402
-from ctxwin_dagster.core.retrieval.focus import dense_scorer, focus_context  # noqa: E402
-from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes, query_texts, query_weights  # noqa: E402
+from ctxwin_dagster.core.retrieval.focus import focus_context  # noqa: E402
+from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes  # noqa: E402
+from ctxwin_dagster.core.retrieval.question import dense_scorer, query_texts, query_weights  # noqa: E402
 from ctxwin_dagster.core.retrieval.routing import ROUTE_DEPTH, DocumentCard, DocumentRouter  # noqa: E402
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings  # noqa: E402
 from ctxwin_dagster.core.text.splitting import Chunk, RecursiveSplitter  # noqa: E402
@@ -163,6 +164,7 @@ def techniques(
                 chunks_of(found),
                 settings=settings,
                 score_sentences=dense_scorer(scorer.vectors_of, qv, query_weights(len(qv))),
+                lexical_query=" ".join(query_texts(q.question, settings)),
                 doc_texts=texts,
                 lexical=lexical,
                 vector_score=lambda c: by_id.get(c.chunk_id) or float(docs[c.doc_id].vectors[c.chunk_index] @ v),

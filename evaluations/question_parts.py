@@ -57,10 +57,11 @@ from ctxwin_dagster.backends.calls.cache import ResponseCache  # noqa: E402
 from ctxwin_dagster.backends.embeddings.local import LocalEmbedder  # noqa: E402
 from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci  # noqa: E402
 from ctxwin_dagster.core.evaluation.qa.items import QAItem  # noqa: E402
-from ctxwin_dagster.core.retrieval.focus import dense_scorer, focus_context  # noqa: E402
-from ctxwin_dagster.core.retrieval.lexical import (  # noqa: E402
+from ctxwin_dagster.core.retrieval.focus import focus_context  # noqa: E402
+from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes  # noqa: E402
+from ctxwin_dagster.core.retrieval.question import (  # noqa: E402
     QUESTION_SHARE,
-    LexicalIndexes,
+    dense_scorer,
     query_texts,
     query_weights,
     question_parts,

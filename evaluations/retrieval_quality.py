@@ -74,8 +74,9 @@ from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci
 from ctxwin_dagster.core.evaluation.qa.corpora import cuad_to_qa, squad_to_qa  # noqa: E402
 from ctxwin_dagster.core.evaluation.qa.items import QAItem  # noqa: E402
 from ctxwin_dagster.core.retrieval.enhance import enhance  # noqa: E402
-from ctxwin_dagster.core.retrieval.focus import dense_scorer, focus_context  # noqa: E402
-from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes, query_texts, query_weights  # noqa: E402
+from ctxwin_dagster.core.retrieval.focus import focus_context  # noqa: E402
+from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes  # noqa: E402
+from ctxwin_dagster.core.retrieval.question import dense_scorer, query_texts, query_weights  # noqa: E402
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings  # noqa: E402
 from ctxwin_dagster.core.text.file_names import safe_doc_id  # noqa: E402
 from ctxwin_dagster.core.text.sentences import split_sentences  # noqa: E402
@@ -284,6 +285,7 @@ def techniques(scorer: SentenceScorer, parts: dict[str, np.ndarray], lexical: Le
                 settings=settings,
                 doc_texts=texts(d),
                 score_sentences=dense_scorer(scorer.vectors_of, qvecs, query_weights(len(qvecs))),
+                lexical_query=" ".join(query_texts(q.question, settings)),
                 lexical=lexical,
                 vector_score=lambda c: float(sims[c.chunk_index]),
             )

@@ -25,7 +25,6 @@ import numpy as np
 
 from ctxwin_dagster.ask.indexed_documents import CHUNK_COLUMNS, IndexedDocuments
 from ctxwin_dagster.ask.results import AskError, normalize_variant
-from ctxwin_dagster.core.retrieval.around_hits import span_text
 from ctxwin_dagster.core.retrieval.enhance import EnhancedContext
 from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes
 from ctxwin_dagster.core.retrieval.routing import (
@@ -36,9 +35,10 @@ from ctxwin_dagster.core.retrieval.routing import (
     question_kind,
     question_periods,
 )
-from ctxwin_dagster.core.retrieval.rows import chunks_from_rows
+from ctxwin_dagster.core.retrieval.rows import chunks_from_rows, hits_from_rows
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 from ctxwin_dagster.core.retrieval.trip import retrieve
+from ctxwin_dagster.core.retrieval.window import span_text
 from ctxwin_dagster.core.text.splitting import Chunk
 
 if TYPE_CHECKING:
@@ -241,10 +241,13 @@ class _IndexSource:
 
     def search(
         self, question: str, vector: np.ndarray, *, k: int, hybrid: bool, route_to: int
-    ) -> tuple[list[dict[str, Any]], list[str] | None]:
-        return self.retriever.search(
+    ) -> tuple[list[tuple[Chunk, float]], list[str] | None]:
+        rows, routed = self.retriever.search(
             question, vector, variant=self.variant, doc_id=self.doc_id, k=k, hybrid=hybrid, route_to=route_to
         )
+        # the fused score when every row has one (the index falls back to the vector search alone)
+        fused = hybrid and bool(rows) and all("rrf_score" in r for r in rows)
+        return hits_from_rows(rows, score_key="rrf_score" if fused else "score"), routed
 
     def chunks(self, doc_ids: Sequence[str]) -> tuple[list[Chunk], dict[str, str]]:
         return self.retriever.chunks(self.variant, doc_ids)

@@ -23,8 +23,7 @@ from ctxwin_dagster.core.methods.sliding_qa import (
     WindowReader,
     sliding_window_qa,
 )
-from ctxwin_dagster.core.retrieval.around_hits import span_text
-from ctxwin_dagster.core.retrieval.window import Window
+from ctxwin_dagster.core.retrieval.window import Window, span_text
 from ctxwin_dagster.core.text.splitting import Chunk
 
 if TYPE_CHECKING:

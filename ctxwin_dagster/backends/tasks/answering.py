@@ -331,7 +331,8 @@ def _render(picks: Sequence[Pick], labels: Sequence[str], cut_lists: set[int], c
 def _bm25(question: str, sentences: Sequence[str]) -> np.ndarray:
     """BM25 of ``sentences`` for the question, its meaningful parts (a templated question's quoted
     name, say) counted once more: they add weight, and never replace the question."""
-    from ctxwin_dagster.core.retrieval.lexical import TextBM25, parts_query
+    from ctxwin_dagster.core.retrieval.lexical import TextBM25
+    from ctxwin_dagster.core.retrieval.question import parts_query
 
     parts = parts_query(question)
     query = question if parts == question else f"{question} {parts}"

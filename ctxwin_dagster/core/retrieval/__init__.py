@@ -8,11 +8,15 @@
   settings (hybrid candidates, question parts, lexical sentence scores, structure, adaptive budget);
 * :mod:`.routing` — a question asked of a whole folder routed to the documents it most likely
   asks about (their best chunk, their name and opening, the years and quarters it names);
+* :mod:`.trip` — a question's context in one trip through these modules, from an index behind
+  a small search protocol (:class:`~.trip.Source`);
+* :mod:`.question` — what retrieval reads of a question: its meaningful parts, the vectors that
+  score sentences, and the full-text query;
 * :mod:`.lexical` — BM25 over a document's chunks and sentences (``bm25s``), and hybrid fusion;
-* :mod:`.window` — :class:`~.window.Window`, merging windows that overlap or touch (no
-  character twice, the best score kept) and joining them;
-* :mod:`.around_hits` — windows around retrieved chunks: neighbours ("small-to-big") and
-  stitched windows bounded by a character span;
+* :mod:`.statements` — the financial statements a question names, found by their titles;
+* :mod:`.window` — :class:`~.window.Window`; windows around retrieved chunks (neighbours,
+  "small-to-big", and stitched windows bounded by a character span) and a document's opening;
+  merging windows that overlap or touch (no character twice, the best score kept) and joining them;
 * :mod:`.sentence_focus` — windows of whole sentences around the sentences closest to the question.
 
 A window's ``start``/``end`` are character offsets into its document; ``text`` is the document

@@ -9,10 +9,10 @@ mode says:
     each hit's own chunk;
 ``"neighbors"``
     each hit plus ``num_neighbors`` chunks on each side, bounded by its document's ends
-    (:func:`~ctxwin_dagster.core.retrieval.around_hits.neighbor_windows`);
+    (:func:`~ctxwin_dagster.core.retrieval.window.neighbor_windows`);
 ``"budget"``
     each hit grown by adjacent chunks while its span stays within ``context_window_size``
-    characters (:func:`~ctxwin_dagster.core.retrieval.around_hits.stitch_windows`);
+    characters (:func:`~ctxwin_dagster.core.retrieval.window.stitch_windows`);
 ``"focus"``
     sentence focus (:func:`focus_windows`): the sentences of the retrieved chunks are ranked
     by their similarity to the question (plus a weight × their chunk's score), and the best
@@ -30,7 +30,7 @@ span (``doc_id``, ``start``, ``end``) and the ids of the chunks it was built fro
 Window text is exact document text when ``doc_texts`` holds the document; without it the
 text is rebuilt from the chunks, which is exact except inside the rare whitespace gaps the
 splitter dropped between two chunks (see
-:func:`~ctxwin_dagster.core.retrieval.around_hits.span_text`).
+:func:`~ctxwin_dagster.core.retrieval.window.span_text`).
 
 Hits usually come from an index as rows: :mod:`~ctxwin_dagster.core.retrieval.rows` turns them
 into :class:`~ctxwin_dagster.core.text.splitting.Chunk` objects.
@@ -57,7 +57,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ctxwin_dagster.core.json_types import JSONObject, JSONValue
-from ctxwin_dagster.core.retrieval.around_hits import neighbor_windows, stitch_windows
 from ctxwin_dagster.core.retrieval.sentence_focus import SentenceScorer, SentenceSplitter, focus_windows
 from ctxwin_dagster.core.retrieval.settings import (
     DEFAULT_CONTEXT_WINDOW_SIZE,
@@ -68,8 +67,16 @@ from ctxwin_dagster.core.retrieval.settings import (
     DEFAULT_NUM_NEIGHBORS,
     RetrievalSettings,
 )
-from ctxwin_dagster.core.retrieval.window import Window, join_windows, merge_windows
-from ctxwin_dagster.core.text.sentences import split_sentences as _split_sentences
+from ctxwin_dagster.core.retrieval.window import (
+    Window,
+    document_text,
+    join_windows,
+    merge_windows,
+    neighbor_windows,
+    stitch_windows,
+    with_openings,
+)
+from ctxwin_dagster.core.text.sentences import split_sentences as _split
 from ctxwin_dagster.core.text.splitting import Chunk
 
 __all__ = [
@@ -250,15 +257,15 @@ def enhance(
         )
         windows = stitch_windows(hits, chunks, context_window_size=context_window_size, doc_texts=doc_texts)
     else:
-        n = (
-            0
-            if mode == "none"
-            else (DEFAULT_NUM_NEIGHBORS if settings.num_neighbors is None else settings.num_neighbors)
-        )
+        n = DEFAULT_NUM_NEIGHBORS if settings.num_neighbors is None else settings.num_neighbors
+        n = 0 if mode == "none" else n
         windows = neighbor_windows(hits, chunks, num_neighbors=n, doc_texts=doc_texts)
         num_neighbors = n if mode == "neighbors" else None
+    merged = merge_windows(windows, doc_texts=doc_texts)
+    if mode == "focus" and settings.opening_chars:  # each document in the context also gives its opening
+        merged = with_openings(merged, settings.opening_chars, chunks, doc_texts, split=split_sentences or _split)
     return EnhancedContext(
-        windows=merge_windows(windows, doc_texts=doc_texts),
+        windows=merged,
         mode=mode,
         num_neighbors=num_neighbors,
         context_window_size=context_window_size,
@@ -308,6 +315,11 @@ def _focus(
             "only to replace the default splitter, ctxwin_dagster.core.text.sentences.split_sentences"
         )
     _check_hits_among(hits, chunks)
+    # the sentences are cut from each hit document's text: given, or rebuilt from its chunks
+    texts = {
+        d: document_text(d, [c for c in chunks if c.doc_id == d], doc_texts)
+        for d in dict.fromkeys(c.doc_id for c, _ in hits)
+    }
     width = DEFAULT_FOCUS_WINDOW_CHARS if window_chars is None else window_chars
     budget = settings.focus_chars or DEFAULT_FOCUS_BUDGET_CHARS
     weight = DEFAULT_FOCUS_CHUNK_WEIGHT if chunk_weight is None else chunk_weight
@@ -317,9 +329,9 @@ def _focus(
     windows = focus_windows(
         hits,
         chunks,
-        split_sentences=split_sentences or _split_sentences,
+        split_sentences=split_sentences or _split,
         score_sentences=score_sentences,
-        doc_texts=doc_texts,
+        doc_texts=texts,
         lexical_scores=lexical_scores,
         window_chars=width,
         budget_chars=budget,

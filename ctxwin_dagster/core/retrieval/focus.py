@@ -9,15 +9,15 @@ measures what users get:
    rank fusion with BM25 over the hit documents' chunks
    (:func:`~ctxwin_dagster.core.retrieval.lexical.hybrid_hits`).
 2. **Sentence scores** — the caller's dense ``score_sentences`` (with ``question_parts``, the
-   similarity to the question and to its meaningful parts, weighted by :func:`~ctxwin_dagster.core.retrieval.lexical.query_weights`, see
-   :func:`dense_scorer`) plus, with a ``lexical_weight``, BM25 over the document's sentences
+   similarity to the question and to its meaningful parts, see
+   :func:`~ctxwin_dagster.core.retrieval.question.question_signals`) plus, with a ``lexical_weight``, BM25 over the document's sentences
    (:class:`~ctxwin_dagster.core.retrieval.lexical.TextBM25`), queried with the question and its
    parts. The parts add weight and never replace the question, so a question whose form looks
    like a template ("… DPO is defined as: 365 * …") keeps its company, year and metric.
 3. **Windows** — :func:`~ctxwin_dagster.core.retrieval.sentence_focus.focus_windows` with the budget,
-   score drop and structure of the settings, merged by :func:`~ctxwin_dagster.core.retrieval.enhance.enhance`.
-4. **Openings** — with ``opening_chars``, each document in the context also gives its opening
-   (:mod:`~ctxwin_dagster.core.retrieval.opening`), on top of the budget.
+   score drop and structure of the settings, merged by :func:`~ctxwin_dagster.core.retrieval.enhance.enhance`;
+   with ``opening_chars``, each document in the context also gives its opening
+   (:func:`~ctxwin_dagster.core.retrieval.window.with_openings`), on top of the budget.
 
 :class:`~ctxwin_dagster.core.retrieval.lexical.LexicalIndexes` keeps each document's BM25 indexes (sentences, chunks), built once per
 document text; its ``build_seconds`` is the extra index build time.
@@ -31,47 +31,17 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ctxwin_dagster.core.retrieval.around_hits import document_text
 from ctxwin_dagster.core.retrieval.enhance import EnhancedContext, enhance
-from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes, hybrid_hits, query_texts
-from ctxwin_dagster.core.retrieval.opening import with_openings
+from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes, hybrid_hits
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 from ctxwin_dagster.core.retrieval.statements import named_statements, statement_chunks
+from ctxwin_dagster.core.retrieval.window import document_text
 from ctxwin_dagster.core.text.sentences import split_sentences
 from ctxwin_dagster.core.text.splitting import Chunk
 
-__all__ = ["dense_scorer", "focus_context"]
+__all__ = ["focus_context"]
 
 Hit = tuple[Chunk, float]
-
-
-def dense_scorer(
-    sentence_vectors: Callable[[Sequence[str]], np.ndarray],
-    query_vectors: np.ndarray,
-    weights: Sequence[float] | np.ndarray | None = None,
-) -> Callable[[Sequence[str]], np.ndarray]:
-    """``texts -> weighted mean cosine similarity to the query vectors`` (rows L2-normalized;
-    ``weights`` default to equal, and are scaled to sum to 1).
-
-    Example::
-
-        >>> vecs = {"a": np.array([1.0, 0.0]), "b": np.array([0.0, 1.0])}
-        >>> score = dense_scorer(lambda ts: np.stack([vecs[t] for t in ts]), np.array([[1.0, 0.0], [0.0, 1.0]]))
-        >>> score(["a", "b"]).tolist()
-        [0.5, 0.5]
-        >>> dense_scorer(lambda ts: np.stack([vecs[t] for t in ts]), np.eye(2), [3, 1])(["a"]).tolist()
-        [0.75]
-    """
-    q = np.atleast_2d(np.asarray(query_vectors, dtype=np.float32))
-    w = np.ones(len(q), dtype=np.float32) if weights is None else np.asarray(weights, dtype=np.float32)
-    if w.shape != (len(q),) or (w < 0).any() or w.sum() <= 0:
-        raise ValueError(f"weights must be {len(q)} non-negative numbers, not all 0; got {w.tolist()}")
-    w = w / w.sum()
-
-    def score(texts: Sequence[str]) -> np.ndarray:
-        return np.asarray(np.asarray(sentence_vectors(texts) @ q.T) @ w)
-
-    return score
 
 
 def focus_context(
@@ -81,10 +51,10 @@ def focus_context(
     *,
     settings: RetrievalSettings,
     score_sentences: Callable[[Sequence[str]], Sequence[float] | np.ndarray],
+    lexical_query: str,
     doc_texts: Mapping[str, str] | None = None,
     lexical: LexicalIndexes | None = None,
     vector_score: Callable[[Chunk], float] | None = None,
-    lexical_query: str | None = None,
 ) -> EnhancedContext:
     """The focus context of ``question`` under ``settings`` (see the module docstring).
 
@@ -94,12 +64,13 @@ def focus_context(
             ``settings.hybrid`` (the fusion's depth), else at least ``k``.
         chunks: every chunk of the hits' documents.
         settings: focus-mode retrieval settings.
-        score_sentences: ``texts -> dense similarity`` (see :func:`dense_scorer`).
+        score_sentences: ``texts -> dense similarity``, and
+        lexical_query: the full-text query: both from
+            :func:`~ctxwin_dagster.core.retrieval.question.question_signals` (an evaluation may
+            pass others to compare rules).
         doc_texts: ``doc_id -> text`` for exact windows.
         lexical: the BM25 indexes (made here when None and a lexical signal is on).
         vector_score: the cosine similarity of a chunk only full-text search found.
-        lexical_query: the full-text query (default: :func:`~ctxwin_dagster.core.retrieval.lexical.query_texts` joined); the
-            evaluation passes others to compare rules.
     """
     if settings.enhance_mode != "focus":
         raise ValueError(f"focus_context needs enhance_mode='focus'; got {settings.enhance_mode!r}")
@@ -111,19 +82,16 @@ def focus_context(
     for c in chunks:
         by_doc.setdefault(c.doc_id, []).append(c)
     doc_ids = list(dict.fromkeys(c.doc_id for c, _ in hits))
+    # each document's text: given, or rebuilt from its chunks
+    texts = {d: document_text(d, lst, doc_texts) for d, lst in by_doc.items()}
     if settings.statements and (asked := named_statements(question)):
         # the statements the question names: their title chunks lead the candidates
-        titled = [
-            c
-            for d in doc_ids
-            if by_doc.get(d)
-            for c in statement_chunks(document_text(d, by_doc[d], doc_texts), by_doc[d], asked)
-        ]
+        titled = [c for d in doc_ids if by_doc.get(d) for c in statement_chunks(texts[d], by_doc[d], asked)]
         if titled:
             ids = {c.chunk_id for c in titled}
             best = hits[0][1]
             hits = [(c, best) for c in titled] + [h for h in hits if h[0].chunk_id not in ids]
-    lex_query = lexical_query if lexical_query is not None else " ".join(query_texts(question, settings))
+    lex_query = lexical_query
     lexical_weight = settings.effective_lexical_weight
     if lexical is None and (settings.hybrid or lexical_weight):
         lexical = LexicalIndexes()
@@ -147,15 +115,12 @@ def focus_context(
         hits = hits[:k]
     lex_scores = None
     if lexical_weight and lexical is not None:
-        scorers = [
-            lexical.sentences(d, document_text(d, by_doc.get(d, []), doc_texts)).scorer(lex_query)
-            for d in dict.fromkeys(c.doc_id for c, _ in hits)
-        ]
+        scorers = [lexical.sentences(d, texts[d]).scorer(lex_query) for d in dict.fromkeys(c.doc_id for c, _ in hits)]
 
         def lex_scores(texts: Sequence[str]) -> np.ndarray:
             return np.asarray(np.max(np.stack([np.asarray(s(texts)) for s in scorers]), axis=0))
 
-    ctx = enhance(
+    return enhance(
         hits,
         chunks,
         settings,
@@ -164,4 +129,3 @@ def focus_context(
         score_sentences=score_sentences,
         lexical_scores=lex_scores,
     )
-    return with_openings(ctx, settings.opening_chars or 0, by_doc, doc_texts)

@@ -1,5 +1,5 @@
-"""Full-text scoring for hybrid retrieval: BM25 over a document's sentences or chunks, rank
-fusion, and the meaningful parts of a templated question.
+"""Full-text scoring for hybrid retrieval: BM25 over a document's sentences or chunks, and rank
+fusion.
 
 * :class:`TextBM25` — a BM25 index (the ``bm25s`` library: sparse-matrix BM25, Lucene's
   variant, English stop words) over a list of texts, e.g. one document's sentences, built once
@@ -7,13 +7,10 @@ fusion, and the meaningful parts of a templated question.
   ``lexical_scores`` of :func:`~ctxwin_dagster.core.retrieval.sentence_focus.focus_windows`.
 * :func:`reciprocal_rank_fusion` — fuse rankings by ``sum 1 / (k + rank)`` (Cormack, Clarke &
   Büttcher, SIGIR 2009), as LanceDB's hybrid search does.
-* :func:`question_parts` — a question built from a template ("Highlight the parts (if any) of
-  this contract related to "X" that should be reviewed by a lawyer. Details: Y") carries its
-  meaning in the quoted names and the labelled details, not in the template's words; the parts
-  are found from the question's form alone (quotes, ``Label:`` fields), so a plain question is
-  its own only part. The parts add weight to the question; they never replace it (a form can
-  look like a template and still carry its meaning outside the parts: "What is Corning's FY2020
-  DPO? DPO is defined as: 365 * …"; see :func:`query_texts`).
+* :class:`LexicalIndexes` — each document's BM25 indexes, built on first use and kept.
+
+The full-text query of a question is its text and its meaningful parts
+(:func:`~ctxwin_dagster.core.retrieval.question.question_signals`).
 
 Plain Python and numpy (plus ``bm25s``): no Dagster, RAGAS or LanceDB.
 
@@ -27,29 +24,19 @@ Example::
 
 from __future__ import annotations
 
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ctxwin_dagster.core.text.sentences import split_sentences
 from ctxwin_dagster.core.text.splitting import Chunk
 
-if TYPE_CHECKING:
-    from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
-
 __all__ = [
-    "QUESTION_SHARE",
     "LexicalIndexes",
     "TextBM25",
     "hybrid_hits",
-    "parts_query",
-    "query_texts",
-    "query_weights",
-    "question_parts",
     "reciprocal_rank_fusion",
 ]
 
@@ -165,81 +152,6 @@ def hybrid_hits(
             score = float(vector_score(chunk)) if vector_score is not None else floor
         out.append((chunk, score))
     return out
-
-
-def parts_query(question: str) -> str:
-    """The full-text query of a question: its meaningful parts joined (:func:`question_parts`)."""
-    return " ".join(question_parts(question))
-
-
-_QUOTED = re.compile(r"[\"“”„]([^\"“”„]{2,120})[\"“”„]")
-_LABELLED = re.compile(r"(?:^|(?<=[.?!]\s))([A-Z][A-Za-z ]{1,30}):\s+(.+?)(?=\s+[A-Z][A-Za-z ]{1,30}:\s|$)", re.DOTALL)
-
-
-def question_parts(question: str) -> list[str]:
-    """The parts of a templated question that carry its meaning: quoted names and the text of
-    ``Label: text`` fields (the label dropped); ``[question]`` when it has neither.
-
-    Example::
-
-        >>> question_parts('Highlight the parts (if any) of this contract related to "Governing Law" that '
-        ...                'should be reviewed by a lawyer. Details: Which state\\'s law governs the contract?')
-        ['Governing Law', "Which state's law governs the contract?"]
-        >>> question_parts("When did the Normans conquer England?")
-        ['When did the Normans conquer England?']
-    """
-    text = question.strip()
-    parts = [m.group(1).strip() for m in _QUOTED.finditer(text)]
-    parts += [m.group(2).strip() for m in _LABELLED.finditer(text)]
-    parts = [p for p in dict.fromkeys(parts) if p]
-    return parts or [text]
-
-
-#: The question's share of a sentence's dense score when the question has meaningful parts; the
-#: parts share the rest equally. Chosen on the tuning split among 0.25, 0.5 and equal shares
-#: (``evaluations/question_parts.py``: CUAD tune 67.4 % against 66.4 % and 66.9 %; SQuAD and
-#: FinanceBench lose nothing to the whole question).
-QUESTION_SHARE = 0.25
-
-
-def query_texts(question: str, settings: RetrievalSettings) -> list[str]:
-    """The texts whose vectors score sentences: the question itself first, then, with
-    ``settings.question_parts``, its meaningful parts
-    (:func:`~ctxwin_dagster.core.retrieval.lexical.question_parts`). The parts add weight; they
-    never replace the question.
-
-    Example::
-
-        >>> from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
-        >>> settings = RetrievalSettings.named("ask")
-        >>> query_texts('What does "force majeure" mean here?', settings)
-        ['What does "force majeure" mean here?', 'force majeure']
-        >>> query_texts("Who ruled Normandy?", settings)
-        ['Who ruled Normandy?']
-    """
-    if not settings.question_parts:
-        return [question]
-    parts = [p for p in question_parts(question) if p.strip() != question.strip()]
-    return [question, *parts]
-
-
-def query_weights(n_texts: int, *, question_share: float = QUESTION_SHARE) -> np.ndarray:
-    """The weights of :func:`query_texts`' vectors: the question ``question_share`` and its
-    parts the rest equally; a question without parts weighs 1.
-
-    Example::
-
-        >>> query_weights(3).tolist()
-        [0.25, 0.375, 0.375]
-        >>> query_weights(1).tolist()
-        [1.0]
-    """
-    if n_texts < 1:
-        raise ValueError("a query has at least the question itself")
-    if n_texts == 1:
-        return np.ones(1, dtype=np.float32)
-    rest = (1.0 - question_share) / (n_texts - 1)
-    return np.array([question_share] + [rest] * (n_texts - 1), dtype=np.float32)
 
 
 class LexicalIndexes:

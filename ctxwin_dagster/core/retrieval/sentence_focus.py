@@ -29,8 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from ctxwin_dagster.core.evaluation.metrics.scoring import union_length
-from ctxwin_dagster.core.retrieval.around_hits import neighbor_windows, span_text
-from ctxwin_dagster.core.retrieval.window import Window
+from ctxwin_dagster.core.retrieval.window import Window, neighbor_windows
 from ctxwin_dagster.core.text.splitting import Chunk
 
 __all__ = ["SentenceScorer", "SentenceSplitter", "focus_windows", "structure_starts"]
@@ -171,7 +170,7 @@ def focus_windows(
     *,
     split_sentences: SentenceSplitter,
     score_sentences: SentenceScorer,
-    doc_texts: Mapping[str, str] | None = None,
+    doc_texts: Mapping[str, str],
     window_chars: int = 700,
     budget_chars: int = 4000,
     chunk_weight: float = 0.5,
@@ -223,20 +222,21 @@ def focus_windows(
         for doc_id in dict.fromkeys(c.doc_id for c, _ in hits)
     }
     cand = _candidates(hits, sentences)
-    if not cand:  # no sentence found (empty text?): fall back to the hit chunks themselves
-        return neighbor_windows(hits, [c for lst in by_doc.values() for c in lst], num_neighbors=0, doc_texts=doc_texts)
-    keys = list(cand)
-    texts = [sentences[d].text[sentences[d].starts[j] : sentences[d].ends[j]] for d, j in keys]
-    sims = _similarities(texts, score_sentences, lexical_scores, lexical_weight)
-    scored = sorted(
-        ((sim + chunk_weight * cand[key], key) for sim, key in zip(sims, keys)), key=lambda t: (-t[0], t[1])
-    )
-    windows = []
-    for doc_id, s, e, score in _chosen(scored, sentences, window_chars, budget_chars, structure, score_drop):
-        text = sentences[doc_id].text
-        ids = tuple(c.chunk_id for c in by_doc[doc_id] if c.start < e and s < c.end)
-        windows.append(Window(doc_id, s, e, text[s:e], score, ids))
-    return windows
+    if cand:
+        keys = list(cand)
+        texts = [sentences[d].text[sentences[d].starts[j] : sentences[d].ends[j]] for d, j in keys]
+        sims = _similarities(texts, score_sentences, lexical_scores, lexical_weight)
+        scored = sorted(
+            ((sim + chunk_weight * cand[key], key) for sim, key in zip(sims, keys)), key=lambda t: (-t[0], t[1])
+        )
+        windows = []
+        for doc_id, s, e, score in _chosen(scored, sentences, window_chars, budget_chars, structure, score_drop):
+            text = sentences[doc_id].text
+            ids = tuple(c.chunk_id for c in by_doc[doc_id] if c.start < e and s < c.end)
+            windows.append(Window(doc_id, s, e, text[s:e], score, ids))
+        return windows
+    # no sentence found (empty text?): fall back to the hit chunks themselves
+    return neighbor_windows(hits, [c for lst in by_doc.values() for c in lst], num_neighbors=0, doc_texts=doc_texts)
 
 
 def _check_focus_args(
@@ -273,7 +273,7 @@ def _doc_sentences(
     doc_id: str,
     hits: Sequence[Hit],
     by_doc: Mapping[str, Sequence[Chunk]],
-    doc_texts: Mapping[str, str] | None,
+    doc_texts: Mapping[str, str],
     pad: int,
     split: SentenceSplitter,
     structure: bool,
@@ -282,9 +282,12 @@ def _doc_sentences(
     doc_chunks = by_doc.get(doc_id)
     if not doc_chunks:
         raise ValueError(f"no chunks of document {doc_id!r}; pass the full chunk list of every hit's document")
-    text = doc_texts.get(doc_id) if doc_texts is not None else None
+    text = doc_texts.get(doc_id)
     if text is None:
-        text = span_text(doc_chunks, 0, max(c.end for c in doc_chunks))
+        raise ValueError(
+            f"no text of document {doc_id!r} in doc_texts; pass every hit's document text "
+            "(enhance() rebuilds a missing one from its chunks)"
+        )
     regions: list[list[int]] = []
     for a, b in sorted(_line_region(text, c.start - pad, c.end + pad) for c, _ in hits if c.doc_id == doc_id):
         if regions and a <= regions[-1][1]:

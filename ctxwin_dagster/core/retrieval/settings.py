@@ -131,7 +131,7 @@ class RetrievalSettings:
             (``focus_chars`` is then the cap).
         opening_chars: each document in the context also gives its opening, its first
             ``opening_chars`` characters to the last sentence end within them, on top of
-            ``focus_chars`` (:mod:`~ctxwin_dagster.core.retrieval.opening`: a document's name,
+            ``focus_chars`` (:func:`~ctxwin_dagster.core.retrieval.window.with_openings`: a document's name,
             parties and date are there); None or 0: no opening.
         route_to: a question asked of the whole folder (no document named) is searched in the
             ``route_to`` documents it most likely asks about

@@ -2,14 +2,14 @@
 one :class:`~ctxwin_dagster.core.retrieval.settings.RetrievalSettings` says.
 
 What retrieval reads of an index is behind a small protocol, :class:`Source`: one variant's
-rows, searched within one document or across the folder, their chunks and texts, their stored
+chunks, searched within one document or across the folder, their documents' texts, their stored
 vectors, and the embedder that built them. ``ask/retriever.py`` implements it over the LanceDB
 index; :func:`retrieve` does the rest here:
 
 * ``enhance_mode="focus"`` — the vector ranking (``4 * k`` deep when hybrid, the fusion's depth)
   and every chunk of the hit documents become a sentence-focus context
   (:func:`~ctxwin_dagster.core.retrieval.focus.focus_context`);
-* ``"neighbors"``, ``"budget"``, ``"none"`` — the top-``k`` rows (fused with the index's
+* ``"neighbors"``, ``"budget"``, ``"none"`` — the top-``k`` chunks (fused with the index's
   full-text search when hybrid) grown by :func:`~ctxwin_dagster.core.retrieval.enhance.enhance`.
 
 Either way the documents the search was routed to (see
@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from ctxwin_dagster.core.retrieval.enhance import EnhancedContext, enhance
-from ctxwin_dagster.core.retrieval.focus import dense_scorer, focus_context
-from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes, query_texts, query_weights
-from ctxwin_dagster.core.retrieval.rows import hits_from_rows
+from ctxwin_dagster.core.retrieval.focus import focus_context
+from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes
+from ctxwin_dagster.core.retrieval.question import question_signals
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 from ctxwin_dagster.core.text.splitting import Chunk
 
@@ -44,10 +44,11 @@ class Source(Protocol):
 
     def search(
         self, question: str, vector: np.ndarray, *, k: int, hybrid: bool, route_to: int
-    ) -> tuple[list[dict[str, Any]], list[str] | None]:
-        """The top-``k`` rows for ``vector`` (with ``score``, and ``rrf_score`` when fused with
-        the full-text search of ``question``), and the documents the search was routed to
-        (``route_to`` > 0 and the question tells them apart; else None)."""
+    ) -> tuple[list[tuple[Chunk, float]], list[str] | None]:
+        """The top-``k`` chunks for ``vector``, best first, with their scores (the cosine
+        similarity; the fused score when ``hybrid`` fuses it with the full-text search of
+        ``question``), and the documents the search was routed to (``route_to`` > 0 and the
+        question tells them apart; else None)."""
         ...
 
     def chunks(self, doc_ids: Sequence[str]) -> tuple[list[Chunk], dict[str, str]]:
@@ -65,46 +66,33 @@ def retrieve(question: str, settings: RetrievalSettings, source: Source, *, lexi
     vector = np.asarray(source.embed([question])[0], dtype=np.float32)
     focus, hybrid, k = settings.enhance_mode == "focus", settings.hybrid, settings.effective_k
     # focus mode fuses with BM25 over the hit documents itself, from a ranking 4 * k deep
-    rows, routed = source.search(
+    hits, routed = source.search(
         question,
         vector,
         k=4 * k if focus and hybrid else k,
         hybrid=hybrid and not focus,
         route_to=settings.route_to,
     )
-    if not rows:
+    if not hits:
         return EnhancedContext([], settings.enhance_mode)
-    score_key = "rrf_score" if hybrid and not focus and all("rrf_score" in r for r in rows) else "score"
-    hits = hits_from_rows(rows, score_key=score_key)
     chunks, texts = source.chunks(list(dict.fromkeys(c.doc_id for c, _ in hits)))
     if focus:
-        score = _sentence_scorer(question, vector, settings, source)
+        vector_score = _stored_vector_score(source, vector)
+        score_sentences, lexical_query = question_signals(question, vector, settings, source.embed)
         ctx = focus_context(
             question,
             hits,
             chunks,
             settings=settings,
-            score_sentences=score,
+            score_sentences=score_sentences,
+            lexical_query=lexical_query,
             doc_texts=texts,
             lexical=lexical,
-            vector_score=_stored_vector_score(source, vector),
+            vector_score=vector_score,
         )
     else:
         ctx = enhance(hits, chunks, settings, doc_texts=texts)
     return replace(ctx, routed_to=routed) if routed else ctx
-
-
-def _sentence_scorer(
-    question: str, vector: np.ndarray, settings: RetrievalSettings, source: Source
-) -> Callable[[Sequence[str]], np.ndarray]:
-    """Sentences scored by their similarity to the question and, with ``question_parts``, to its parts."""
-    parts = query_texts(question, settings)
-    qvecs = vector[None, :]
-    if len(parts) > 1:  # the question's vector first, then its parts'
-        qvecs = np.vstack([qvecs, np.asarray(source.embed(parts[1:]), dtype=np.float32)])
-    return dense_scorer(
-        lambda ts: np.asarray(source.embed(list(ts)), dtype=np.float32), qvecs, query_weights(len(parts))
-    )
 
 
 def _stored_vector_score(source: Source, vector: np.ndarray) -> Callable[[Chunk], float]:

@@ -13,20 +13,18 @@ import numpy as np
 import pytest
 
 from ctxwin_dagster.core.retrieval.enhance import enhance
-from ctxwin_dagster.core.retrieval.focus import dense_scorer, focus_context
-from ctxwin_dagster.core.retrieval.lexical import (
+from ctxwin_dagster.core.retrieval.focus import focus_context
+from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes, TextBM25, hybrid_hits, reciprocal_rank_fusion
+from ctxwin_dagster.core.retrieval.question import (
     QUESTION_SHARE,
-    LexicalIndexes,
-    TextBM25,
-    hybrid_hits,
+    dense_scorer,
     query_texts,
     query_weights,
     question_parts,
-    reciprocal_rank_fusion,
 )
-from ctxwin_dagster.core.retrieval.opening import opening_end
 from ctxwin_dagster.core.retrieval.sentence_focus import focus_windows, structure_starts
 from ctxwin_dagster.core.retrieval.settings import RETRIEVAL_PRESETS, RetrievalSettings
+from ctxwin_dagster.core.retrieval.window import opening_end
 from ctxwin_dagster.core.text.sentences import split_sentences
 from ctxwin_dagster.core.text.splitting import Chunk, RecursiveSplitter
 
@@ -244,6 +242,7 @@ def _ask_context(text: str, question: str, settings: RetrievalSettings, lexical:
             _bow_vectors(query_texts(question, settings), vocab),
             query_weights(len(query_texts(question, settings))),
         ),
+        lexical_query=" ".join(query_texts(question, settings)),
         doc_texts={"d": text},
         lexical=lexical if lexical is not None else LexicalIndexes(),
         vector_score=lambda c: float(sims[c.chunk_index]),
@@ -270,13 +269,19 @@ def test_ask_setting_finds_the_clause_of_a_templated_question_in_a_real_contract
         chunks,
         settings=settings,
         score_sentences=lambda ts: np.zeros(len(ts)),
+        lexical_query=" ".join(query_texts(item["question"], settings)),
         doc_texts={"d": text},
         lexical=lexical,
     )
     assert lexical.built == 2 and again.windows
     with pytest.raises(ValueError, match="enhance_mode='focus'"):
         focus_context(
-            "q", ranked, chunks, settings=RetrievalSettings.named("paper"), score_sentences=lambda ts: np.zeros(len(ts))
+            "q",
+            ranked,
+            chunks,
+            settings=RetrievalSettings.named("paper"),
+            score_sentences=lambda ts: np.zeros(len(ts)),
+            lexical_query="q",
         )
 
 

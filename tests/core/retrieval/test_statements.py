@@ -8,8 +8,9 @@ import re
 import numpy as np
 import pytest
 
-from ctxwin_dagster.core.retrieval.focus import dense_scorer, focus_context
-from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes, query_texts, query_weights
+from ctxwin_dagster.core.retrieval.focus import focus_context
+from ctxwin_dagster.core.retrieval.lexical import LexicalIndexes
+from ctxwin_dagster.core.retrieval.question import dense_scorer, query_texts, query_weights
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 from ctxwin_dagster.core.retrieval.statements import named_statements, statement_chunks, statement_titles
 from ctxwin_dagster.core.text.splitting import RecursiveSplitter
@@ -88,6 +89,7 @@ def test_the_named_statement_joins_the_candidates_and_its_rows_reach_the_context
             chunks,
             settings=settings,
             score_sentences=dense_scorer(vectors, vectors(texts), query_weights(len(texts))),
+            lexical_query=" ".join(texts),
             doc_texts={"acme": FILING},
             lexical=LexicalIndexes(),
         )

