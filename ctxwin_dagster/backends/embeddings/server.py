@@ -51,6 +51,7 @@ import base64
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler
@@ -292,6 +293,13 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     serve(args.model, host=args.host, port=args.port, device=args.device, watch_stdin=args.watch_stdin)
+    log.info("embedding server: stopped")
+    # Leave without the interpreter's own shutdown: once a model has run, its final garbage
+    # collection blocked for more than 30 s here (torch), and the command that started this
+    # server waited 10 s at every end before killing it. Nothing is left to write.
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

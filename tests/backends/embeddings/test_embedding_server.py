@@ -125,3 +125,18 @@ def test_the_server_ends_with_the_command_that_started_it(tmp_path):
         time.sleep(0.2)
     else:
         pytest.fail(f"the embedding server (pid {pid}) still answers after its command was killed")
+
+
+def test_a_server_that_has_embedded_stops_at_once_when_its_command_ends(tmp_path, monkeypatch):
+    """Once a model has run, the interpreter's own shutdown blocked for more than 30 s: the
+    command waited 10 s at every end, then killed the server. It now leaves as soon as it stops."""
+    service = EmbeddingService(["all-MiniLM-L6-v2"], log=tmp_path / "e.log")
+    monkeypatch.setenv(ENV_VAR, service.start())
+    assert LocalEmbedder().embed(["The provider shall keep the logs."]).shape == (1, 384)
+    process = service.process
+    assert process is not None and process.stdin is not None
+    process.stdin.close()  # as the command's stop() does first
+    process.wait(8)  # raises TimeoutExpired if the server still runs
+    assert process.returncode == 0
+    assert "embedding server: stopped" in (tmp_path / "e.log").read_text(encoding="utf-8")
+    service.stop()
