@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -276,10 +276,17 @@ class Launcher(AbstractContextManager):
         self.requested.pop(request_id, None)
         return self.run_ids[request_id]
 
-    def status(self, request_id: str) -> str:
-        """The run's status; ``REQUESTED`` until the sensor has launched it."""
-        run_id = self.run_id(request_id)
-        if run_id is None:
-            return "REQUESTED"
-        run = self.instance.get_run_by_id(run_id)
-        return run.status.value if run is not None else "FAILURE"
+    def statuses(self, request_ids: Sequence[str]) -> dict[str, str]:
+        """Each request's run status (``REQUESTED`` until the sensor has launched it; a run that
+        is gone counts as ``FAILURE``), the launched runs read in one query."""
+        import dagster as dg
+
+        run_ids = {r: self.run_id(r) for r in request_ids}
+        known = [i for i in run_ids.values() if i is not None]
+        found: dict[str, str] = {}
+        if known:
+            found = {
+                rec.dagster_run.run_id: rec.dagster_run.status.value
+                for rec in self.instance.get_run_records(filters=dg.RunsFilter(run_ids=known))
+            }
+        return {r: "REQUESTED" if i is None else found.get(i, "FAILURE") for r, i in run_ids.items()}

@@ -314,10 +314,12 @@ class RunPlanner:
             if not note:
                 note = launcher.ensure_daemon()
                 self.print(note)
-            time.sleep(0.5)
+            # a short command ends soon after its runs; a long one asks the instance less often
+            time.sleep(0.5 if time.perf_counter() - began < 10 else 1.0)
             changed = False
+            statuses = launcher.statuses([p.request for p in active])
             for p in list(active):
-                status = launcher.status(p.request)
+                status = statuses[p.request]
                 p.run_id = launcher.run_ids.get(p.request, "")  # found by status() above
                 if status not in TERMINAL:
                     changed |= self._note_stage(p, status, label)
