@@ -190,7 +190,8 @@ def enhance(
 ) -> EnhancedContext:
     """The merged context windows of ranked ``hits`` (see the module docstring), enhanced as
     ``settings`` say: its mode and that mode's options (``num_neighbors``,
-    ``context_window_size``; ``focus_chars``, ``lexical_weight``, ``structure``, ``score_drop``).
+    ``context_window_size``; ``focus_chars``, ``lexical_weight``, ``structure``, ``score_drop``,
+    ``opening_chars``).
     ``settings.k`` and the search options are the search's business, not read here.
 
     Args:

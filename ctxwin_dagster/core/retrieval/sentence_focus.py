@@ -197,8 +197,10 @@ def focus_windows(
        merged context stays within ``budget_chars`` characters (the first always is) and, with
        ``score_drop``, while its score is at least the best score minus ``score_drop``.
 
-    The windows are not merged yet (:func:`~ctxwin_dagster.core.retrieval.enhance.enhance` merges them);
-    each carries the score of its sentence and the ids of the chunks it overlaps.
+    ``doc_texts`` must hold the text of every hit's document (``enhance`` rebuilds a missing one
+    from its chunks). The windows are not merged yet
+    (:func:`~ctxwin_dagster.core.retrieval.enhance.enhance` merges them); each carries the score
+    of its sentence and the ids of the chunks it overlaps.
 
     Example::
 
