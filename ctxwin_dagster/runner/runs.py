@@ -320,7 +320,7 @@ class RunPlanner:
             statuses = launcher.statuses([p.request for p in active])
             for p in list(active):
                 status = statuses[p.request]
-                p.run_id = launcher.run_ids.get(p.request, "")  # found by status() above
+                p.run_id = launcher.run_ids.get(p.request, "")  # found by statuses() above
                 if status not in TERMINAL:
                     changed |= self._note_stage(p, status, label)
                     continue
