@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,18 @@ ROOT = Path(__file__).resolve().parents[1]
 # Tests answer in their own process, and their subprocesses inherit this; the server's own tests
 # turn it on and stop every server they start.
 os.environ["CTXWIN_ASK_SERVER"] = "off"
+
+# What is read from a GGUF file's header (ctxwin_dagster/backends/chat/gguf_cache.py) is kept for
+# this test run only, not in the user's ~/.cache: pytest's own process sets the folder before it
+# starts the test processes, which inherit it (as do the commands they start), and removes it at the end.
+_GGUF_CACHE = Path(tempfile.gettempdir()) / f"ctxwin-tests-gguf-{os.getpid()}"
+_OWN_GGUF_CACHE = "CTXWIN_GGUF_CACHE" not in os.environ
+os.environ.setdefault("CTXWIN_GGUF_CACHE", str(_GGUF_CACHE))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _OWN_GGUF_CACHE and not hasattr(session.config, "workerinput"):  # the run's own process, at its end
+        shutil.rmtree(_GGUF_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 #: ``model=url[,model=url]``: the llama.cpp servers of local models a command started; ``off``:
 #: run local models in process (transformers).
 ENV_VAR = "CTXWIN_CHAT_SERVER"
+#: Threads llama.cpp computes with (default: every core this process may use but one).
+THREADS_VAR = "CTXWIN_LLAMA_THREADS"
 #: The line the server prints on stdout once it listens: ``READY_PREFIX + url`` (the API root, ``…/v1``).
 READY_PREFIX = "ctxwin chat server listening on "
 #: The name of its log in a command's home.
@@ -155,6 +157,25 @@ def local_chat_url(model: str) -> str | None:
         return server.start()
 
 
+def threads() -> int:
+    """Threads for llama.cpp: :data:`THREADS_VAR` if set, else every core this process may use
+    but one (at least one).
+
+    llama.cpp's threads wait for each other at every step of a token, spinning, so one thread
+    that the system takes away for another process stalls them all. The server shares the
+    machine with the runs that send it prompts: measured on 2 cores with one other busy process,
+    the local model's pipeline test took 275 s with 2 threads and 98 s with 1 (81 s and 101 s on
+    an otherwise idle machine).
+    """
+    from ctxwin_dagster.backends.loopback import limit_from_env
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    return limit_from_env(THREADS_VAR, max(1, cores - 1))
+
+
 def serve(
     model: str,
     *,
@@ -174,6 +195,7 @@ def serve(
     _fix_schema_grammars()
     spec = resolve_local_model(model)
     window = n_ctx or local_limits(model, spec).context_length
+    n_threads = threads()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
@@ -185,8 +207,8 @@ def serve(
                 model=str(spec.path),
                 model_alias=model,
                 n_ctx=window,
-                n_threads=os.cpu_count() or 1,
-                n_threads_batch=os.cpu_count() or 1,
+                n_threads=n_threads,
+                n_threads_batch=n_threads,
                 verbose=True,  # llama.cpp's timings of each request, in the log
                 # No logits kept for every prompt token (its default, for logprobs ctxwin never asks
                 # for): they took n_ctx x vocabulary floats (1.6 GB for SmolLM2's 8 K window), and
@@ -211,7 +233,13 @@ def serve(
             threading.Event().wait(0.05)
         if server.started:
             log.info(
-                "llama.cpp server: %s (%s, n_ctx %d) on %s (pid %d)", model, spec.path.name, window, url, os.getpid()
+                "llama.cpp server: %s (%s, n_ctx %d, %d threads) on %s (pid %d)",
+                model,
+                spec.path.name,
+                window,
+                n_threads,
+                url,
+                os.getpid(),
             )
             print(READY_PREFIX + url, flush=True)
 

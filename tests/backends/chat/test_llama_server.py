@@ -196,3 +196,20 @@ def test_what_the_stand_in_server_can_do(tmp_path):
     assert found["structured_output"] == {"format": "json_object", "held_to_the_schema": False, "reply_parsed": False}
     assert found["usage"] == "reported" and found["cached_prompt_tokens"]["reported"]
     assert found["tokenizer"]["server"] is None and found["context_length"]["server"] is None
+
+
+def test_the_server_computes_with_every_core_but_one_unless_told(monkeypatch):
+    """llama.cpp's threads wait for each other at every token: the server leaves a core to the
+    runs that feed it, and ``CTXWIN_LLAMA_THREADS`` sets the number."""
+    import os
+
+    from ctxwin_dagster.backends.chat.llama_server import THREADS_VAR, threads
+
+    monkeypatch.delenv(THREADS_VAR, raising=False)
+    assert threads() == max(1, len(os.sched_getaffinity(0)) - 1)
+    monkeypatch.setenv(THREADS_VAR, "3")
+    assert threads() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(THREADS_VAR, bad)
+        with pytest.raises(ValueError, match=THREADS_VAR):
+            threads()

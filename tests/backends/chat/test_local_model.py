@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import dagster as dg
@@ -319,3 +320,71 @@ def test_generated_questions_quote_the_passage_and_answer_from_the_quote():
         [(s, e)] = item.reference_spans
         assert text[s:e] == item.reference_answer and item.question.endswith("?")
     assert all(r.reply_format in ENFORCED for r in chat.ledger.records)
+
+
+def test_the_models_header_is_read_from_its_file_once_and_then_from_the_copy_kept_on_disk(tmp_path, monkeypatch):
+    """The metadata and the tokenizer read from the GGUF file (about 15 s of CPU) are kept in the
+    cache folder, and what comes back from it is the same: the same token ids of a long text, the
+    same chat prompt, the same tokenizer definition and special tokens, the same metadata."""
+    from transformers import AutoTokenizer
+
+    from ctxwin_dagster.backends.chat.gguf_cache import CACHE_VAR, cache_dir, cached_metadata, cached_tokenizer
+    from ctxwin_dagster.backends.chat.local_model import gguf_metadata
+
+    monkeypatch.setenv(CACHE_VAR, str(tmp_path / "cache"))
+    spec = resolve_local_model(MODEL)
+    reads: list[str] = []
+
+    def tokenizer_from_file():
+        reads.append("tokenizer")
+        return AutoTokenizer.from_pretrained(str(spec.path.parent), gguf_file=spec.path.name)
+
+    def metadata_from_file():
+        reads.append("metadata")
+        return gguf_metadata(spec)
+
+    from_file = cached_tokenizer(spec.path, tokenizer_from_file)
+    meta = cached_metadata(spec.path, metadata_from_file)
+    folder = cache_dir(spec.path)
+    assert folder is not None and folder.parent == tmp_path / "cache"
+    assert (folder / "tokenizer" / "tokenizer.json").is_file() and (folder / "metadata.json").is_file()
+    kept = cached_tokenizer(spec.path, tokenizer_from_file)
+    assert cached_metadata(spec.path, metadata_from_file) == meta and meta["llama.context_length"] == 8192
+    assert reads == ["tokenizer", "metadata"]  # the second time, nothing was read from the file
+    assert kept is not from_file
+    act = (SAMPLE / "eu_ai_act_2024_1689_EN.txt").read_text(encoding="utf-8")[:200_000]
+    assert kept.encode(act, add_special_tokens=False) == from_file.encode(act, add_special_tokens=False)
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Who <|im_end|> were they?"}]
+    assert kept.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False) == from_file.apply_chat_template(
+        msgs, add_generation_prompt=True, tokenize=False
+    )
+    assert kept.backend_tokenizer.to_str() == from_file.backend_tokenizer.to_str()
+    assert kept.special_tokens_map == from_file.special_tokens_map
+
+    # A damaged copy is read again (here from what the file gave above), and replaced.
+    def tokenizer_again():
+        reads.append("tokenizer")
+        return from_file
+
+    def metadata_again():
+        reads.append("metadata")
+        return dict(meta)
+
+    (folder / "metadata.json").write_text("{not json", encoding="utf-8")
+    (folder / "tokenizer" / "tokenizer.json").write_text("[]", encoding="utf-8")
+    assert cached_metadata(spec.path, metadata_again) == meta
+    assert cached_tokenizer(spec.path, tokenizer_again) is from_file
+    assert reads[2:] == ["metadata", "tokenizer"]
+    assert cached_metadata(spec.path, metadata_again) == meta
+    assert cached_tokenizer(spec.path, tokenizer_again).encode("Normandy") == from_file.encode("Normandy")
+    assert len(reads) == 4
+
+    # Another version of a file has a folder of its own; "off" reads the file every time.
+    other = tmp_path / "model.gguf"
+    other.write_bytes(b"GGUF")
+    before = cache_dir(other)
+    os.utime(other, ns=(0, 10**9))
+    assert cache_dir(other) != before
+    monkeypatch.setenv(CACHE_VAR, "off")
+    assert cache_dir(other) is None
+    assert cached_metadata(spec.path, metadata_again) == meta and len(reads) == 5
