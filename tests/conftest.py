@@ -165,8 +165,8 @@ def index_more(embedder):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Files with slow tests first (the order within a file is kept): when two test processes
+    """Files with slow tests first (the order within a file is kept): when the test processes
     take whole files (``make test``), the long files start early and the short ones fill in at the
-    end, so the two end together instead of one running a long file alone."""
+    end, so they end together instead of one running a long file alone."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow_files)
