@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = ["CACHE_VAR", "cache_dir", "cached_metadata", "cached_tokenizer"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: A folder for the cache instead of ``$XDG_CACHE_HOME/ctxwin/gguf``; ``off``: read the file every time.
 CACHE_VAR = "CTXWIN_GGUF_CACHE"
@@ -74,15 +75,15 @@ def _set_aside(entry: Path, exc: Exception) -> None:
         log.warning("could not remove %s (%s)", entry, err)
 
 
-def _publish(folder: Path, name: str, write: Callable[[Path], object]) -> None:
-    """Write an entry under a temporary name in ``folder``, then rename it to ``name``."""
+def _publish(folder: Path, name: str, write: Callable[[Path], bool]) -> None:
+    """Write an entry under a temporary name in ``folder`` (``write`` False: nothing to keep), then
+    rename it to ``name``."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=folder))
         try:
-            write(tmp / name)
             target = folder / name
-            if not target.exists():
+            if write(tmp / name) and not target.exists():
                 os.replace(tmp / name, target)  # another process may have won: theirs is the same
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -90,30 +91,45 @@ def _publish(folder: Path, name: str, write: Callable[[Path], object]) -> None:
         log.info("could not keep a copy of the GGUF header in %s (%s); it is read from the file next time", folder, exc)
 
 
-def cached_metadata(path: Path, read: Callable[[], dict[str, object]]) -> dict[str, object]:
-    """The file's metadata from the cache, or ``read()`` (then kept)."""
+def _cached(
+    path: Path, name: str, load: Callable[[Path], T], read: Callable[[], T], keep: Callable[[T, Path], bool]
+) -> T:
+    """The entry ``name`` of the file's cache folder as ``load(entry)`` gives it, or ``read()``;
+    what is read is kept when ``keep(value, target)`` writes it to ``target`` (False: not kept)."""
     folder = cache_dir(path)
     if folder is None:
         return read()
-    entry = folder / _METADATA
-    if entry.is_file():
+    entry = folder / name
+    if entry.exists():
         try:
-            data = json.loads(entry.read_text(encoding="utf-8"))
-            if isinstance(data, dict):
-                return data
-            raise ValueError("not a JSON object")
-        except (OSError, ValueError) as exc:
+            return load(entry)
+        except Exception as exc:  # noqa: BLE001 - JSON, OS and the tokenizers library's own errors alike
             _set_aside(entry, exc)
-    data = read()
-    try:
-        text = json.dumps(data, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:  # a value JSON cannot hold: not kept
-        log.info("the metadata of %s is not kept on disk (%s)", path, exc)
+    value = read()
+    _publish(folder, name, lambda target: keep(value, target))
+    return value
+
+
+def cached_metadata(path: Path, read: Callable[[], dict[str, object]]) -> dict[str, object]:
+    """The file's metadata from the cache, or ``read()`` (then kept, when JSON gives it back as it is)."""
+
+    def load(entry: Path) -> dict[str, object]:
+        data = json.loads(entry.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
         return data
-    if json.loads(text) != data:  # tuples, say: kept only when it reads back the same
-        return data
-    _publish(folder, _METADATA, lambda target: target.write_text(text, encoding="utf-8"))
-    return data
+
+    def keep(data: dict[str, object], target: Path) -> bool:
+        try:
+            text = json.dumps(data, ensure_ascii=False)
+        except (TypeError, ValueError):  # a value JSON cannot hold
+            return False
+        if json.loads(text) != data:  # tuples, say
+            return False
+        target.write_text(text, encoding="utf-8")
+        return True
+
+    return _cached(path, _METADATA, load, read, keep)
 
 
 def cached_tokenizer(path: Path, read: Callable[[], PreTrainedTokenizerBase]) -> PreTrainedTokenizerBase:
@@ -123,21 +139,18 @@ def cached_tokenizer(path: Path, read: Callable[[], PreTrainedTokenizerBase]) ->
     a GGUF file), loaded by that class rather than ``AutoTokenizer``, whose import pulls in torch
     (2 s against 7 s).
     """
-    folder = cache_dir(path)
-    if folder is None:
-        return read()
     from transformers import PreTrainedTokenizerFast
 
-    entry = folder / _TOKENIZER
-    if entry.is_dir():
-        try:
-            tokenizer: PreTrainedTokenizerBase = PreTrainedTokenizerFast.from_pretrained(str(entry))
-            if getattr(tokenizer, "chat_template", None):
-                return tokenizer
+    def load(entry: Path) -> PreTrainedTokenizerBase:
+        tokenizer: PreTrainedTokenizerBase = PreTrainedTokenizerFast.from_pretrained(str(entry))
+        if not getattr(tokenizer, "chat_template", None):
             raise ValueError("no chat template")
-        except Exception as exc:  # noqa: BLE001 - the tokenizers library raises its own kinds
-            _set_aside(entry, exc)
-    tokenizer = read()
-    if isinstance(tokenizer, PreTrainedTokenizerFast):
-        _publish(folder, _TOKENIZER, lambda target: tokenizer.save_pretrained(str(target)))
-    return tokenizer
+        return tokenizer
+
+    def keep(tokenizer: PreTrainedTokenizerBase, target: Path) -> bool:
+        if not isinstance(tokenizer, PreTrainedTokenizerFast):
+            return False
+        tokenizer.save_pretrained(str(target))
+        return True
+
+    return _cached(path, _TOKENIZER, load, read, keep)

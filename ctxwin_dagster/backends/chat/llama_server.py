@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxwin_dagster.backends.child import ChildServer, watch_parent
+from ctxwin_dagster.backends.loopback import limit_from_env
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -167,8 +168,6 @@ def threads() -> int:
     the local model's pipeline test took 275 s with 2 threads and 98 s with 1 (81 s and 101 s on
     an otherwise idle machine).
     """
-    from ctxwin_dagster.backends.loopback import limit_from_env
-
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
