@@ -164,9 +164,37 @@ def index_more(embedder):
     return lambda ws, doc_ids: index_documents(ws["index"], ws["documents"], doc_ids, embedder)
 
 
+#: Seconds each of the longest test files took in a whole run (``make test``, 2026-12-02, three
+#: test processes on two cores): only their order matters, longest first.
+_LONGEST_FILES = {
+    "tests/cli/test_experiments.py": 1087,
+    "tests/cli/test_cli_evaluate.py": 775,
+    "tests/cli/test_runs.py": 692,
+    "tests/backends/chat/test_local_model.py": 633,
+    "tests/cli/test_same_text.py": 464,
+    "tests/cli/test_postgres.py": 356,
+    "tests/cli/test_damaged_index_cli.py": 318,
+    "tests/cli/test_webserver.py": 245,
+    "tests/cli/test_batches.py": 183,
+    "tests/defs/test_pipeline.py": 164,
+    "tests/core/methods/test_sliding_qa.py": 160,
+    "tests/defs/test_comparison_inputs.py": 157,
+    "tests/cli/test_qa_generate.py": 143,
+    "tests/ask/test_ask_server.py": 139,
+    "tests/ask/test_one_assembly.py": 127,
+    "tests/ask/test_ask.py": 112,
+}
+
+
 def pytest_collection_modifyitems(config, items):
-    """Files with slow tests first (the order within a file is kept): when the test processes
-    take whole files (``make test``), the long files start early and the short ones fill in at the
-    end, so they end together instead of one running a long file alone."""
+    """The longest files first, then the other files with slow tests, then the rest (the order
+    within a file is kept): when the test processes take whole files (``make test``), the long
+    files start early and the short ones fill in at the end, so the processes end together instead
+    of one running a long file alone."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)
+
+    def cost(item) -> tuple[bool, int]:
+        seconds = _LONGEST_FILES.get(item.path.relative_to(ROOT).as_posix(), 0)
+        return item.path not in slow_files and not seconds, -seconds
+
+    items.sort(key=cost)

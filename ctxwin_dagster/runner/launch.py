@@ -31,25 +31,15 @@ from typing import TYPE_CHECKING
 
 from ctxwin_dagster.core.json_types import JSONValue
 from ctxwin_dagster.defs.command_runs import SENSOR_NAME
+from ctxwin_dagster.runner.processes import stop_process, with_parent_death
 
 if TYPE_CHECKING:
     from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
     from ctxwin_dagster.defs.command_runs import CommandRequest
+    from ctxwin_dagster.runner.code_server import CodeServer
 
 TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
-
-
-#: Run before the daemon's own code, in its process: the kernel sends it SIGTERM when the command
-#: that started it dies, however it dies (kill -9 included), so no daemon is left orphaned. (A
-#: ``preexec_fn`` would do the same but makes Python fork the whole command, LanceDB's runtime included.)
-_EXEC_WITH_PARENT_DEATH = (
-    "import ctypes, os, signal, sys\n"
-    "try:\n    ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)\n"
-    "except OSError:\n    pass\n"
-    "if os.getppid() != int(sys.argv[1]):\n    sys.exit(0)\n"
-    "os.execv(sys.argv[2], sys.argv[2:])\n"
-)
 
 
 def stop_runs(instance: DagsterInstance, run_ids: Iterable[str]) -> list[str]:
@@ -102,6 +92,7 @@ class Launcher(AbstractContextManager):
         self.workspace = workspace
         self.log = log
         self.daemon: subprocess.Popen | None = None
+        self.code_server: CodeServer | None = None  # the daemon's code server, when this command started them
         self.embeddings = EmbeddingService(list(embedding_models), log=log.with_name("ctxwin-embeddings.log"))
         #: llama.cpp's server of each local chat model the runs call (started with the daemon).
         self.chat_servers = [LlamaServer(m, log=log.with_name(LOG_NAME)) for m in dict.fromkeys(chat_models)]
@@ -146,28 +137,34 @@ class Launcher(AbstractContextManager):
             )
         exe = Path(sys.executable).with_name("dagster-daemon")
         cmd = [str(exe)] if exe.exists() else [shutil.which("dagster-daemon") or "dagster-daemon"]
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        out = self.log.open("ab")
-        exe_path = cmd[0] if os.path.isabs(cmd[0]) else (shutil.which(cmd[0]) or cmd[0])
         env, served = self._embedding_env()
         served += self._chat_env(env)
-        self.daemon = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                _EXEC_WITH_PARENT_DEATH,
-                str(os.getpid()),
-                exe_path,
-                "run",
-                "-w",
-                str(self.workspace),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
+        workspace, code = self._start_code_server(env)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.daemon = subprocess.Popen(
+                with_parent_death([*cmd, "run", "-w", str(workspace)]), stdout=out, stderr=subprocess.STDOUT, env=env
+            )
+        return (
+            f"runs queued through the sensor {SENSOR_NAME}; Dagster daemon started for this command "
+            f"(log {self.log}){code}{served}"
         )
-        out.close()
-        return f"runs queued through the sensor {SENSOR_NAME}; Dagster daemon started for this command (log {self.log}){served}"
+
+    def _start_code_server(self, env: dict[str, str]) -> tuple[Path, str]:
+        """The workspace the daemon loads: one code server for the whole command when the
+        workspace is a single ``python_module`` (:mod:`.code_server`), else the workspace as it
+        is (the daemon starts its code servers); and a note saying which."""
+        from ctxwin_dagster.runner.code_server import CodeServer, served_target
+
+        target = served_target(self.workspace)
+        if target is None:
+            return self.workspace, ""
+        self.code_server = CodeServer(target, log=self.log.with_name("ctxwin-code-server.log"), env=env)
+        try:
+            return self.code_server.start(), f"; definitions served by one code server (log {self.code_server.log})"
+        except RuntimeError as exc:
+            self.code_server = None
+            return self.workspace, f"; {exc}: the daemon starts its own"
 
     def _embedding_env(self) -> tuple[dict[str, str], str]:
         """The daemon's environment, with the embedding server's address when this command
@@ -205,17 +202,16 @@ class Launcher(AbstractContextManager):
             server.stop()
 
     def stop_daemon(self) -> None:
-        if self.daemon is None:
-            self._stop_servers()
-            return
-        self.daemon.send_signal(signal.SIGINT)
-        try:
-            self.daemon.wait(30)
-        except subprocess.TimeoutExpired:
-            self.daemon.kill()
-            self.daemon.wait(10)
-        self.daemon = None
+        """Stop what this command started: its daemon, its code server, its model servers."""
+        daemon, self.daemon = self.daemon, None
+        if daemon is not None:
+            stop_process(daemon, signal.SIGINT)
+        if self.code_server is not None:
+            self.code_server.stop()
+            self.code_server = None
         self._stop_servers()
+        if daemon is None:
+            return
         # Its last heartbeat must not make the next command wait for a daemon that is gone.
         self.instance.wipe_daemon_heartbeats()
 

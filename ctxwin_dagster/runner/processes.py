@@ -13,6 +13,7 @@ SIGKILL those still running after a grace period. None of Dagster's processes le
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -37,6 +38,40 @@ def is_idle_tick(line: str) -> bool:
     False
     """
     return bool(_IDLE_TICK.search(line))
+
+
+#: Run before a child's own code, in its process: the kernel sends it SIGTERM when the command
+#: that started it dies, however it dies (kill -9 included), so no daemon or code server is left
+#: orphaned. (A ``preexec_fn`` would do the same but makes Python fork the whole command, LanceDB's
+#: runtime included.)
+_EXEC_WITH_PARENT_DEATH = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n    ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)\n"
+    "except OSError:\n    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n    sys.exit(0)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def with_parent_death(cmd: Sequence[str]) -> list[str]:
+    """``cmd`` (its first item an executable's path) run so that it gets SIGTERM when this
+    process dies (Linux; elsewhere it runs as it is)."""
+    import os
+
+    exe = cmd[0] if os.path.isabs(cmd[0]) else (shutil.which(cmd[0]) or cmd[0])
+    return [sys.executable, "-c", _EXEC_WITH_PARENT_DEATH, str(os.getpid()), exe, *cmd[1:]]
+
+
+def stop_process(process: subprocess.Popen, sig: int, *, grace_s: float = 30.0) -> None:
+    """Send ``sig`` to ``process`` and wait for it; SIGKILL when it still runs after ``grace_s``."""
+    if process.poll() is not None:
+        return
+    process.send_signal(sig)
+    try:
+        process.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
 
 
 def forward_output(stream: IO[bytes], out: TextIO, *, drop: Callable[[str], bool]) -> threading.Thread:

@@ -366,12 +366,18 @@ def test_killing_the_command_stops_its_daemon_and_the_next_command_ends_its_run(
     while time.time() < deadline and not _daemons(home):
         time.sleep(0.5)
     assert len(_daemons(home)) == 1
+    # The daemon loads the definitions from the one code server the command started (a server the
+    # daemon started would be the daemon's child, and replaced every minute).
+    servers = _code_servers(home)
+    assert len(servers) == 1, servers
+    assert _parent(servers[0]) == proc.pid
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
     deadline = time.time() + 60
-    while time.time() < deadline and _daemons(home):
+    while time.time() < deadline and (_daemons(home) or _code_servers(home)):
         time.sleep(1)
     assert not _daemons(home), "the daemon outlived the command that started it"
+    assert not _code_servers(home), "the code server outlived the command that started it"
     # The run's worker may still be finishing its step; once it is gone the run must not look alive.
     deadline = time.time() + 120
     while time.time() < deadline and _workers_alive(home):
@@ -388,6 +394,15 @@ def test_killing_the_command_stops_its_daemon_and_the_next_command_ends_its_run(
 def _daemons(home: Path) -> list[int]:
     """pids of dagster-daemon processes working on ``home``."""
     return _processes(home, b"dagster-daemon")
+
+
+def _code_servers(home: Path) -> list[int]:
+    """pids of code servers (``dagster api grpc``) of ``home``."""
+    return [pid for pid, cmd in _processes(home, b"", with_cmd=True) if b" api grpc " in cmd]
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def _workers_alive(home: Path) -> list[int]:
