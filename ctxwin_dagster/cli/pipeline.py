@@ -188,6 +188,7 @@ def run_pipeline(
     from ctxwin_dagster.core.experiment import ExperimentConflict
     from ctxwin_dagster.definitions import home_definitions
     from ctxwin_dagster.defs.sensors import sync_partitions
+    from ctxwin_dagster.runner.code_server import remove_orphaned_folders
     from ctxwin_dagster.runner.home_setup import prepare_home
     from ctxwin_dagster.runner.homes import HomeLock, bind_experiment, fail_orphaned_runs
     from ctxwin_dagster.runner.runs import RunPlanner
@@ -200,6 +201,7 @@ def run_pipeline(
             raise SystemExit(f"ctxwin: {exc}") from None
         instance = DagsterInstance.get()
         orphans = fail_orphaned_runs(instance)
+        remove_orphaned_folders()  # the code server sockets of killed commands
         if orphans:
             print(
                 f"ended {len(orphans)} run(s) that a killed ctxwin command left unfinished: {', '.join(o[:8] for o in orphans)}"

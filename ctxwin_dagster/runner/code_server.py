@@ -18,6 +18,7 @@ locations, a file, a server of its own) is left to the daemon as it is
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -95,6 +96,27 @@ def served_target(workspace: Path) -> ServedTarget | None:
     )
 
 
+_PREFIX = "ctxwin-code-"
+
+
+def remove_orphaned_folders(parent: Path | None = None) -> list[Path]:
+    """Remove the socket folders of code servers whose command is gone (killed: it could not
+    remove its own); returns them. A folder of a live command is left alone."""
+    removed = []
+    for folder in Path(parent or tempfile.gettempdir()).glob(f"{_PREFIX}*-*"):
+        pid = folder.name[len(_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or not folder.is_dir():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+        except OSError:  # another user's process: alive
+            continue
+    return removed
+
+
 class CodeServer:
     """``dagster api grpc`` serving ``target`` on a Unix socket for as long as the command runs
     (it gets SIGTERM when the command dies, however it dies), and the workspace file that points a
@@ -133,7 +155,9 @@ class CodeServer:
         """Start the server, wait until it listens, write and return the daemon's workspace file.
         Raises RuntimeError naming the log when it stops or does not listen in time."""
         # A short folder: a Unix socket's path holds at most 107 bytes, and a home's may be longer.
-        self.folder = Path(tempfile.mkdtemp(prefix="ctxwin-code-"))
+        # Its name holds this command's pid, so that a later command removes it if this one is
+        # killed (``ctxwin run`` calls remove_orphaned_folders at its start).
+        self.folder = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
         python = self.target.executable_path or sys.executable
         cmd = [python, "-m", "dagster", "api", "grpc", "--socket", str(self.socket_path)]
         cmd += ["--module-name", self.target.module_name, "--working-directory", self.target.working_directory]

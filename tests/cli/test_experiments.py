@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -384,7 +385,10 @@ def test_killing_the_command_stops_its_daemon_and_the_next_command_ends_its_run(
         time.sleep(1)
     with instance_of(home) as instance:
         unfinished = [r.run_id for r in instance.get_runs() if not r.is_finished]
+    left = list(Path(tempfile.gettempdir()).glob(f"ctxwin-code-{proc.pid}-*"))
+    assert left, "the killed command's code server had no socket folder"
     nxt = ok(ctxwin(["run", "--documents", str(docs), "--name", "runs"], root))
+    assert not any(f.exists() for f in left), "the next command left the killed one's socket folder"
     if unfinished:
         assert f"ended {len(unfinished)} run(s) that a killed ctxwin command left unfinished" in nxt, nxt
     with instance_of(home) as instance:

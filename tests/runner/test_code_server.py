@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ctxwin_dagster.runner import code_server
-from ctxwin_dagster.runner.code_server import CodeServer, ServedTarget, served_target
+from ctxwin_dagster.runner.code_server import CodeServer, ServedTarget, remove_orphaned_folders, served_target
 
 DEFS = """\
 import dagster as dg
@@ -111,3 +111,16 @@ def test_definitions_that_do_not_load_stop_the_start_naming_the_log(tmp_path) ->
     assert str(log) in str(raised.value)
     assert "a broken module" in log.read_text(encoding="utf-8")
     assert server.folder is None
+
+
+def test_the_socket_folder_of_a_killed_command_is_removed_by_the_next_and_a_live_ones_is_kept(tmp_path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    orphan = tmp_path / f"ctxwin-code-{gone.pid}-abc"
+    live = tmp_path / f"ctxwin-code-{os.getpid()}-def"
+    other = tmp_path / "ctxwin-code-notapid-x"
+    for folder in (orphan, live, other):
+        folder.mkdir()
+        (folder / "workspace.yaml").write_text("load_from: []\n", encoding="utf-8")
+    assert remove_orphaned_folders(tmp_path) == [orphan]
+    assert not orphan.exists() and live.is_dir() and other.is_dir()
