@@ -174,13 +174,12 @@ class CodeServer:
                 env=self.env,
             )
         self._wait_listening()
+        import yaml
+
+        entry = {"host": "localhost", "socket": str(self.socket_path), "location_name": self.target.location_name}
         self.workspace.write_text(
             "# Written by ctxwin for the daemon of one command: the code server that command started.\n"
-            "load_from:\n"
-            "  - grpc_server:\n"
-            "      host: localhost\n"
-            f"      socket: {self.socket_path}\n"
-            f"      location_name: {self.target.location_name}\n",
+            + yaml.safe_dump({"load_from": [{"grpc_server": entry}]}, sort_keys=False),
             encoding="utf-8",
         )
         return self.workspace

@@ -19,7 +19,6 @@ of loading the model itself (:mod:`ctxwin_dagster.backends.embeddings.server`).
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -136,7 +135,7 @@ class Launcher(AbstractContextManager):
                 "the running Dagster daemon" if self.daemon is None else "the Dagster daemon started by this command"
             )
         exe = Path(sys.executable).with_name("dagster-daemon")
-        cmd = [str(exe)] if exe.exists() else [shutil.which("dagster-daemon") or "dagster-daemon"]
+        cmd = [str(exe) if exe.exists() else "dagster-daemon"]  # with_parent_death finds it on PATH
         env, served = self._embedding_env()
         served += self._chat_env(env)
         workspace, code = self._start_code_server(env)
