@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 from scipy import stats as sps
 
 from ctxwin_dagster.core.evaluation.metrics.scoring import score_answers
-from ctxwin_dagster.core.evaluation.paired import bonferroni, paired_test, rank_biserial
+from ctxwin_dagster.core.evaluation.paired import (
+    bonferroni,
+    paired_test,
+    rank_biserial,
+    scipy_permutes,
+    signed_rank_permutation_p,
+)
 from ctxwin_dagster.core.evaluation.stats import COLUMNS, compare_variants
 
 # Fixed samples: A/B with normal-looking differences, C with heavy-tailed differences.
@@ -39,6 +46,34 @@ def test_normal_differences_use_paired_t_like_scipy():
     assert row["mean_a"] == pytest.approx(A.mean()) and row["mean_b"] == pytest.approx(B.mean())
     assert row["mean_diff"] == pytest.approx(d.mean())
     assert row["n_pairs"] == 12 and row["n_dropped_nan"] == 0 and row["n_unpaired"] == 0
+
+
+def test_small_samples_with_ties_get_scipys_permutation_p_value():
+    """n <= 13 with ties or zeros: scipy's Wilcoxon runs a permutation test over every sign
+    assignment, one Python call each; ours is the same test vectorized, and gives the same p-value."""
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(60):
+        n = int(rng.integers(3, 11))
+        a = rng.choice([0.0, 0.25, 0.5, 0.75, 1.0], size=n)
+        b = rng.choice([0.0, 0.25, 0.5, 0.75, 1.0], size=n)
+        d = b - a
+        if np.all(d == 0) or np.ptp(d) == 0:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = sps.wilcoxon(b, a, zero_method="wilcox")
+        if scipy_permutes(d):
+            assert signed_rank_permutation_p(d) == pytest.approx(expected.pvalue, abs=1e-12)
+        row = paired_test(a, b)
+        if row["test"] == "wilcoxon":
+            checked += scipy_permutes(d)
+            assert row["p_value"] == pytest.approx(expected.pvalue, abs=1e-12)
+            assert row["statistic"] == expected.statistic
+    assert checked >= 5  # paired_test itself took the permutation case (others were normal: the t-test)
+    # without ties or zeros, or above 13 pairs, scipy's own method is kept
+    assert not scipy_permutes(np.array([0.1, -0.2, 0.3, 0.4]))
+    assert not scipy_permutes(np.r_[np.zeros(3), np.arange(1.0, 12.0)])
 
 
 def test_non_normal_differences_use_wilcoxon_like_scipy():
