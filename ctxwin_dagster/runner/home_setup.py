@@ -12,10 +12,8 @@ from urllib.parse import urlsplit
 LOCATION = "ctxwin"
 DEFINITIONS_MODULE = "ctxwin_dagster.definitions"
 
-#: The instance settings ``ctxwin`` writes to a new Dagster home: the run queue, polled every
-#: second, with a limit on runs at once across every launcher of the instance (the CLI keeps
-#: at most ``--workers`` of its own runs in it).
-DEFAULT_INSTANCE_YAML = """\
+# What ctxwin wrote to a new home until the runs' log level was set (below).
+_BEFORE_LOG_LEVEL_YAML = """\
 # Written by ctxwin for a new Dagster home; edit freely (deploy/ has examples for Kubernetes,
 # Docker and Celery). ctxwin run submits its runs to this instance's run queue.
 telemetry:
@@ -40,11 +38,26 @@ retention:
       failure: 7
 """
 
+#: The instance settings ``ctxwin`` writes to a new Dagster home: the run queue, polled every
+#: second, with a limit on runs at once across every launcher of the instance (the CLI keeps
+#: at most ``--workers`` of its own runs in it), and the runs' logs kept from INFO up.
+DEFAULT_INSTANCE_YAML = (
+    _BEFORE_LOG_LEVEL_YAML
+    + """\
+# The runs keep what is logged at INFO and above. Dagster's IO manager logs each input it loads
+# (two DEBUG lines) and each output it writes: 58 of the 254 events a document's run writes to
+# the event log, one database write each. Set DEBUG to see them in the UI again.
+python_logs:
+  python_log_level: INFO
+"""
+)
+
 #: What ctxwin wrote to new Dagster homes before (replaced when found unchanged): before it used
-#: the run queue, and before it turned the UI's community dialog off.
+#: the run queue, before it turned the UI's community dialog off, and before it set the log level.
 _OLD_DEFAULT_YAMLS = (
     "telemetry:\n  enabled: false\n",
-    DEFAULT_INSTANCE_YAML.replace(
+    _BEFORE_LOG_LEVEL_YAML,
+    _BEFORE_LOG_LEVEL_YAML.replace(
         '# No "Join the Dagster community" dialog over the UI of every new home.\nnux:\n  enabled: false\n', ""
     ),
 )
