@@ -129,10 +129,21 @@ def batch_limits(sizes: Sequence[int], workers: int, most: int, asked: int | Non
     """(documents, bytes) a run may carry. Asked for a batch size, that many documents; otherwise at
     most ``most`` documents and about ``1 / (2 * workers)`` of the bytes to run, so that every
     worker takes about two runs (a slow batch does not leave the others idle at the end) and a
-    document larger than that runs alone."""
+    document larger than that runs alone. When ``most`` decides, the documents are shared out
+    over a number of runs that every worker takes alike: 100 documents for 2 workers make 6 runs
+    of 17 or fewer (3 each), not 5 of 20, whose last would run alone on one worker.
+
+    Example::
+
+        >>> batch_limits([10_000] * 100, workers=2, most=20)
+        (17, 250000.0)
+    """
     if asked is not None:
         return asked, math.inf
-    return most, max(1.0, sum(sizes) / max(1, 2 * workers))
+    workers = max(1, workers)
+    rounds = math.ceil(math.ceil(len(sizes) / most) / workers) if sizes else 1
+    per_run = min(most, max(1, math.ceil(len(sizes) / (rounds * workers))))
+    return per_run, max(1.0, sum(sizes) / (2 * workers))
 
 
 def launch_order(runs: Iterable[Planned]) -> list[Planned]:

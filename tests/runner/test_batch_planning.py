@@ -47,8 +47,11 @@ def test_equal_documents_make_about_two_runs_per_worker_of_at_most_most() -> Non
         size, budget = batch_limits(list(docs.values()), workers=workers, most=50)
         runs = make_batches(_planned(docs), order, size, budget)
         assert [len(r.documents) for r in runs] == expected
+    # most = 20 decides: 6 runs that 2 workers take 3 each, not 5 of 20 (the last one alone)
     size, budget = batch_limits(list(docs.values()), workers=2, most=20)
-    assert [len(r.documents) for r in make_batches(_planned(docs), order, size, budget)] == [20] * 5
+    assert [len(r.documents) for r in make_batches(_planned(docs), order, size, budget)] == [17] * 5 + [15]
+    size, budget = batch_limits([10_000] * 1000, workers=2, most=20)
+    assert size == 20  # 50 runs: 25 for each worker already
 
 
 def test_batch_size_asked_for_counts_documents_only() -> None:
