@@ -17,7 +17,7 @@ from scipy import stats as sps
 
 from ctxwin_dagster.core.evaluation.metrics.aggregation import bootstrap_mean_ci
 
-__all__ = ["PairedTest", "bonferroni", "paired_test", "rank_biserial", "signed_rank_permutation_p"]
+__all__ = ["PairedTest", "bonferroni", "paired_test", "rank_biserial", "scipy_permutes", "signed_rank_permutation_p"]
 
 
 class PairedTest(TypedDict):
