@@ -43,12 +43,16 @@ def is_idle_tick(line: str) -> bool:
 #: Run before a child's own code, in its process: the kernel sends it SIGTERM when the command
 #: that started it dies, however it dies (kill -9 included), so no daemon or code server is left
 #: orphaned. (A ``preexec_fn`` would do the same but makes Python fork the whole command, LanceDB's
-#: runtime included.)
+#: runtime included.) SIGINT gets its default action back before the child starts: a command
+#: started in the background by a shell, or by a CI runner, inherits SIGINT ignored, and a Dagster
+#: code server maps SIGTERM to its SIGINT handler, so with SIGINT ignored it ignored SIGTERM too
+#: and waited out the 30 s grace period for SIGKILL at the end of every command.
 _EXEC_WITH_PARENT_DEATH = (
     "import ctypes, os, signal, sys\n"
     "try:\n    ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGTERM)\n"
     "except OSError:\n    pass\n"
     "if os.getppid() != int(sys.argv[1]):\n    sys.exit(0)\n"
+    "signal.signal(signal.SIGINT, signal.SIG_DFL)\n"
     "os.execv(sys.argv[2], sys.argv[2:])\n"
 )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import doctest
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -100,6 +101,32 @@ def test_the_server_listens_on_its_socket_until_stopped_and_leaves_nothing(tmp_p
         server.stop()
     assert process.poll() is not None
     assert not sock.parent.exists()
+
+
+def test_a_command_started_with_sigint_ignored_stops_its_server_with_sigterm_not_sigkill(tmp_path) -> None:
+    # A command started in the background by a script (or by a CI runner) inherits SIGINT
+    # ignored. Dagster's code server maps SIGTERM to its SIGINT handler, so it must start with
+    # SIGINT at its default, or it ignores SIGTERM and is killed after the 30 s grace period.
+    (tmp_path / "small_defs.py").write_text(DEFS, encoding="utf-8")
+    server = CodeServer(
+        ServedTarget("small_defs", "ctxwin", str(tmp_path)), log=tmp_path / "home" / "code.log", env=dict(os.environ)
+    )
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        server.start()
+    finally:
+        signal.signal(signal.SIGINT, before)
+    process = server.process
+    assert process is not None
+    ignored = int(
+        next(
+            x for x in Path(f"/proc/{process.pid}/status").read_text().splitlines() if x.startswith("SigIgn:")
+        ).split()[1],
+        16,
+    )
+    assert not ignored & (1 << (signal.SIGINT - 1))
+    server.stop()
+    assert process.returncode != -signal.SIGKILL
 
 
 def test_definitions_that_do_not_load_stop_the_start_naming_the_log(tmp_path) -> None:
