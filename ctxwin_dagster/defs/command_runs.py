@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -206,6 +207,31 @@ def read_requests(
     return [r for r in requests if r.id not in withdrawn], last
 
 
+#: One instance per code-server process and instance, kept from tick to tick (see :func:`_instance_of`).
+_INSTANCES: dict[str, dg.DagsterInstance] = {}
+_INSTANCES_LOCK = threading.Lock()
+
+
+def _instance_of(context: dg.SensorEvaluationContext) -> dg.DagsterInstance:
+    """The instance the sensor reads, opened once per code-server process.
+
+    In a code server, a sensor context's ``instance`` is opened afresh from the instance's
+    reference at every tick, and opening a SQLite instance checks its schema against Dagster's
+    migration scripts, read from disk each time: half of the code server's CPU in a long
+    ``ctxwin run`` (this sensor ticks every second). The instance is the same from tick to tick,
+    so it is kept, keyed by its serialized reference. A context built in a test (an instance
+    and no reference) gives its own instance.
+    """
+    ref = context.instance_ref
+    if ref is None:
+        return context.instance
+    key = dg.serialize_value(ref)
+    with _INSTANCES_LOCK:
+        if key not in _INSTANCES:
+            _INSTANCES[key] = dg.DagsterInstance.from_ref(ref)
+        return _INSTANCES[key]
+
+
 @dg.sensor(
     name=SENSOR_NAME,
     jobs=[all_assets_job, *VARIANT_JOBS],
@@ -219,7 +245,7 @@ def command_runs_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     # once (and its run key would stop a second launch anyway).
     previous = context.cursor or ""
     after = int(previous) if previous.isdigit() else None
-    waiting, last = read_requests(context.instance, after)
+    waiting, last = read_requests(_instance_of(context), after)
     cursor = str(last) if last is not None else context.cursor
     live = [r for r in waiting if command_alive(r.command)]
     if not live:

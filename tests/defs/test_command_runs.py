@@ -76,3 +76,26 @@ def test_nothing_waiting_is_a_skip_that_says_so(instance):
     result = _tick(instance)
     assert not result.run_requests
     assert "no ctxwin command is waiting" in (result.skip_reason.skip_message if result.skip_reason else "")
+
+
+def test_ticks_in_a_code_server_open_the_instance_once_and_read_each_new_request(instance, monkeypatch):
+    # In a code server the context carries the instance's reference, not the instance; opening a
+    # SQLite instance reads Dagster's migration scripts, so the sensor keeps the one it opened.
+    opened = []
+    from_ref = dg.DagsterInstance.from_ref
+
+    def counted(ref):
+        opened.append(ref)
+        return from_ref(ref)
+
+    monkeypatch.setattr(dg.DagsterInstance, "from_ref", staticmethod(counted))
+    ref = instance.get_ref()
+    first = write_request(instance, "all_assets_job", partition="a")
+    one = command_runs_sensor(dg.build_sensor_context(instance_ref=ref))
+    assert [r.run_key for r in one.run_requests] == [first.id]
+    second = write_request(instance, "all_assets_job", partition="b")
+    two = command_runs_sensor(dg.build_sensor_context(instance_ref=ref, cursor=one.cursor))
+    assert [r.run_key for r in two.run_requests] == [second.id]  # the kept instance sees the new request
+    three = command_runs_sensor(dg.build_sensor_context(instance_ref=ref, cursor=two.cursor))
+    assert not three.run_requests
+    assert len(opened) == 1
