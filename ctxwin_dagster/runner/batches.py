@@ -69,6 +69,7 @@ class Planned:
     finished: float = 0.0
     status: str = ""
     stage: str = ""
+    step: str = ""  # the step the run started last
     log_cursor: str | None = None  # where the run's log was read up to (its warnings are printed)
     steps: int = 1
     steps_done: int = 0

@@ -5,6 +5,7 @@ figures its materializations recorded (summed per asset for the summary)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ctxwin_dagster.defs.materializations import plain_metadata
@@ -105,29 +106,36 @@ def failed_documents(instance: dg.DagsterInstance, run_id: str) -> dict[str, str
     return out
 
 
-def current_stage(instance: dg.DagsterInstance, run_id: str) -> tuple[str, int]:
-    """(the step the run started last, how many steps it finished)."""
+@dataclass(frozen=True)
+class RunLogNews:
+    """What a run's log gained after a cursor (:func:`run_log_news`)."""
+
+    started: str  # the step started last among the new events ("": none started)
+    finished: int  # how many steps succeeded among them
+    warnings: list[str]  # the messages logged at WARNING or above, as ``step: message``
+    cursor: str | None  # where the log was read up to
+
+
+def run_log_news(instance: dg.DagsterInstance, run_id: str, cursor: str | None) -> RunLogNews:
+    """The events of ``run_id`` after ``cursor``, read once: the step it started last, the steps
+    it finished, and the messages it logged at WARNING or above (a model call being retried, a
+    step's warning). The console of ``ctxwin run`` asks this of every run in flight each second,
+    so it is one query of the new events only (with SQLite each query opens the run's database)."""
     from dagster import DagsterEventType
-
-    recs = instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_START, limit=1, ascending=False).records
-    done = len(instance.get_records_for_run(run_id, of_type=DagsterEventType.STEP_SUCCESS).records)
-    event = recs[0].event_log_entry.dagster_event if recs else None
-    return ((event.step_key or "") if event is not None else "", done)
-
-
-def run_warnings(instance: dg.DagsterInstance, run_id: str, cursor: str | None) -> tuple[list[str], str | None]:
-    """The messages logged at WARNING or above in the run (a model call being retried, a step's
-    warning) after ``cursor``, as ``step: message``, and the cursor after them."""
 
     def level(value: str | int) -> int:  # Dagster keeps a level as its number or its name
         return value if isinstance(value, int) else logging.getLevelNamesMapping().get(value.upper(), 0)
 
     got = instance.get_records_for_run(run_id, cursor=cursor)
-    lines = [
-        f"{e.step_key or 'run'}: {e.user_message}"
-        for e in (r.event_log_entry for r in got.records)
-        if not e.is_dagster_event
-        and level(e.level) >= logging.WARNING
-        and not e.user_message.startswith("Dependencies for step")  # a step skipped after a failure: said once
-    ]
-    return lines, got.cursor or cursor
+    started, finished, warnings = "", 0, []
+    for entry in (r.event_log_entry for r in got.records):
+        event = entry.dagster_event
+        if event is not None:
+            if event.event_type == DagsterEventType.STEP_START:
+                started = event.step_key or ""
+            elif event.event_type == DagsterEventType.STEP_SUCCESS:
+                finished += 1
+        elif level(entry.level) >= logging.WARNING and not entry.user_message.startswith("Dependencies for step"):
+            # (a step skipped after a failure is said once, by the failure)
+            warnings.append(f"{entry.step_key or 'run'}: {entry.user_message}")
+    return RunLogNews(started, finished, warnings, got.cursor or cursor)

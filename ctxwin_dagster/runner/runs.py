@@ -27,7 +27,7 @@ from ctxwin_dagster.runner.console import (
 from ctxwin_dagster.runner.endpoints import Endpoint, model_endpoints, preflight, resource_config
 from ctxwin_dagster.runner.home_setup import workspace_file
 from ctxwin_dagster.runner.launch import TERMINAL, Launcher, stop_runs
-from ctxwin_dagster.runner.run_events import add_totals, current_stage, failed_documents, failure_message, run_warnings
+from ctxwin_dagster.runner.run_events import add_totals, failed_documents, failure_message, run_log_news
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -359,9 +359,11 @@ class RunPlanner:
         the retries of a model server that does not answer); whether its stage changed."""
         stage = status.lower()
         if status == "STARTED":
-            stage, p.steps_done = current_stage(self.instance, p.run_id)
-            warnings, p.log_cursor = run_warnings(self.instance, p.run_id, p.log_cursor)
-            for line in warnings:
+            news = run_log_news(self.instance, p.run_id, p.log_cursor)
+            p.log_cursor, p.steps_done = news.cursor, p.steps_done + news.finished
+            p.step = news.started or p.step
+            stage = p.step
+            for line in news.warnings:
                 self.print(f"  {p.name or label}: {line}")
         changed = stage != p.stage
         p.stage = stage

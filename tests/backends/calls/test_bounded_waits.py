@@ -21,7 +21,7 @@ from ctxwin_dagster.backends.planning.preflight import EndpointError, check_endp
 from ctxwin_dagster.core.budget.limits import get_model_limits
 from ctxwin_dagster.defs.model_resources import ChatModelResource, EmbeddingsResource
 from ctxwin_dagster.defs.versions import resource_versions
-from ctxwin_dagster.runner.run_events import run_warnings
+from ctxwin_dagster.runner.run_events import run_log_news
 from ctxwin_dagster.testing import FakeOpenAIServer
 from ctxwin_dagster.testing.chat import TEST_MODEL, chat_request, loopback_chat
 
@@ -139,9 +139,11 @@ def test_a_runs_retries_are_in_its_log(tmp_path) -> None:
     assert len(retries) == 1 and retries[0].startswith("attempt 1 (of at most 6) failed (InternalServerError")
     assert "retrying in" in retries[0] and (logging.WARNING, retries[0]) in logged
     # what `ctxwin run` prints on its console while the run goes on
-    printed, cursor = run_warnings(instance, result.run_id, None)
-    assert [line for line in printed if "(of at most 6) failed" in line] == [f"one_answer: {retries[0]}"]
-    assert run_warnings(instance, result.run_id, cursor)[0] == []  # each line once
+    news = run_log_news(instance, result.run_id, None)
+    assert [line for line in news.warnings if "(of at most 6) failed" in line] == [f"one_answer: {retries[0]}"]
+    assert (news.started, news.finished) == ("one_answer", 1)
+    again = run_log_news(instance, result.run_id, news.cursor)
+    assert (again.warnings, again.started, again.finished) == ([], "", 0)  # each line and step once
 
 
 def test_the_waits_change_no_result() -> None:
