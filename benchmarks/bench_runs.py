@@ -73,6 +73,18 @@ def _ctxwin_bench_cpu():
         f.write(f"{kind}\t{usage.ru_utime + usage.ru_stime:.3f}\t{usage.ru_maxrss}\n")  # maxrss in KiB
 
 atexit.register(_ctxwin_bench_cpu)
+
+# The embedding server leaves by os._exit (it skips the interpreter's shutdown): it logs there.
+# (sys.argv is not yet the module's path while this runs, so every process is wrapped.)
+_ctxwin_os_exit = os._exit
+
+def _ctxwin_exit_logged(code):
+    try:
+        _ctxwin_bench_cpu()
+    finally:
+        _ctxwin_os_exit(code)
+
+os._exit = _ctxwin_exit_logged
 """
 
 
