@@ -152,7 +152,10 @@ def bench_floor(base: Path, sizes: list[int]) -> list[dict]:
     rows = []
     for n in sizes:
         docs = pieces(n + 1)  # the last one warms up (the model load is not the documents' work)
-        _, folder = project(base / f"floor{n}", docs)
+        root, folder = project(base / f"floor{n}", docs)
+        # cold, as the curve's runs are: the caches the resources keep by default ("data/cache",
+        # the contexts' responses among them) are the new project's, not this checkout's
+        os.chdir(root)
         r = default_resources()
         r["settings"] = ProjectSettings(documents_dir=str(folder), qa_dir=str(base / f"floor{n}" / "project/data/qa"))
         r["embeddings"] = EmbeddingsResource(cache_dir=str(base / f"floor{n}" / "cache"))
