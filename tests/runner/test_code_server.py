@@ -117,15 +117,13 @@ def test_a_command_started_with_sigint_ignored_stops_its_server_with_sigterm_not
     finally:
         signal.signal(signal.SIGINT, before)
     process = server.process
-    assert process is not None
-    ignored = int(
-        next(
-            x for x in Path(f"/proc/{process.pid}/status").read_text().splitlines() if x.startswith("SigIgn:")
-        ).split()[1],
-        16,
-    )
-    assert not ignored & (1 << (signal.SIGINT - 1))
-    server.stop()
+    try:
+        assert process is not None
+        status = Path(f"/proc/{process.pid}/status").read_text().splitlines()
+        ignored = int(next(x for x in status if x.startswith("SigIgn:")).split()[1], 16)
+        assert not ignored & (1 << (signal.SIGINT - 1))
+    finally:
+        server.stop()  # a failed check leaves no server behind
     assert process.returncode != -signal.SIGKILL
 
 
