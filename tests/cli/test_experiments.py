@@ -372,6 +372,10 @@ def test_killing_the_command_stops_its_daemon_and_the_next_command_ends_its_run(
     servers = _code_servers(home)
     assert len(servers) == 1, servers
     assert _parent(servers[0]) == proc.pid
+    # its socket folder, taken while it runs: any command of another test may remove it once the
+    # command is dead (remove_orphaned_folders), so it is not looked for after the kill
+    left = list(Path(tempfile.gettempdir()).glob(f"ctxwin-code-{proc.pid}-*"))
+    assert left, "the command's code server had no socket folder"
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
     deadline = time.time() + 60
@@ -385,8 +389,6 @@ def test_killing_the_command_stops_its_daemon_and_the_next_command_ends_its_run(
         time.sleep(1)
     with instance_of(home) as instance:
         unfinished = [r.run_id for r in instance.get_runs() if not r.is_finished]
-    left = list(Path(tempfile.gettempdir()).glob(f"ctxwin-code-{proc.pid}-*"))
-    assert left, "the killed command's code server had no socket folder"
     nxt = ok(ctxwin(["run", "--documents", str(docs), "--name", "runs"], root))
     assert not any(f.exists() for f in left), "the next command left the killed one's socket folder"
     if unfinished:
