@@ -66,7 +66,7 @@ __all__ = [
 ]
 
 #: The most documents one run carries (a backfill from the UI, the automation, ``ctxwin run``).
-MAX_DOCUMENTS_PER_RUN = 20
+MAX_DOCUMENTS_PER_RUN = 50
 #: The metadata entry of a batch step's failure: ``{doc_id: "ErrorType: message"}``.
 FAILED_DOCUMENTS = "failed_documents"
 
