@@ -23,6 +23,13 @@ Run::
 
     .venv/bin/python benchmarks/bench_corpus.py curve [--sizes 10 100 1000] [--workers 2] [--batch-size B]
     .venv/bin/python benchmarks/bench_corpus.py floor [--sizes 10 100]
+    .venv/bin/python benchmarks/bench_corpus.py resume --keep DIR --sizes 1000 [--add 60] [--kill-after 90]
+
+``resume``
+    On a project ``curve --keep DIR`` left (``DIR/nN``): ``--add`` more documents, ``ctxwin run``
+    killed with SIGKILL ``--kill-after`` seconds into it (a person's ``kill -9``), then started
+    again. Reported: what the second command planned and its wall time, the documents in each
+    index, and the rows that share a ``chunk_id`` (duplicates; 0 is right).
 
 Nothing is asserted; the figures go in the issue notes. Print the machine's load with them
 (``uptime``): on 2 cores a busy neighbour doubles every figure.
@@ -211,12 +218,63 @@ def bench_floor(base: Path, sizes: list[int]) -> list[dict]:
     return rows
 
 
+def bench_resume(base: Path, n: int, add: int, kill_after: float, workers: int) -> dict:
+    import lancedb
+
+    from ctxwin_dagster.core.defaults import VARIANTS
+
+    root, folder = base / f"n{n}" / "project", base / f"n{n}" / "documents"
+    have = {p.stem for p in folder.glob("*.txt")}
+    new = {k: v for k, v in pieces(n + 1 + add).items() if k not in have and k != f"piece_{n:04d}"}
+    for name, text in list(new.items())[:add]:
+        (folder / f"{name}.txt").write_text(text, encoding="utf-8")
+    env = {**ENV}
+    env.pop("DAGSTER_HOME", None)
+    args = ["run", "--documents", str(folder), "--name", f"curve{n}", "--workers", str(workers)]
+    started = time.perf_counter()
+    first = subprocess.Popen(
+        [sys.executable, "-m", "ctxwin_dagster.cli", *args],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    time.sleep(kill_after)
+    first.kill()
+    seen = first.communicate()[0]
+    killed_at = time.perf_counter() - started
+    wall, out = ctxwin(args, root, env)
+    db = lancedb.connect(str(root / "data" / "experiments" / f"curve{n}" / "lancedb"))
+    documents, duplicates = {}, {}
+    for variant in VARIANTS:
+        table = db.open_table(f"{variant}_chunks").to_arrow()
+        ids = table.column("chunk_id").to_pylist()
+        documents[variant] = len(set(table.column("doc_id").to_pylist()))
+        duplicates[variant] = len(ids) - len(set(ids))
+    row = {
+        "documents_before": len(have),
+        "added": min(add, len(new)),
+        "killed_after_s": round(killed_at, 1),
+        "first_said": [x.strip() for x in seen.replace("\r", "\n").splitlines() if x.strip()][-3:],
+        "second_planned": next((x for x in out.splitlines() if "documents to run" in x), "").strip(),
+        "second_summary": [x.strip() for x in out.splitlines() if x.strip()][-2:],
+        "second_wall_s": round(wall, 1),
+        "documents_indexed": documents,
+        "duplicate_rows": duplicates,
+    }
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["curve", "floor"])
+    parser.add_argument("what", choices=["curve", "floor", "resume"])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--add", type=int, default=60, help="resume: documents added before the killed run")
+    parser.add_argument("--kill-after", type=float, default=90.0, help="resume: seconds before the kill")
     parser.add_argument("--keep", help="keep the projects in this folder (default: a temporary one, removed)")
     args = parser.parse_args()
     base = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="ctxwin-corpus-"))
@@ -224,6 +282,8 @@ def main() -> None:
     try:
         if args.what == "curve":
             bench_curve(base, args.sizes, args.workers, args.batch_size)
+        elif args.what == "resume":
+            bench_resume(base, args.sizes[0], args.add, args.kill_after, args.workers)
         else:
             bench_floor(base, args.sizes)
     finally:

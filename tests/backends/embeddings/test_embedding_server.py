@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -51,6 +52,19 @@ def test_a_run_gets_the_precision_it_asks_for(server, monkeypatch):
         assert served.served_by == url
         monkeypatch.setenv(ENV_VAR, "off")
         assert np.array_equal(got, LocalEmbedder(batch_size=16, precision=precision).embed(TEXTS[:8])), precision
+
+
+def test_the_server_runs_without_a_cache_of_shapes_and_with_two_arenas(server):
+    """oneDNN's cache of a compiled primitive per batch shape and glibc's arena per thread made the
+    server grow with the corpus; it starts with both turned down (a user's own values are kept)."""
+    _, service, _ = server
+    environ = dict(
+        item.split("=", 1)
+        for item in Path(f"/proc/{service.process.pid}/environ").read_bytes().decode().split("\0")
+        if "=" in item
+    )
+    assert environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY") == "0"
+    assert environ.get("MALLOC_ARENA_MAX") == "2"
 
 
 def test_the_server_refuses_text_over_the_window_and_says_why(server):
