@@ -33,6 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -75,18 +76,10 @@ def replay(variant: str, env: dict[str, str], requests: int, clients: int, every
     from ctxwin_dagster.backends.embeddings.local import LOCAL_MODEL_NAME
     from ctxwin_dagster.backends.embeddings.server import EmbeddingService
 
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, env):  # the server's environment is this process's, taken at start
         log = Path(tempfile.mkdtemp(prefix="ctxwin-embmem-")) / "server.log"
         service = EmbeddingService([LOCAL_MODEL_NAME], log=log)
         url = service.start()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     assert service.process is not None
     pid = service.process.pid
     texts = paragraphs(4000)
