@@ -16,13 +16,22 @@
     global summary, the CC and SWB contexts, the three indexes (embedding and LanceDB writes);
     not the question sets, answers and scores, which have no questions to work on (in a run they
     still import their libraries, a cost of the run's process). With ``curve``'s wall time it gives the
-    overhead per document: ``(wall - floor / W) / N``, where ``floor / W`` is the floor shared by
-    W workers (W = 2 on this project's machines).
+    overhead per document: ``(wall - floor) / N``. The floor is not divided by the workers: torch
+    embeds on both cores in this one process (its CPU is about 1.7 times its wall time), so the
+    floor already uses the machine as the job's two runs do.
+``sample``
+    The repository's sample (``data/documents`` and ``data/qa``, 7 documents and their questions)
+    as ``make run`` runs it: a cold ``ctxwin run --workers W`` in a fresh project folder, then the
+    floor of the same work in this process: the bodies of ``floor``, and also each document's
+    question set, answers and scores, and the comparison's report. The embedding model and RAGAS
+    are loaded before the floor's clock starts (reported as ``floor_warmup_s``). Reported: both
+    wall times and their ratio (issue 38's target: at most 1.5).
 
 Run::
 
     .venv/bin/python benchmarks/bench_corpus.py curve [--sizes 10 100 1000] [--workers 2] [--batch-size B]
     .venv/bin/python benchmarks/bench_corpus.py floor [--sizes 10 100]
+    .venv/bin/python benchmarks/bench_corpus.py sample [--workers 2]
     .venv/bin/python benchmarks/bench_corpus.py resume --keep DIR --sizes 1000 [--add 60] [--kill-after 90]
 
 ``resume``
@@ -144,68 +153,82 @@ def bench_curve(base: Path, sizes: list[int], workers: int, batch_size: int | No
     return rows
 
 
-def bench_floor(base: Path, sizes: list[int]) -> list[dict]:
-    """Every per-document asset body called directly, document after document, in this process."""
-    os.environ.update({k: v for k, v in ENV.items() if k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")})
-    import dagster as dg
-
+def _floor_resources(base: Path, folder: Path, qa_dir: Path):
+    """The embedded defaults' resources for a floor in ``base``: cold (the caches the resources
+    keep by default, ``data/cache`` with the contexts' responses among them, are the new
+    project's, not this checkout's: this process's working folder becomes ``base/project``)."""
     from ctxwin_dagster.definitions import default_resources
-    from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts, global_summaries, swb_rag_contexts
-    from ctxwin_dagster.defs.indexes.assets import cc_rag_index, swb_rag_index, t_rag_index
-    from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
     from ctxwin_dagster.defs.model_resources import EmbeddingsResource
     from ctxwin_dagster.defs.resources import LanceDBResource, ProjectSettings
 
+    os.chdir(base / "project")
+    r = default_resources()
+    r["settings"] = ProjectSettings(documents_dir=str(folder), qa_dir=str(qa_dir))
+    r["embeddings"] = EmbeddingsResource(cache_dir=str(base / "cache"))
+    r["lancedb"] = LanceDBResource(uri=str(base / "lancedb"))
+    return r
+
+
+def _floor_pass(r: dict, doc_ids: list[str], stages: dict[str, float], *, questions: bool) -> list[dict]:
+    """Each per-document asset's body called directly (Dagster's direct invocation: no run, no
+    event log), document after document; with ``questions`` also the question set, the answers
+    and the scores. ``stages`` gets each body's seconds added; returns the score rows."""
+    import dagster as dg
+
+    from ctxwin_dagster.core.defaults import VARIANTS
+    from ctxwin_dagster.defs.contexts.assets import cc_rag_contexts, global_summaries, swb_rag_contexts
+    from ctxwin_dagster.defs.evaluation import answers, scores
+    from ctxwin_dagster.defs.evaluation.qa_sets import qa_sets
+    from ctxwin_dagster.defs.indexes.assets import cc_rag_index, swb_rag_index, t_rag_index
+    from ctxwin_dagster.defs.ingest.assets import chunks, raw_documents
+
+    def timed(name, fn, key, **kw):
+        ctx = dg.build_asset_context(partition_key=key, instance=instance)
+        started = time.perf_counter()
+        result = fn(ctx, **kw)
+        stages[name] = stages.get(name, 0.0) + time.perf_counter() - started
+        return getattr(result, "value", result)
+
+    instance = dg.DagsterInstance.ephemeral()  # in memory: only the partition keys are kept
+    instance.add_dynamic_partitions("documents", doc_ids)
+    common = {"contextualizer": r["contextualizer"], "embeddings": r["embeddings"], "pipeline": r["pipeline"]}
+    index = {"embeddings": r["embeddings"], "lancedb": r["lancedb"]}
+    score_rows: list[dict] = []
+    for key in doc_ids:
+        doc = timed("raw_documents", raw_documents, key, settings=r["settings"])
+        ch = timed("chunks", chunks, key, settings=r["settings"], raw_documents=doc)
+        summary = timed("global_summaries", global_summaries, key, raw_documents=doc, **common)
+        cc = timed("cc_rag_contexts", cc_rag_contexts, key, raw_documents=doc, chunks=ch, **common)
+        swb = timed(
+            "swb_rag_contexts", swb_rag_contexts, key, raw_documents=doc, chunks=ch, global_summaries=summary, **common
+        )
+        timed("t_rag_index", t_rag_index, key, chunks=ch, **index)
+        timed("cc_rag_index", cc_rag_index, key, chunks=ch, contexts=cc, **index)
+        timed("swb_rag_index", swb_rag_index, key, chunks=ch, contexts=swb, **index)
+        if not questions:
+            continue
+        qa = timed("qa_sets", qa_sets, key, settings=r["settings"], raw_documents=doc, chunks=ch)
+        for v in VARIANTS:
+            answering = {n: r[n] for n in ("settings", "evaluation", "answerer", "embeddings", "lancedb", "pipeline")}
+            answered = timed(f"{v}_answers", getattr(answers, f"{v}_answers"), key, qa_sets=qa, **answering)
+            scoring = {n: r[n] for n in ("evaluation", "judge", "embeddings")}
+            asset = getattr(scores, f"{v}_ragas_scores")
+            score_rows += timed(f"{v}_ragas_scores", asset, key, answers=answered, chunks=ch, **scoring)
+    return score_rows
+
+
+def bench_floor(base: Path, sizes: list[int]) -> list[dict]:
+    """Every per-document asset body called directly, document after document, in this process."""
+    os.environ.update({k: v for k, v in ENV.items() if k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")})
     rows = []
     for n in sizes:
         docs = pieces(n + 1)  # the last one warms up (the model load is not the documents' work)
         root, folder = project(base / f"floor{n}", docs)
-        # cold, as the curve's runs are: the caches the resources keep by default ("data/cache",
-        # the contexts' responses among them) are the new project's, not this checkout's
-        os.chdir(root)
-        r = default_resources()
-        r["settings"] = ProjectSettings(documents_dir=str(folder), qa_dir=str(base / f"floor{n}" / "project/data/qa"))
-        r["embeddings"] = EmbeddingsResource(cache_dir=str(base / f"floor{n}" / "cache"))
-        r["lancedb"] = LanceDBResource(uri=str(base / f"floor{n}" / "lancedb"))
+        r = _floor_resources(base / f"floor{n}", folder, root / "data" / "qa")
+        _floor_pass(r, [list(docs)[-1]], {}, questions=False)
         stages: dict[str, float] = {}
-
-        def timed(name, fn, ctx, **kw):
-            started = time.perf_counter()
-            result = fn(ctx, **kw)
-            value = getattr(result, "value", result)
-            stages[name] = stages.get(name, 0.0) + time.perf_counter() - started
-            return value
-
-        instance = dg.DagsterInstance.ephemeral()  # in memory: only the partition keys are kept
-        instance.add_dynamic_partitions("documents", list(docs))
-        order = [list(docs)[-1], *list(docs)[:-1]]
-        cpu0 = wall0 = 0.0
-        for i, key in enumerate(order):
-            if i == 1:
-                stages.clear()
-                cpu0, wall0 = time.process_time(), time.perf_counter()
-
-            def ctx(key=key):
-                return dg.build_asset_context(partition_key=key, instance=instance)
-
-            doc = timed("raw_documents", raw_documents, ctx(), settings=r["settings"])
-            ch = timed("chunks", chunks, ctx(), settings=r["settings"], raw_documents=doc)
-            common = {"contextualizer": r["contextualizer"], "embeddings": r["embeddings"], "pipeline": r["pipeline"]}
-            summary = timed("global_summaries", global_summaries, ctx(), raw_documents=doc, **common)
-            cc = timed("cc_rag_contexts", cc_rag_contexts, ctx(), raw_documents=doc, chunks=ch, **common)
-            swb = timed(
-                "swb_rag_contexts",
-                swb_rag_contexts,
-                ctx(),
-                raw_documents=doc,
-                chunks=ch,
-                global_summaries=summary,
-                **common,
-            )
-            index = {"embeddings": r["embeddings"], "lancedb": r["lancedb"]}
-            timed("t_rag_index", t_rag_index, ctx(), chunks=ch, **index)
-            timed("cc_rag_index", cc_rag_index, ctx(), chunks=ch, contexts=cc, **index)
-            timed("swb_rag_index", swb_rag_index, ctx(), chunks=ch, contexts=swb, **index)
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        _floor_pass(r, list(docs)[:-1], stages, questions=False)
         row = {
             "documents": n,
             "floor_wall_s": round(time.perf_counter() - wall0, 1),
@@ -216,6 +239,69 @@ def bench_floor(base: Path, sizes: list[int]) -> list[dict]:
         print(json.dumps(row), flush=True)
         rows.append(row)
     return rows
+
+
+def bench_sample(base: Path, workers: int) -> dict:
+    """The repository's sample (``data/documents``, ``data/qa``) as ``make run`` runs it: a cold
+    ``ctxwin run`` in a fresh project folder, then the floor of the same work in this process
+    (every asset body, the answers, the scores and the comparison's report), and their ratio."""
+    os.environ.update({k: v for k, v in ENV.items() if k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")})
+    sample = ROOT / "data"
+    names = sorted(p.name for p in (sample / "documents").iterdir() if p.is_file())
+    roots = {}
+    for kind in ("job", "floor"):
+        root = base / kind / "project"
+        shutil.copytree(sample / "documents", root / "data" / "documents")
+        shutil.copytree(sample / "qa", root / "data" / "qa")
+        shutil.copy(ROOT / "workspace.yaml", root / "workspace.yaml")
+        roots[kind] = root
+    env = {**ENV, **cpu_env(base / "job" / "cpu")}
+    env.pop("DAGSTER_HOME", None)
+    env["DAGSTER_HOME"] = str(roots["job"] / ".dagster_home")
+    load = os.getloadavg()[0]
+    wall, out = ctxwin(["run", "--workers", str(workers)], roots["job"], env)
+    kinds = cpu_by_kind(base / "job" / "cpu")
+    job = {
+        "documents": len(names),
+        "load_before": round(load, 2),
+        "job_wall_s": round(wall, 1),
+        "job_cpu_s": round(sum(t for _, t in kinds.values()), 1),
+        "job_planned": next((x for x in out.splitlines() if "documents to run" in x), "").strip(),
+    }
+    print(json.dumps(job), flush=True)
+
+    from ctxwin_dagster.core.evaluation.comparison import compare_experiment
+
+    folder = roots["floor"] / "data" / "documents"
+    r = _floor_resources(base / "floor", folder, roots["floor"] / "data" / "qa")
+    doc_ids = sorted(r["settings"].document_folder().ids())
+    # Loaded before the clock starts, as the curve's floor warms up on a document of its own:
+    # the embedding model (the extractive engine ranks sentences with it) and RAGAS's imports.
+    warm0 = time.perf_counter()
+    r["embeddings"].embedder().embed(["a warm-up sentence"])
+    from ctxwin_dagster.backends.ragas.compat import import_ragas
+
+    import_ragas()
+    warm = time.perf_counter() - warm0
+    stages: dict[str, float] = {}
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    scores = _floor_pass(r, doc_ids, stages, questions=True)
+    started = time.perf_counter()
+    compare_experiment(scores, scores, {}, base / "floor" / "report", title="floor")
+    stages["experiment_comparison"] = time.perf_counter() - started
+    floor_wall = time.perf_counter() - wall0
+    row = {
+        **job,
+        "floor_warmup_s": round(warm, 1),
+        "floor_wall_s": round(floor_wall, 1),
+        "floor_cpu_s": round(time.process_time() - cpu0, 1),
+        "job_over_floor": round(wall / floor_wall, 2),
+        "by_stage_s": {k: round(v, 1) for k, v in stages.items()},
+        "score_rows": len(scores),
+        "load_after": round(os.getloadavg()[0], 2),
+    }
+    print(json.dumps(row), flush=True)
+    return row
 
 
 def bench_resume(base: Path, n: int, add: int, kill_after: float, workers: int) -> dict:
@@ -269,7 +355,7 @@ def bench_resume(base: Path, n: int, add: int, kill_after: float, workers: int) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["curve", "floor", "resume"])
+    parser.add_argument("what", choices=["curve", "floor", "sample", "resume"])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=None)
@@ -284,6 +370,8 @@ def main() -> None:
             bench_curve(base, args.sizes, args.workers, args.batch_size)
         elif args.what == "resume":
             bench_resume(base, args.sizes[0], args.add, args.kill_after, args.workers)
+        elif args.what == "sample":
+            bench_sample(base, args.workers)
         else:
             bench_floor(base, args.sizes)
     finally:
