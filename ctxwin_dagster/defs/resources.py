@@ -31,7 +31,13 @@ from ctxwin_dagster.core.experiment import (
 from ctxwin_dagster.core.retrieval.options import RETRIEVAL_OPTIONS, option_of, settings_from
 from ctxwin_dagster.core.retrieval.settings import RetrievalSettings
 from ctxwin_dagster.core.text.documents import DocumentError
-from ctxwin_dagster.core.text.folder import DocumentFolder, load_id_registry, save_id_registry, scan_documents
+from ctxwin_dagster.core.text.folder import (
+    DocumentFolder,
+    load_id_registry,
+    registered_file,
+    save_id_registry,
+    scan_documents,
+)
 from ctxwin_dagster.core.text.splitting import RecursiveSplitter
 from ctxwin_dagster.defs.model_resources import (
     ChatModelResource,
@@ -91,8 +97,11 @@ class ProjectSettings(dg.ConfigurableResource):
         return self.document_folder().ids()
 
     def document_file(self, doc_id: str) -> Path:
-        """The file behind ``doc_id``; a clear error if it is gone."""
-        path = self.document_folder().path_of(doc_id)
+        """The file behind ``doc_id``; a clear error if it is gone. A file the ids registry names
+        is found without scanning the folder (the scan's answer, at a cost that does not grow
+        with the folder)."""
+        known = load_id_registry(Path(self.doc_ids_file).expanduser()) if self.doc_ids_file else {}
+        path = registered_file(self.documents_path(), known, doc_id) or self.document_folder().path_of(doc_id)
         if path is None:
             raise DocumentError(
                 f"document {doc_id!r} has no file in {str(self.documents_path())!r} any more; "

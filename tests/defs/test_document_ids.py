@@ -143,3 +143,38 @@ def test_project_settings_keep_ids_in_their_registry_file(tmp_path):
     (docs / "x.md").write_text("text", encoding="utf-8")
     assert settings.document_ids() == ["x_md", "x"]
     assert settings.document_file("x") == docs / "x.txt"
+
+
+def test_a_documents_file_is_found_from_the_registry_as_the_scan_finds_it_without_scanning(tmp_path, monkeypatch):
+    from ctxwin_dagster.core.text.folder import registered_file
+    from ctxwin_dagster.defs.resources import ProjectSettings
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("a.txt", "b.txt", "x.txt", "x.md", "x md.txt", ".hidden.txt"):
+        (docs / name).write_text(f"text of {name}", encoding="utf-8")
+    (docs / "sub.txt").mkdir()  # a folder named as a document: never a document
+    known = {"a.txt": "same", "b.txt": "same", "x.txt": "x", "x.md": "x_md", "sub.txt": "sub", ".hidden.txt": "hidden"}
+    known |= {"gone.txt": "gone", "c.txt": "../bad id"}
+    scanned = scan_documents(docs, known=known)
+    for doc_id in [*scanned.ids(), "gone", "sub", "hidden", "../bad id", "nobody"]:
+        found = registered_file(docs, known, doc_id)
+        # the registry's answer is the scan's whenever it has one (else the scan decides)
+        assert found is None or found == scanned.path_of(doc_id), doc_id
+    assert registered_file(docs, known, "same") == docs / "a.txt"
+    assert registered_file(docs, known, "x") == docs / "x.txt"
+    assert [registered_file(docs, known, i) for i in ("gone", "sub", "hidden", "x_md_txt")] == [None] * 4
+
+    registry = tmp_path / "ids.json"
+    save_id_registry(registry, scanned, known)
+    settings = ProjectSettings(documents_dir=str(docs), doc_ids_file=str(registry))
+    with monkeypatch.context() as m:
+        m.setattr(document_folder_module, "_problem", lambda p: pytest.fail(f"the folder was scanned ({p.name})"))
+        assert settings.document_file("x_md") == docs / "x.md"
+        assert settings.document_file("same") == docs / "a.txt"
+    # a file the registry does not know yet is still found, by a scan
+    (docs / "new.txt").write_text("new", encoding="utf-8")
+    assert settings.document_file("new") == docs / "new.txt"
+    (docs / "x.md").unlink()
+    with pytest.raises(DocumentError, match="has no file"):
+        settings.document_file("x_md")

@@ -62,6 +62,7 @@ __all__ = [
     "DocumentFolder",
     "derive_doc_id",
     "scan_documents",
+    "registered_file",
     "load_id_registry",
     "save_id_registry",
 ]
@@ -275,6 +276,23 @@ def scan_documents(folder: str | Path, *, known: Mapping[str, str] | None = None
         DocumentFile(f.path, f.doc_id, f.note, _problem(f.path)) for f in _assign_ids(taken, _valid_known(known))
     )
     return DocumentFolder(root, files, tuple(skipped))
+
+
+def registered_file(folder: str | Path, known: Mapping[str, str], doc_id: str) -> Path | None:
+    """The file :func:`scan_documents` would give ``doc_id`` because ``known`` gives it that id,
+    found without reading the rest of the folder; None when no such file is there now (then only
+    a scan can say which file, if any, has the id).
+
+    A run's documents each look up their own file: a scan of the whole folder each time made the
+    cost of a document grow with the folder (70 ms a document at 1,000 files). The rule is the
+    scan's: of the files present that ``known`` names with this id, the first by name.
+    """
+    root = Path(folder).expanduser()
+    for name in sorted(n for n, i in _valid_known(known).items() if i == doc_id):
+        path = root / name
+        if not name.startswith(".") and path.is_file() and _skip_reason(path) is None:
+            return path
+    return None
 
 
 def _valid_known(known: Mapping[str, str] | None) -> dict[str, str]:
