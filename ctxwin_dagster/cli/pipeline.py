@@ -200,7 +200,7 @@ def run_pipeline(
         except ExperimentConflict as exc:
             raise SystemExit(f"ctxwin: {exc}") from None
         instance = DagsterInstance.get()
-        orphans = fail_orphaned_runs(instance)
+        orphans = fail_orphaned_runs(instance, say=lambda line: print(line, flush=True))
         remove_orphaned_folders()  # the code server sockets of killed commands
         if orphans:
             print(

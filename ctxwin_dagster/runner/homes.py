@@ -9,8 +9,10 @@ command at a time on it, and runs that a killed command left behind.
 * One ``ctxwin`` command works on a home at a time (a lock file in the home). A second one
   waits for the first and then finds its work done.
 * A run the previous command left unfinished, when that command is gone, is ended by the next
-  command: canceled if still queued, marked failed if its worker process is gone (the instance's
-  own ``report_run_canceled`` / ``report_run_failed``), so it does not look alive forever.
+  command before it plans: canceled if still queued; if its worker process still works, that
+  process is stopped (SIGTERM, as Dagster's own termination), so the next command's runs are the
+  only ones working on those documents; then marked failed if it has not ended itself (the
+  instance's own ``report_run_canceled`` / ``report_run_failed``), so it does not look alive forever.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -100,20 +103,66 @@ class HomeLock:
             self._fh = None
 
 
-def _worker_alive(instance: DagsterInstance, run_id: str) -> bool:
-    """Whether the process executing ``run_id`` (the pid its RUN_START event records) still lives here."""
+def _worker_started(instance: DagsterInstance, run_id: str) -> tuple[int, float] | None:
+    """The pid of the process executing ``run_id`` and when it started the run (its RUN_START
+    event records both), if a process with that pid still lives."""
     import dagster as dg
 
     records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_START, limit=1).records
-    pid = records[0].event_log_entry.dagster_event.pid if records and records[0].event_log_entry.dagster_event else None
-    return pid is not None and bool(pid) and pid_alive(int(pid))
+    entry = records[0].event_log_entry if records else None
+    pid = entry.dagster_event.pid if entry is not None and entry.dagster_event else None
+    return (int(pid), entry.timestamp) if entry is not None and pid and pid_alive(int(pid)) else None
 
 
-def fail_orphaned_runs(instance: DagsterInstance) -> list[str]:
+def _is_worker_of(pid: int, home: str, run_started: float) -> bool:
+    """Whether ``pid`` is still the worker that started a run of ``home`` at ``run_started``: a
+    process of that Dagster home (``DAGSTER_HOME`` in its environment) that was already running
+    then. A process that took the pid later, or a process of another home, is not. Where this
+    cannot be read (no ``/proc``), False: the run is left to finish."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        boot = next(float(x.split()[1]) for x in Path("/proc/stat").read_text().splitlines() if x.startswith("btime"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return False
+    started = boot + ticks / os.sysconf("SC_CLK_TCK")
+    homes = {x.split(b"=", 1)[1] for x in environ if x.startswith(b"DAGSTER_HOME=")}
+    return started <= run_started + 1.0 and any(Path(os.fsdecode(h)).resolve() == Path(home).resolve() for h in homes)
+
+
+def _stop_worker(pid: int, grace_s: float) -> None:
+    """SIGTERM, which Dagster's worker answers by interrupting its step and reporting the run as
+    ended; SIGKILL if it still lives after ``grace_s``."""
+    import signal
+
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            try:
+                # our child only in tests; otherwise the process is reaped by its own parent
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    return
+            except ChildProcessError:
+                pass
+            if not pid_alive(pid):
+                return
+            time.sleep(0.2)
+
+
+def fail_orphaned_runs(
+    instance: DagsterInstance, *, grace_s: float = 30.0, say: Callable[[str], object] = lambda _line: None
+) -> list[str]:
     """End the runs a ``ctxwin`` command launched and left unfinished when it was killed (its
-    process is gone): a run still queued is canceled, a started one whose worker process is gone
-    is marked failed; returns their ids. A run whose worker still lives is left to finish; runs
-    of a live command, of the UI or of another machine are left alone."""
+    process is gone): a run still queued is canceled; a started one whose worker still works has
+    that worker stopped (:func:`_stop_worker`), since a new command is about to run the same
+    documents and two runs of one document would write its index rows at once; a started run that
+    has not ended itself then is marked failed. Returns their ids. A run whose worker is not
+    certainly its own (see :func:`_is_worker_of`) is left to finish; runs of a live command, of
+    the UI or of another machine are left alone."""
     import dagster as dg
 
     unfinished = [
@@ -132,9 +181,17 @@ def fail_orphaned_runs(instance: DagsterInstance) -> list[str]:
         why = f"the ctxwin command that launched this run ({command}) ended before the run did"
         if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
             instance.report_run_canceled(run, why)
-        elif _worker_alive(instance, run.run_id):
+            ended.append(run.run_id)
             continue
-        else:
-            instance.report_run_failed(run, why)
+        worker = _worker_started(instance, run.run_id)
+        if worker is not None:
+            pid, run_started = worker
+            if not _is_worker_of(pid, instance.root_directory, run_started):
+                continue
+            say(f"stopping run {run.run_id[:8]} (worker pid {pid}): a killed ctxwin command left it working")
+            _stop_worker(pid, grace_s)
+        now = instance.get_run_by_id(run.run_id)
+        if now is not None and not now.is_finished:
+            instance.report_run_failed(now, why)
         ended.append(run.run_id)
     return ended
