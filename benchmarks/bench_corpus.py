@@ -193,6 +193,8 @@ def _floor_pass(r: dict, doc_ids: list[str], stages: dict[str, float], *, questi
     instance.add_dynamic_partitions("documents", doc_ids)
     common = {"contextualizer": r["contextualizer"], "embeddings": r["embeddings"], "pipeline": r["pipeline"]}
     index = {"embeddings": r["embeddings"], "lancedb": r["lancedb"]}
+    answering = {n: r[n] for n in ("settings", "evaluation", "answerer", "embeddings", "lancedb", "pipeline")}
+    scoring = {n: r[n] for n in ("evaluation", "judge", "embeddings")}
     score_rows: list[dict] = []
     for key in doc_ids:
         doc = timed("raw_documents", raw_documents, key, settings=r["settings"])
@@ -209,9 +211,7 @@ def _floor_pass(r: dict, doc_ids: list[str], stages: dict[str, float], *, questi
             continue
         qa = timed("qa_sets", qa_sets, key, settings=r["settings"], raw_documents=doc, chunks=ch)
         for v in VARIANTS:
-            answering = {n: r[n] for n in ("settings", "evaluation", "answerer", "embeddings", "lancedb", "pipeline")}
             answered = timed(f"{v}_answers", getattr(answers, f"{v}_answers"), key, qa_sets=qa, **answering)
-            scoring = {n: r[n] for n in ("evaluation", "judge", "embeddings")}
             asset = getattr(scores, f"{v}_ragas_scores")
             score_rows += timed(f"{v}_ragas_scores", asset, key, answers=answered, chunks=ch, **scoring)
     return score_rows
@@ -255,9 +255,7 @@ def bench_sample(base: Path, workers: int) -> dict:
         shutil.copytree(sample / "qa", root / "data" / "qa")
         shutil.copy(ROOT / "workspace.yaml", root / "workspace.yaml")
         roots[kind] = root
-    env = {**ENV, **cpu_env(base / "job" / "cpu")}
-    env.pop("DAGSTER_HOME", None)
-    env["DAGSTER_HOME"] = str(roots["job"] / ".dagster_home")
+    env = {**ENV, **cpu_env(base / "job" / "cpu"), "DAGSTER_HOME": str(roots["job"] / ".dagster_home")}
     load = os.getloadavg()[0]
     wall, out = ctxwin(["run", "--workers", str(workers)], roots["job"], env)
     kinds = cpu_by_kind(base / "job" / "cpu")

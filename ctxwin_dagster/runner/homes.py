@@ -33,6 +33,7 @@ from ctxwin_dagster.core.experiment import (
 from ctxwin_dagster.defs.command_runs import command_alive, command_of, pid_alive
 
 if TYPE_CHECKING:
+    import psutil
     from dagster import DagsterInstance
 
 LOCK_FILE = "ctxwin.lock"
@@ -114,43 +115,38 @@ def _worker_started(instance: DagsterInstance, run_id: str) -> tuple[int, float]
     return (int(pid), entry.timestamp) if entry is not None and pid and pid_alive(int(pid)) else None
 
 
-def _is_worker_of(pid: int, home: str, run_started: float) -> bool:
-    """Whether ``pid`` is still the worker that started a run of ``home`` at ``run_started``: a
-    process of that Dagster home (``DAGSTER_HOME`` in its environment) that was already running
-    then. A process that took the pid later, or a process of another home, is not. Where this
-    cannot be read (no ``/proc``), False: the run is left to finish."""
+def _worker_of(pid: int, home: str, run_started: float) -> psutil.Process | None:
+    """The process ``pid`` if it is still the worker that started a run of ``home`` at
+    ``run_started``: a process of that Dagster home (``DAGSTER_HOME`` in its environment) that
+    was already running then; None for a process that took the pid later, one of another home,
+    or one whose environment cannot be read (the run is then left to finish)."""
+    import psutil
+
     try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-        boot = next(float(x.split()[1]) for x in Path("/proc/stat").read_text().splitlines() if x.startswith("btime"))
-    except (OSError, ValueError, IndexError, StopIteration):
-        return False
-    started = boot + ticks / os.sysconf("SC_CLK_TCK")
-    homes = {x.split(b"=", 1)[1] for x in environ if x.startswith(b"DAGSTER_HOME=")}
-    return started <= run_started + 1.0 and any(Path(os.fsdecode(h)).resolve() == Path(home).resolve() for h in homes)
+        process = psutil.Process(pid)
+        home_of = process.environ().get("DAGSTER_HOME")
+        started = process.create_time()
+    except (psutil.Error, OSError):
+        return None
+    if home_of is None or started > run_started + 1.0 or Path(home_of).resolve() != Path(home).resolve():
+        return None
+    return process
 
 
-def _stop_worker(pid: int, grace_s: float) -> None:
+def _stop_worker(process: psutil.Process, grace_s: float) -> None:
     """SIGTERM, which Dagster's worker answers by interrupting its step and reporting the run as
-    ended; SIGKILL if it still lives after ``grace_s``."""
-    import signal
+    ended; SIGKILL if it still lives after ``grace_s``. ``psutil`` signals only the process it
+    identified, never one that took its pid since."""
+    import psutil
 
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            try:
-                # our child only in tests; otherwise the process is reaped by its own parent
-                if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                    return
-            except ChildProcessError:
-                pass
-            if not pid_alive(pid):
-                return
-            time.sleep(0.2)
+    try:
+        process.terminate()
+        process.wait(grace_s)
+    except psutil.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+    except psutil.NoSuchProcess:
+        pass
 
 
 def fail_orphaned_runs(
@@ -161,7 +157,7 @@ def fail_orphaned_runs(
     that worker stopped (:func:`_stop_worker`), since a new command is about to run the same
     documents and two runs of one document would write its index rows at once; a started run that
     has not ended itself then is marked failed. Returns their ids. A run whose worker is not
-    certainly its own (see :func:`_is_worker_of`) is left to finish; runs of a live command, of
+    certainly its own (see :func:`_worker_of`) is left to finish; runs of a live command, of
     the UI or of another machine are left alone."""
     import dagster as dg
 
@@ -186,10 +182,11 @@ def fail_orphaned_runs(
         worker = _worker_started(instance, run.run_id)
         if worker is not None:
             pid, run_started = worker
-            if not _is_worker_of(pid, instance.root_directory, run_started):
+            process = _worker_of(pid, instance.root_directory, run_started)
+            if process is None:
                 continue
             say(f"stopping run {run.run_id[:8]} (worker pid {pid}): a killed ctxwin command left it working")
-            _stop_worker(pid, grace_s)
+            _stop_worker(process, grace_s)
         now = instance.get_run_by_id(run.run_id)
         if now is not None and not now.is_finished:
             instance.report_run_failed(now, why)

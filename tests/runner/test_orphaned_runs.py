@@ -35,10 +35,10 @@ def _process(home: str | None):
     return subprocess.Popen([sys.executable, "-c", SLEEPER], env=env)
 
 
-def _dead_command() -> str:
+def _dead_pid() -> int:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    return f"{socket.gethostname()}:{gone.pid}"
+    return gone.pid
 
 
 def _started_run(instance, worker_pid: int, *, started: float | None = None) -> str:
@@ -49,7 +49,7 @@ def _started_run(instance, worker_pid: int, *, started: float | None = None) -> 
             job_name="all_assets_job",
             run_id=run_id,
             status=dg.DagsterRunStatus.STARTED,
-            tags={COMMAND_TAG: _dead_command()},
+            tags={COMMAND_TAG: f"{socket.gethostname()}:{_dead_pid()}"},
         )
     )
     event = dg.DagsterEvent(
@@ -106,8 +106,6 @@ def test_a_process_that_took_the_workers_pid_later_or_of_another_home_is_left_al
 
 
 def test_a_run_whose_worker_is_gone_is_marked_failed(instance):
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    run_id = _started_run(instance, gone.pid)
+    run_id = _started_run(instance, _dead_pid())
     assert fail_orphaned_runs(instance) == [run_id]
     assert _status(instance, run_id) == dg.DagsterRunStatus.FAILURE
