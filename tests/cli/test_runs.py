@@ -26,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("squad_Normans", "cuad_todos_medical_reseller")
 
 
-def _ctxwin(args, cwd, home):
-    return run_ctxwin(args, cwd, home, own_servers=True)  # this module tests the command's own servers
+def _ctxwin(args, cwd, home, *, own_servers=False):
+    return run_ctxwin(args, cwd, home, own_servers=own_servers)
 
 
 def _runs(home) -> list[dg.DagsterRun]:
@@ -40,9 +40,11 @@ def _runs(home) -> list[dg.DagsterRun]:
 def project(tmp_path_factory):
     root = make_project(tmp_path_factory.mktemp("project"), DOCS, questions_per_doc=2)
     home = root / "dagster_home"
-    first = _ctxwin(["run", "--workers", "2"], root, home)
+    # The first command starts its own embedding server, as for a user (the last test checks it);
+    # the later ones embed through the tests' shared one (a server of their own: 11 s of CPU each).
+    first = _ctxwin(["run", "--workers", "2"], root, home, own_servers=True)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
-    return root, home, first
+    return root, home, first, {r.run_id for r in _runs(home)}
 
 
 JOB_RUNS = """
@@ -57,7 +59,7 @@ RUNS = """
 
 
 def test_runs_belong_to_the_code_location_in_the_webserver(project):
-    root, home, first = project
+    root, home, first, _ = project
     # The comparison's reason is its own (it never ran; not an upstream asset's), named once.
     assert "experiment_comparison: never materialized" in first.stdout
     assert "experiment_comparison: experiment_comparison" not in first.stdout
@@ -89,7 +91,7 @@ def test_runs_belong_to_the_code_location_in_the_webserver(project):
 
 
 def test_a_second_run_with_nothing_changed_executes_no_partition(project):
-    root, home, _ = project
+    root, home, _, _ = project
     before = {r.run_id for r in _runs(home)}
     again = _ctxwin(["run"], root, home)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
@@ -99,7 +101,7 @@ def test_a_second_run_with_nothing_changed_executes_no_partition(project):
 
 
 def test_a_changed_document_reruns_only_its_partition_and_the_comparison(project):
-    root, home, _ = project
+    root, home, _, _ = project
     before = {r.run_id for r in _runs(home)}
     path = root / "data" / "documents" / "squad_Normans.txt"
     path.write_text(path.read_text(encoding="utf-8") + "\nThe Normans also built castles.\n", encoding="utf-8")
@@ -123,7 +125,7 @@ def test_a_changed_document_reruns_only_its_partition_and_the_comparison(project
 
 
 def test_force_reruns_every_document(project):
-    root, home, _ = project
+    root, home, _, _ = project
     forced = _ctxwin(["run", "--force", "--doc", "cuad_todos_medical_reseller"], root, home)
     assert forced.returncode == 0, forced.stdout[-3000:] + forced.stderr[-3000:]
     assert "1 of 1 documents to run (0 up to date, skipped); --force" in forced.stdout
@@ -141,7 +143,7 @@ def test_one_asset_materialized_from_the_ui_gives_every_later_reason_truly(proje
     import subprocess
     import sys
 
-    root, home, _ = project
+    root, home, _, _ = project
     env = {**os.environ, "DAGSTER_HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     args = ["asset", "materialize", "-m", "ctxwin_dagster.definitions", "--select", "t_rag_answers"]
     dagster = str(Path(sys.executable).with_name("dagster"))
@@ -168,7 +170,7 @@ def test_one_asset_materialized_from_the_ui_gives_every_later_reason_truly(proje
 
 
 def test_a_failed_document_prints_one_line_and_the_others_stay_up_to_date(project):
-    root, home, _ = project
+    root, home, _, _ = project
     (root / "data" / "documents" / "broken.txt").write_bytes(b"\x00\x01\x02binary")
     out = _ctxwin(["run"], root, home)
     assert out.returncode == 1
@@ -179,22 +181,26 @@ def test_a_failed_document_prints_one_line_and_the_others_stay_up_to_date(projec
 
 
 def test_the_runs_embed_through_the_commands_model_server(project):
-    """Each command started one embedding server for its runs: every index was embedded there,
-    none of the runs loaded the model, and the servers stopped with their commands."""
+    """The first command started one embedding server for its runs: every index was embedded
+    there, none of the runs loaded the model, and the server stopped with the command."""
     import httpx
 
-    from ctxwin_dagster.defs.materializations import latest_metadata
+    from ctxwin_dagster.defs.materializations import plain_metadata
 
-    root, home, first = project
+    root, home, first, first_runs = project
     assert "the runs embed through one model server" in first.stdout
     os.environ["DAGSTER_HOME"] = str(home)
+    indexes = {f"{variant}_index" for variant in ("t_rag", "cc_rag", "swb_rag")}
     with dg.DagsterInstance.get() as instance:
-        used = {
-            latest_metadata(instance, f"{variant}_index", doc).get("embedded_by")
-            for variant in ("t_rag", "cc_rag", "swb_rag")
-            for doc in DOCS
+        embedded = {
+            (m.asset_key.to_user_string(), m.partition): plain_metadata(m.metadata).get("embedded_by")
+            for run_id in first_runs
+            for rec in instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
+            if (m := rec.event_log_entry.asset_materialization) is not None and m.asset_key.to_user_string() in indexes
         }
-    assert all(str(u).startswith("http://127.0.0.1:") for u in used), used
+    assert set(embedded) == {(index, doc) for index in indexes for doc in DOCS}, sorted(embedded)
+    used = set(embedded.values())
+    assert len(used) == 1 and all(str(u).startswith("http://127.0.0.1:") for u in used), used
     assert "loaded" in (home / "ctxwin-embeddings.log").read_text()
     for url in used:
         with pytest.raises(httpx.TransportError):
