@@ -198,6 +198,12 @@ _LONGEST_FILES = {
 }
 
 
+@pytest.fixture(scope="session")
+def longest_files() -> dict[str, int]:
+    """The order table above (its check is in ``tests/test_architecture.py``)."""
+    return dict(_LONGEST_FILES)
+
+
 def pytest_collection_modifyitems(config, items):
     """The longest files first, then the other files with slow tests, then the rest (the order
     within a file is kept): when the test processes take whole files (``make test``), the long

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -229,3 +230,22 @@ def test_the_tests_mirror_the_package():
         if name.split(".")[0].startswith(("test_", "conftest", "tests"))
     ]
     assert not importing, f"tests that import other tests (share a fixture in conftest.py instead): {importing}"
+
+
+def test_make_test_keeps_the_order_of_the_test_files(longest_files):
+    """``tests/conftest.py`` hands out the longest test files first (``_LONGEST_FILES``), and
+    ``make test`` keeps pytest-xdist from sorting them again by their number of tests
+    (``--no-loadscope-reorder``). Without either the suite still passes, only slower (one test
+    process runs a long file alone at the end): this check says so."""
+    root = PACKAGE.parent
+    makefile = (root / "Makefile").read_text(encoding="utf-8")
+    xdist = re.search(r"^XDIST\s*=\s*(.+)$", makefile, flags=re.M)
+    runs = [line for line in makefile.splitlines() if re.search(r"-m pytest\b", line)]
+    assert runs, "no pytest command in the Makefile"
+    for line in runs:
+        flags = line.replace("$(XDIST)", xdist.group(1) if xdist else "")
+        if "--dist loadfile" in flags:
+            assert "--no-loadscope-reorder" in flags.split(), line
+    missing = [name for name in longest_files if not (root / name).is_file()]
+    assert not missing, f"renamed or removed test files still in tests/conftest.py's _LONGEST_FILES: {missing}"
+    assert list(longest_files.values()) == sorted(longest_files.values(), reverse=True)
