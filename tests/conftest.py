@@ -50,6 +50,22 @@ def _endpoints_found_out_afresh():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _signal_handlers_kept():
+    """SIGTERM and SIGINT as they were before the test. Dagster's in-process execution, when it
+    ends, points SIGTERM at whatever SIGINT does (``dagster._utils.interrupts``); where SIGINT is
+    ignored (a background job, ``nohup``, some CI runners) SIGTERM is then ignored by this test
+    process and by every process it starts afterwards: a later test's ``multiprocessing`` pool hung
+    in ``terminate()``, and servers stopped with SIGTERM waited for SIGKILL."""
+    import signal
+
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for sig, handler in kept.items():
+        if signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _one_embedding_server_for_the_commands(tmp_path_factory):
     """The ``ctxwin`` commands the tests run (``ctxwin_dagster.testing.projects.ctxwin_env``)

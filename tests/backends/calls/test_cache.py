@@ -215,8 +215,12 @@ def test_two_processes_share_one_file(tmp_path: Path) -> None:
     n = 150
     ctx = multiprocessing.get_context("spawn")
     start_at = time.time() + 2.0
-    with ctx.Pool(2) as pool:
+    pool = ctx.Pool(2)
+    try:
         results = pool.starmap(_process_worker, [(path, 0, n, start_at), (path, 1, n, start_at)])
+    finally:
+        pool.close()  # the workers end on their own; the pool's context manager would SIGTERM them
+        pool.join()
     assert sorted(r["worker"] for r in results) == [0, 1]
     assert sum(r["seen_other"] for r in results) > 0, "the workers did not overlap"
     with ResponseCache(path) as c:
