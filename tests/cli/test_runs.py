@@ -26,10 +26,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS = ("squad_Normans", "cuad_todos_medical_reseller")
 
 
-def _ctxwin(args, cwd, home, *, own_servers=False):
-    return run_ctxwin(args, cwd, home, own_servers=own_servers)
-
-
 def _runs(home) -> list[dg.DagsterRun]:
     os.environ["DAGSTER_HOME"] = str(home)
     with dg.DagsterInstance.get() as instance:
@@ -42,7 +38,7 @@ def project(tmp_path_factory):
     home = root / "dagster_home"
     # The first command starts its own embedding server, as for a user (the last test checks it);
     # the later ones embed through the tests' shared one (a server of their own: 11 s of CPU each).
-    first = _ctxwin(["run", "--workers", "2"], root, home, own_servers=True)
+    first = run_ctxwin(["run", "--workers", "2"], root, home, own_servers=True)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     return root, home, first, {r.run_id for r in _runs(home)}
 
@@ -93,7 +89,7 @@ def test_runs_belong_to_the_code_location_in_the_webserver(project):
 def test_a_second_run_with_nothing_changed_executes_no_partition(project):
     root, home, _, _ = project
     before = {r.run_id for r in _runs(home)}
-    again = _ctxwin(["run"], root, home)
+    again = run_ctxwin(["run"], root, home)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "0 of 2 documents to run (2 up to date, skipped)" in again.stdout
     assert "experiment_comparison: up to date, skipped" in again.stdout
@@ -105,7 +101,7 @@ def test_a_changed_document_reruns_only_its_partition_and_the_comparison(project
     before = {r.run_id for r in _runs(home)}
     path = root / "data" / "documents" / "squad_Normans.txt"
     path.write_text(path.read_text(encoding="utf-8") + "\nThe Normans also built castles.\n", encoding="utf-8")
-    changed = _ctxwin(["run"], root, home)
+    changed = run_ctxwin(["run"], root, home)
     assert changed.returncode == 0, changed.stdout[-3000:] + changed.stderr[-3000:]
     assert "1 of 2 documents to run (1 up to date, skipped)" in changed.stdout
     assert "squad_Normans: raw_documents: document changed" in changed.stdout
@@ -126,7 +122,7 @@ def test_a_changed_document_reruns_only_its_partition_and_the_comparison(project
 
 def test_force_reruns_every_document(project):
     root, home, _, _ = project
-    forced = _ctxwin(["run", "--force", "--doc", "cuad_todos_medical_reseller"], root, home)
+    forced = run_ctxwin(["run", "--force", "--doc", "cuad_todos_medical_reseller"], root, home)
     assert forced.returncode == 0, forced.stdout[-3000:] + forced.stderr[-3000:]
     assert "1 of 1 documents to run (0 up to date, skipped); --force" in forced.stdout
     # Everything the extractive engine did is reused from the content cache, and counted so.
@@ -154,7 +150,7 @@ def test_one_asset_materialized_from_the_ui_gives_every_later_reason_truly(proje
     ui_run = _runs(home)[0]
     assert ui_run.job_name == "__ASSET_JOB"
     assert ui_run.tags["ctxwin/reason"] == "up to date; run on request"  # as ctxwin run saw it: nothing stale
-    after = _ctxwin(["run"], root, home)
+    after = run_ctxwin(["run"], root, home)
     assert after.returncode == 0, after.stdout[-3000:] + after.stderr[-3000:]
     out = after.stdout
     assert "1 of 2 documents to run (1 up to date, skipped)" in out, out
@@ -172,7 +168,7 @@ def test_one_asset_materialized_from_the_ui_gives_every_later_reason_truly(proje
 def test_a_failed_document_prints_one_line_and_the_others_stay_up_to_date(project):
     root, home, _, _ = project
     (root / "data" / "documents" / "broken.txt").write_bytes(b"\x00\x01\x02binary")
-    out = _ctxwin(["run"], root, home)
+    out = run_ctxwin(["run"], root, home)
     assert out.returncode == 1
     assert "1 of 3 documents to run (2 up to date, skipped)" in out.stdout
     lines = [x for x in out.stdout.splitlines() if "broken" in x and "FAILED" in x]
