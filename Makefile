@@ -12,6 +12,14 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export DAGSTER_HOME ?= $(CURDIR)/.dagster_home
+# Python keeps compiled modules (__pycache__) even where the environment says not to
+# (PYTHONDONTWRITEBYTECODE, common in containers): a command starts a daemon, a code server and
+# run workers, and each compiled the project's modules again; the test processes also rewrote
+# and compiled every test module again (6 s of a test process's 13 s of collection).
+unexport PYTHONDONTWRITEBYTECODE
+# torch's threads sleep between the steps of a batch instead of spinning on a core that the other
+# processes of a run need (the embedding code sets this too, unless torch was imported before it).
+export OMP_WAIT_POLICY ?= PASSIVE
 
 .PHONY: setup run run-llm test test-fast lint bench bench-ui dev clean
 

@@ -270,9 +270,12 @@ class EmbeddingService(ChildServer):
             # 1,024): a corpus sends batches of every size and length, so the server grew with the
             # corpus (3.0 GB after 11 minutes of a 1,000-document run). Without that cache a
             # 40-document run peaked at 965 MB instead of 1,255 MB, flat after its first 25 requests,
-            # for the same CPU (116 s against 115 s). A user's own settings are kept.
+            # for the same CPU (116 s against 115 s). The model's threads sleep between the steps of
+            # a batch instead of spinning (see ``local._load_sentence_transformer``). A user's own
+            # settings are kept.
             env={
                 "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+                "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),
                 "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX", "2"),
                 "ONEDNN_PRIMITIVE_CACHE_CAPACITY": os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0"),
             },
