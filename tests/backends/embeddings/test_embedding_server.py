@@ -57,7 +57,8 @@ def test_a_run_gets_the_precision_it_asks_for(server, monkeypatch):
 
 def test_the_server_runs_without_a_cache_of_shapes_and_with_two_arenas(server):
     """oneDNN's cache of a compiled primitive per batch shape and glibc's arena per thread made the
-    server grow with the corpus; it starts with both turned down (a user's own values are kept)."""
+    server grow with the corpus; it starts with both turned down, and with torch's threads asleep
+    between steps rather than spinning (a user's own values are kept)."""
     _, service, _ = server
     environ = dict(
         item.split("=", 1)
@@ -66,6 +67,7 @@ def test_the_server_runs_without_a_cache_of_shapes_and_with_two_arenas(server):
     )
     assert environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY") == os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
     assert environ.get("MALLOC_ARENA_MAX") == os.environ.get("MALLOC_ARENA_MAX", "2")
+    assert environ.get("OMP_WAIT_POLICY") == os.environ.get("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def test_the_server_refuses_text_over_the_window_and_says_why(server):
