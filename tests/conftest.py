@@ -66,6 +66,30 @@ def _signal_handlers_kept():
             signal.signal(sig, handler)
 
 
+_SAMPLE_CACHE = ROOT / "data" / "cache"
+
+
+def _sample_cache_files() -> dict[str, tuple[int, int]]:
+    if not _SAMPLE_CACHE.is_dir():
+        return {}
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in _SAMPLE_CACHE.iterdir() if p.is_file()}
+
+
+@pytest.fixture(autouse=True)
+def _the_samples_cache_untouched():
+    """No test writes the sample's caches (``data/cache``, the default ``cache_dir`` of every
+    model resource): what a test leaves there is read by the next ``make run`` instead of being
+    computed (71 replies left by an in-process run of two sample documents once changed the
+    sample's T-RAG figures). A test gives every resource it builds a ``cache_dir`` of its own."""
+    before = _sample_cache_files()
+    yield
+    after = _sample_cache_files()
+    assert after == before, (
+        f"the test wrote into the sample's cache {_SAMPLE_CACHE} ({sorted(set(after) ^ set(before)) or 'changed files'}): "
+        "give every resource it builds a cache_dir under tmp_path"
+    )
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _one_embedding_server_for_the_commands(tmp_path_factory):
     """The ``ctxwin`` commands the tests run (``ctxwin_dagster.testing.projects.ctxwin_env``)
@@ -119,12 +143,14 @@ def folder_resources(tmp_path):
     defaults) pointed at a documents folder, the sample's questions, and this test's own cache and
     index folders."""
     from ctxwin_dagster import definitions
+    from ctxwin_dagster.core.experiment import Experiment
     from ctxwin_dagster.defs.model_resources import EmbeddingsResource
     from ctxwin_dagster.defs.resources import LanceDBResource, ProjectSettings
 
     def make(documents: Path, evaluation) -> dict:
         return {
-            **definitions.default_resources(),
+            # every model resource's cache in this test's folder, not the sample's data/cache
+            **definitions.default_resources(Experiment(cache_dir=str(tmp_path / "cache"))),
             "settings": ProjectSettings(documents_dir=str(documents), qa_dir=str(ROOT / "data" / "qa")),
             "evaluation": evaluation,
             "embeddings": EmbeddingsResource(cache_dir=str(tmp_path / "cache")),

@@ -61,6 +61,7 @@ def project(tmp_path, server):
         "contextualizer": ChatModelResource(
             model=MODEL, base_url=server.base_url, api_key="test-key", cache_dir=str(tmp_path / "cache"), max_retries=1
         ),
+        "answerer": ChatModelResource(cache_dir=str(tmp_path / "cache")),
         "embeddings": EmbeddingsResource(cache_dir=str(tmp_path / "cache")),
         "lancedb": LanceDBResource(uri=str(tmp_path / "lancedb")),
     }
