@@ -390,7 +390,7 @@ def test_nan_heavy_scores_fail_the_asset_check(tmp_path):
                 context,
                 evaluation=evaluation,
                 judge=JudgeResource(),
-                embeddings=EmbeddingsResource(),
+                embeddings=EmbeddingsResource(cache_dir=str(tmp_path / "cache")),  # not the sample's data/cache
                 answers=records,
                 chunks=chunks,
             )
