@@ -86,7 +86,8 @@ def _the_samples_cache_untouched():
     after = _sample_cache_files()
     assert after == before, (
         f"the test wrote into the sample's cache {_SAMPLE_CACHE} ({sorted(set(after) ^ set(before)) or 'changed files'}): "
-        "give every resource it builds a cache_dir under tmp_path"
+        "give every resource it builds a cache_dir under tmp_path (with several test processes, the writer "
+        "may be a test running beside this one)"
     )
 
 
@@ -144,7 +145,6 @@ def folder_resources(tmp_path):
     index folders."""
     from ctxwin_dagster import definitions
     from ctxwin_dagster.core.experiment import Experiment
-    from ctxwin_dagster.defs.model_resources import EmbeddingsResource
     from ctxwin_dagster.defs.resources import LanceDBResource, ProjectSettings
 
     def make(documents: Path, evaluation) -> dict:
@@ -153,7 +153,6 @@ def folder_resources(tmp_path):
             **definitions.default_resources(Experiment(cache_dir=str(tmp_path / "cache"))),
             "settings": ProjectSettings(documents_dir=str(documents), qa_dir=str(ROOT / "data" / "qa")),
             "evaluation": evaluation,
-            "embeddings": EmbeddingsResource(cache_dir=str(tmp_path / "cache")),
             "lancedb": LanceDBResource(uri=str(tmp_path / "lancedb")),
         }
 
